@@ -1,0 +1,1 @@
+"""Idle capacity, fragmentation, isolation risk, health, rightsizing, chargeback and quota write-back."""

@@ -1,0 +1,1 @@
+"""Sources of samples and inventory, and idempotent ingest into the DuckDB store."""

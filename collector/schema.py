@@ -1,0 +1,243 @@
+"""The store's schema, in one place: every table the collector writes and analytics reads.
+
+Conventions: timestamps are ``TIMESTAMP`` in UTC; memory in bytes; activity as a ratio 0..1; power in
+watts, energy in joules; compute shares in GPU-equivalents (GE: 1 per whole GPU, g/7 per MIG
+instance, 1/replicas per shared replica). ``NULL`` means "not measured", never zero. Analytics
+result tables are created by ``analytics`` and are not listed here.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+SCHEMA_VERSION = 1
+
+DIMENSIONS = {
+    "nodes": """
+        node VARCHAR PRIMARY KEY,
+        pool VARCHAR,
+        gpu_model VARCHAR,
+        sharing_mode VARCHAR,
+        nvlink_domain VARCHAR,
+        dedicated_tenant VARCHAR,
+        labels JSON,
+        first_seen TIMESTAMP,
+        last_seen TIMESTAMP
+    """,
+    "gpus": """
+        gpu_uuid VARCHAR PRIMARY KEY,
+        node VARCHAR NOT NULL,
+        gpu_index INTEGER,
+        gpu_model VARCHAR,
+        memory_total_bytes BIGINT,
+        sharing_mode VARCHAR,
+        replicas INTEGER DEFAULT 1,
+        first_seen TIMESTAMP,
+        last_seen TIMESTAMP
+    """,
+    "devices": """
+        device_id VARCHAR PRIMARY KEY,
+        gpu_uuid VARCHAR NOT NULL,
+        node VARCHAR NOT NULL,
+        gpu_model VARCHAR,
+        kind VARCHAR NOT NULL,            -- 'gpu' or 'mig'
+        profile VARCHAR NOT NULL,         -- 'gpu' for a whole GPU, else e.g. '1g.18gb'
+        gpu_instance_id INTEGER,
+        compute_instance_id INTEGER,
+        slices INTEGER,
+        gpu_equivalents DOUBLE NOT NULL,
+        memory_total_bytes BIGINT,
+        sharing_mode VARCHAR,
+        first_seen TIMESTAMP,
+        last_seen TIMESTAMP
+    """,
+    "tenants": """
+        tenant VARCHAR PRIMARY KEY,
+        cost_center VARCHAR,
+        dedicated_pool VARCHAR,
+        virtual_cluster VARCHAR
+    """,
+    "prices": """
+        gpu_model VARCHAR PRIMARY KEY,
+        usd_per_gpu_hour DOUBLE NOT NULL,
+        contracted_usd_per_gpu_hour DOUBLE
+    """,
+}
+
+FACTS = {
+    # One row per device per sample time. MIG memory is the GPU instance's (shared by its compute
+    # instances); activity is NULL where the hardware gives none (e.g. A100 MIG).
+    "device_samples": """
+        ts TIMESTAMP NOT NULL,
+        node VARCHAR NOT NULL,
+        gpu_uuid VARCHAR NOT NULL,
+        device_id VARCHAR NOT NULL,
+        activity_ratio DOUBLE,
+        memory_used_bytes BIGINT,
+        memory_total_bytes BIGINT,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (device_id, ts)
+    """,
+    # Physical readings, one row per GPU per sample time.
+    "gpu_samples": """
+        ts TIMESTAMP NOT NULL,
+        node VARCHAR NOT NULL,
+        gpu_uuid VARCHAR NOT NULL,
+        up BOOLEAN,
+        power_watts DOUBLE,
+        energy_joules DOUBLE,
+        temperature_celsius DOUBLE,
+        sm_clock_hz DOUBLE,
+        memory_clock_hz DOUBLE,
+        throttle_reasons VARCHAR[],
+        ecc_corrected_total BIGINT,
+        ecc_uncorrected_total BIGINT,
+        retired_pages_total BIGINT,
+        remapped_rows_failure BOOLEAN,
+        pcie_replay_total BIGINT,
+        nvlink_crc_errors_total BIGINT,
+        thermal_violation_seconds_total DOUBLE,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (gpu_uuid, ts)
+    """,
+    # Which container held which device at a sample time (one row per holder; shared GPUs have many).
+    "allocations": """
+        ts TIMESTAMP NOT NULL,
+        node VARCHAR NOT NULL,
+        gpu_uuid VARCHAR NOT NULL,
+        device_id VARCHAR NOT NULL,
+        namespace VARCHAR NOT NULL,
+        pod VARCHAR NOT NULL,
+        container VARCHAR NOT NULL,
+        tenant VARCHAR NOT NULL,
+        sharing_mode VARCHAR,
+        gpu_equivalents DOUBLE NOT NULL,
+        workload_kind VARCHAR,
+        workload_name VARCHAR,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (device_id, ts, namespace, pod, container)
+    """,
+    # Discrete events: XIDs (kind 'xid', code = XID number), health transitions, ...
+    "events": """
+        ts TIMESTAMP NOT NULL,
+        node VARCHAR NOT NULL,
+        gpu_uuid VARCHAR NOT NULL,
+        device_id VARCHAR,
+        kind VARCHAR NOT NULL,
+        code INTEGER,
+        count BIGINT NOT NULL DEFAULT 1,
+        detail VARCHAR,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (gpu_uuid, kind, code, ts)
+    """,
+    # Quota objects as seen at a time: Kueue ClusterQueue flavors/resources and ResourceQuotas.
+    "quota_snapshots": """
+        ts TIMESTAMP NOT NULL,
+        object_kind VARCHAR NOT NULL,     -- 'ClusterQueue' or 'ResourceQuota'
+        object_namespace VARCHAR NOT NULL DEFAULT '',
+        object_name VARCHAR NOT NULL,
+        tenant VARCHAR,
+        flavor VARCHAR NOT NULL DEFAULT '',
+        resource VARCHAR NOT NULL,        -- e.g. 'nvidia.com/gpu', 'nvidia.com/mig-1g.18gb'
+        nominal_quota DOUBLE,
+        borrowing_limit DOUBLE,
+        lending_limit DOUBLE,
+        usage DOUBLE,
+        annotations JSON,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (ts, object_kind, object_namespace, object_name, flavor, resource)
+    """,
+    # Requests waiting for capacity (Kueue pending workloads, unschedulable pods), by shape.
+    "pending_demand": """
+        ts TIMESTAMP NOT NULL,
+        tenant VARCHAR NOT NULL,
+        cluster_queue VARCHAR NOT NULL DEFAULT '',
+        namespace VARCHAR NOT NULL DEFAULT '',
+        flavor VARCHAR NOT NULL DEFAULT '',
+        resource VARCHAR NOT NULL,
+        profile VARCHAR NOT NULL,         -- requested shape: 'gpu' or a MIG profile
+        gpu_model VARCHAR NOT NULL DEFAULT '',
+        quantity DOUBLE NOT NULL,         -- devices of that shape
+        workloads INTEGER NOT NULL,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (ts, tenant, cluster_queue, namespace, flavor, resource, profile, gpu_model)
+    """,
+    # Namespace inventory: tenancy layers that isolation risk looks at.
+    "namespace_snapshots": """
+        ts TIMESTAMP NOT NULL,
+        namespace VARCHAR NOT NULL,
+        tenant VARCHAR NOT NULL,
+        labels JSON,
+        network_policies INTEGER NOT NULL DEFAULT 0,
+        virtual_cluster VARCHAR,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (ts, namespace)
+    """,
+    # Pod inventory with owners and GPU requests (for rightsizing by workload).
+    "pod_snapshots": """
+        ts TIMESTAMP NOT NULL,
+        namespace VARCHAR NOT NULL,
+        pod VARCHAR NOT NULL,
+        uid VARCHAR,
+        node VARCHAR,
+        phase VARCHAR,
+        tenant VARCHAR,
+        queue VARCHAR,
+        workload_kind VARCHAR,
+        workload_name VARCHAR,
+        gpu_requests JSON,                -- resource name -> quantity
+        labels JSON,
+        source VARCHAR NOT NULL,
+        PRIMARY KEY (ts, namespace, pod)
+    """,
+}
+
+BOOKKEEPING = {
+    # Per-source high-water mark: ingest resumes after it.
+    "watermarks": """
+        source VARCHAR PRIMARY KEY,
+        watermark TIMESTAMP NOT NULL,
+        updated_at TIMESTAMP NOT NULL
+    """,
+    # One row per committed ingest window; written in the same transaction as the window's rows.
+    "ingest_batches": """
+        source VARCHAR NOT NULL,
+        window_start TIMESTAMP NOT NULL,
+        window_end TIMESTAMP NOT NULL,
+        rows BIGINT NOT NULL,
+        committed_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (source, window_start, window_end)
+    """,
+    # Spans where a source was expected to deliver and did not: analytics treats them as unknown.
+    "gaps": """
+        source VARCHAR NOT NULL,
+        target VARCHAR NOT NULL DEFAULT '',
+        gap_start TIMESTAMP NOT NULL,
+        gap_end TIMESTAMP NOT NULL,
+        reason VARCHAR NOT NULL,
+        PRIMARY KEY (source, target, gap_start)
+    """,
+    "schema_info": """
+        key VARCHAR PRIMARY KEY,
+        value VARCHAR NOT NULL
+    """,
+}
+
+ALL_TABLES: dict[str, str] = {**DIMENSIONS, **FACTS, **BOOKKEEPING}
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every store table that does not exist yet (idempotent)."""
+    for name, columns in ALL_TABLES.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
+    con.execute(
+        "INSERT OR REPLACE INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+    )
+
+
+def connect(path: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (and, unless read-only, initialise) the store at ``path``."""
+    con = duckdb.connect(path, read_only=read_only)
+    if not read_only:
+        create_schema(con)
+    return con

@@ -1,0 +1,1 @@
+"""Per-node agent: device sources (NVML, simulated), allocations, Prometheus and OpenTelemetry output."""

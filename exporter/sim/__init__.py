@@ -1,0 +1,1 @@
+"""Simulated GPU fleet: deterministic from a seed, evaluated at any virtual timestamp."""

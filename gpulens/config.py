@@ -1,0 +1,49 @@
+"""Loading YAML configuration into pydantic models with errors that name the file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpulens.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``field.path: message``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def load_yaml_model(path: Path, model: type[M]) -> M:
+    """Parse ``path`` as YAML into ``model``; any problem becomes a ``UserError`` naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return parse_yaml_model(text, model, origin=str(path))
+
+
+def parse_yaml_model(text: str, model: type[M], *, origin: str) -> M:
+    """Parse YAML text into ``model``; ``origin`` names where it came from in error messages."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{origin}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{origin}: {describe_validation_error(exc)}") from exc

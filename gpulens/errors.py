@@ -1,0 +1,9 @@
+"""Errors a user can act on: the CLI prints their message on one line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input (flag, file, config, unreachable endpoint): reported as one clear line, never a trace."""
+
+    exit_code = 2
