@@ -1,0 +1,136 @@
+"""Settings of the per-node exporter (``gpulens exporter``): one pydantic model, validated with clear errors."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEFAULT_KUBELET_SOCKET = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_LISTEN = "0.0.0.0:9400"
+
+
+class Backend(StrEnum):
+    """Where device readings come from. ``auto`` means NVML or a clear failure, never the simulator."""
+
+    SIM = "sim"
+    NVML = "nvml"
+    AUTO = "auto"
+
+
+class OtlpProtocol(StrEnum):
+    """OTLP transport: ``http`` (protobuf over HTTP, ``/v1/metrics`` and ``/v1/traces``) or ``grpc``."""
+
+    HTTP = "http"
+    GRPC = "grpc"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """``5``, ``5s``, ``500ms``, ``1m``, ``2h`` -> seconds. Raises ValueError on anything else."""
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(value)
+    if match is None:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 500ms, 1m)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9400`` for IPv6, ``:9400`` for all interfaces) -> (host, port)."""
+    text = value.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port out of range in {value!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, port
+
+
+class ExporterSettings(BaseModel):
+    """Everything ``gpulens exporter`` needs; each field has a matching command-line flag."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: Backend = Backend.SIM
+    listen: str = DEFAULT_LISTEN
+    """``HOST:PORT`` to serve ``/metrics`` and ``/healthz`` on (port 0 picks a free port)."""
+    scenario: Path | None = None
+    """Simulator scenario YAML (``--backend sim``); None = the built-in default scenario."""
+    node: str | None = None
+    """Node name: for the simulator, which node of the scenario; for NVML, the Kubernetes node name."""
+    interval_seconds: float = Field(default=5.0, gt=0)
+    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    kubelet_timeout_seconds: float = Field(default=2.0, gt=0)
+    tenancy_config: Path | None = None
+    """YAML of tenant-resolution rules (order of pod label, Kueue queue, vCluster, Capsule, namespace)."""
+    otlp_endpoint: str | None = None
+    """OTLP base URL (``/v1/metrics`` and ``/v1/traces`` are appended for HTTP); None = no OTLP export."""
+    otlp_protocol: OtlpProtocol = OtlpProtocol.HTTP
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    basic_auth_file: Path | None = None
+    """File of ``user:sha256hex`` lines; when set, ``/metrics`` needs HTTP basic auth (``/healthz`` does not)."""
+    max_concurrent_requests: int = Field(default=8, ge=1)
+    """Requests served at once; beyond it the exporter answers 503 at once instead of queueing."""
+    attribute_processes: bool = False
+    """Attribute shared GPUs per pod from processes (needs hostPID); off by default."""
+    health_max_age_seconds: float | None = Field(default=None, gt=0)
+    """``/healthz`` is 503 when the last successful cycle is older; None = 3 x interval (at least 15 s)."""
+    log_level: LogLevel = LogLevel.INFO
+
+    @field_validator("interval_seconds", "kubelet_timeout_seconds", "health_max_age_seconds", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        if isinstance(value, str):
+            return parse_duration(value)
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @field_validator("kubelet_socket")
+    @classmethod
+    def _socket(cls, value: str) -> str:
+        if not value.startswith(("unix://", "/")):
+            raise ValueError(f"kubelet socket must be unix:///path or /path, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ExporterSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be given together")
+        return self
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """``listen`` parsed into (host, port)."""
+        return parse_listen(self.listen)
+
+    @property
+    def kubelet_socket_path(self) -> str:
+        """Filesystem path of the kubelet socket (``unix://`` stripped)."""
+        return self.kubelet_socket.removeprefix("unix://")
+
+    @property
+    def effective_health_max_age_seconds(self) -> float:
+        if self.health_max_age_seconds is not None:
+            return self.health_max_age_seconds
+        return max(3.0 * self.interval_seconds, 15.0)
