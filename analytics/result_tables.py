@@ -1,0 +1,175 @@
+"""The analytics result tables: what ``gpulens analyze`` writes into the store, column by column.
+
+Every result row carries ``run_id`` (a hash of the window and the parameters, so the same analysis
+run twice replaces its rows instead of duplicating them) and the window (``window_start`` inclusive,
+``window_end`` exclusive, UTC). ``analysis_runs`` holds the parameters of each run as JSON.
+Shares of compute are GPU-equivalents (GE: 1 per whole GPU, g/7 per MIG instance); money is USD.
+``docs/analytics.md`` explains how each number is decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a result table: name, DuckDB type and what it means."""
+
+    name: str
+    type: str
+    doc: str
+
+
+def _c(name: str, type_: str, doc: str) -> Column:
+    return Column(name, type_, doc)
+
+
+_RUN = [
+    _c("run_id", "VARCHAR NOT NULL", "Hash of window and parameters; see analysis_runs."),
+    _c("window_start", "TIMESTAMP NOT NULL", "Analysed window start (inclusive, UTC)."),
+    _c("window_end", "TIMESTAMP NOT NULL", "Analysed window end (exclusive, UTC)."),
+]
+
+TABLES: dict[str, list[Column]] = {
+    "analysis_runs": [
+        _c("run_id", "VARCHAR PRIMARY KEY", "sha256 (16 hex) of window + parameters JSON."),
+        _c("window_start", "TIMESTAMP NOT NULL", "Analysed window start (inclusive, UTC)."),
+        _c("window_end", "TIMESTAMP NOT NULL", "Analysed window end (exclusive, UTC)."),
+        _c("bucket_seconds", "INTEGER NOT NULL", "Length of one time bucket."),
+        _c("sample_interval_seconds", "DOUBLE NOT NULL", "Time one sample stands for (inferred or set)."),
+        _c("parameters", "JSON NOT NULL", "Every setting that produced the rows (thresholds, weights, prices)."),
+        _c("fact_source", "VARCHAR NOT NULL", "'store' or the Parquet directory the facts were read from."),
+        _c("summary", "JSON", "Headline numbers of the run (AnalysisSummary as JSON)."),
+        _c("created_at", "TIMESTAMP NOT NULL", "When the run was written (UTC)."),
+    ],
+    "idle_capacity": [
+        *_RUN,
+        _c("bucket_start", "TIMESTAMP NOT NULL", "Start of the time bucket (inclusive)."),
+        _c("bucket_end", "TIMESTAMP NOT NULL", "End of the time bucket (exclusive)."),
+        _c("device_id", "VARCHAR NOT NULL", "GPU or MIG UUID; a MIG GPU's never-partitioned slices use the GPU UUID."),
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU."),
+        _c("node", "VARCHAR NOT NULL", "Kubernetes node."),
+        _c("gpu_model", "VARCHAR", "Short model name (H100, H200, A100) as in the devices table."),
+        _c("profile", "VARCHAR NOT NULL", "'gpu', a MIG profile such as '1g.18gb', or 'unpartitioned'."),
+        _c("sharing_mode", "VARCHAR", "exclusive, mig, time-slicing or mps."),
+        _c("tenant", "VARCHAR", "Holding tenant; NULL for unallocated and unknown rows."),
+        _c(
+            "state",
+            "VARCHAR NOT NULL",
+            "unallocated | allocated-idle | allocated-active | allocated-unmeasured (no activity reading) "
+            "| unknown (no data, or a collection gap).",
+        ),
+        _c("ge_hours", "DOUBLE NOT NULL", "GPU-equivalent hours in this state within the bucket."),
+        _c("cost_usd", "DOUBLE NOT NULL", "ge_hours priced at the model's price (MIG prorated as configured)."),
+        _c("samples", "BIGINT NOT NULL", "Samples behind the row (0 for derived unallocated/unknown rows)."),
+        _c(
+            "memory_byte_hours",
+            "DOUBLE",
+            "Device memory in use x hours during this state, split by GE share (memory held while idle "
+            "on allocated-idle rows); NULL when not measured.",
+        ),
+        _c("memory_avg_bytes", "DOUBLE", "Average memory in use over the row's samples; NULL when not measured."),
+    ],
+    "fragmentation": [
+        *_RUN,
+        _c("bucket_start", "TIMESTAMP NOT NULL", "Start of the time bucket (inclusive)."),
+        _c("bucket_end", "TIMESTAMP NOT NULL", "End of the time bucket (exclusive)."),
+        _c("node", "VARCHAR NOT NULL", "Kubernetes node."),
+        _c("gpu_model", "VARCHAR", "Short model name."),
+        _c("free_gpus", "INTEGER NOT NULL", "Whole non-MIG GPUs with no holder during the bucket."),
+        _c("free_mig_slices", "INTEGER NOT NULL", "Free compute slices on MIG GPUs (unheld instances + unpartitioned)."),
+        _c("free_ge", "DOUBLE NOT NULL", "Free GPU-equivalents on the node."),
+        _c("usable_ge", "DOUBLE NOT NULL", "Free GE that at least one pending request shape could use."),
+        _c("stranded_ge", "DOUBLE NOT NULL", "Free GE no pending shape can use, while demand was pending."),
+        _c("stranded_ge_hours", "DOUBLE NOT NULL", "stranded_ge x bucket hours."),
+        _c("largest_shape", "VARCHAR", "Largest shape allocatable now ('gpu' or a MIG profile); NULL if none."),
+        _c("largest_shape_ge", "DOUBLE NOT NULL", "GE of largest_shape (0 if none)."),
+        _c("pending_shapes", "VARCHAR[]", "Pending request shapes (profile@model) seen in the bucket."),
+        _c("reason", "VARCHAR NOT NULL", "Why free capacity is or is not stranded, in words."),
+    ],
+    "isolation_risk": [
+        *_RUN,
+        _c("scope", "VARCHAR NOT NULL", "'device' (one physical GPU) or 'tenant'."),
+        _c("gpu_uuid", "VARCHAR", "Physical GPU (device rows; the worst GPU on tenant rows)."),
+        _c("node", "VARCHAR", "Node of gpu_uuid."),
+        _c("tenant", "VARCHAR", "Tenant (tenant rows only)."),
+        _c("sharing_mode", "VARCHAR", "Sharing mode of gpu_uuid."),
+        _c("score", "DOUBLE NOT NULL", "0..100, exactly the sum of points in terms."),
+        _c("terms", "JSON NOT NULL", "List of {term, points, reason}; a 'cap' term brings the sum down to 100."),
+    ],
+    "health": [
+        *_RUN,
+        _c("scope", "VARCHAR NOT NULL", "'gpu' or 'node' (a node takes the worst state of its GPUs)."),
+        _c("node", "VARCHAR NOT NULL", "Kubernetes node."),
+        _c("gpu_uuid", "VARCHAR", "Physical GPU (NULL on node rows)."),
+        _c("state", "VARCHAR NOT NULL", "ok | warn | drain."),
+        _c("drain_candidate", "BOOLEAN NOT NULL", "state = 'drain': take it out of scheduling."),
+        _c("evidence", "JSON NOT NULL", "List of {signal, value, threshold, severity, reason}."),
+        _c("first_evidence_ts", "TIMESTAMP", "Earliest time of a warn/drain signal in the window."),
+        _c("last_evidence_ts", "TIMESTAMP", "Latest time of a warn/drain signal in the window."),
+    ],
+    "chargeback": [
+        *_RUN,
+        _c("BillingAccountId", "VARCHAR NOT NULL", "FOCUS: the fleet ('gpulens')."),
+        _c("BillingCurrency", "VARCHAR NOT NULL", "FOCUS: 'USD'."),
+        _c("BillingPeriodStart", "TIMESTAMP NOT NULL", "FOCUS: = window_start."),
+        _c("BillingPeriodEnd", "TIMESTAMP NOT NULL", "FOCUS: = window_end."),
+        _c("ChargePeriodStart", "TIMESTAMP NOT NULL", "FOCUS: day start (inclusive), clipped to the window."),
+        _c("ChargePeriodEnd", "TIMESTAMP NOT NULL", "FOCUS: day end (exclusive), clipped to the window."),
+        _c("ChargeCategory", "VARCHAR NOT NULL", "FOCUS: 'Usage'."),
+        _c("ChargeDescription", "VARCHAR NOT NULL", "FOCUS: what the line charges, in words."),
+        _c("BilledCost", "DECIMAL(18,2) NOT NULL", "FOCUS: internal transfer price (cents; remainders reconciled)."),
+        _c("EffectiveCost", "DECIMAL(18,2) NOT NULL", "FOCUS: = BilledCost (no prepaid amortization on-prem)."),
+        _c("ListCost", "DECIMAL(18,2) NOT NULL", "FOCUS: PricingQuantity x list price per GE-hour."),
+        _c("ContractedCost", "DECIMAL(18,2) NOT NULL", "FOCUS: PricingQuantity x contracted price (list if none)."),
+        _c("PricingQuantity", "DOUBLE NOT NULL", "FOCUS: priced GPU-hours (GE-hours; MIG by slices or memory)."),
+        _c("PricingUnit", "VARCHAR NOT NULL", "FOCUS: 'GPU-Hour'."),
+        _c("ListUnitPrice", "DOUBLE NOT NULL", "FOCUS: list USD per GPU-hour of the model."),
+        _c("ContractedUnitPrice", "DOUBLE NOT NULL", "FOCUS: contracted USD per GPU-hour (list if none)."),
+        _c("ProviderName", "VARCHAR NOT NULL", "FOCUS: 'gpulens'."),
+        _c("PublisherName", "VARCHAR NOT NULL", "FOCUS: 'gpulens'."),
+        _c("InvoiceIssuerName", "VARCHAR NOT NULL", "FOCUS: 'gpulens'."),
+        _c("ServiceName", "VARCHAR NOT NULL", "FOCUS: 'GPU compute'."),
+        _c("ServiceCategory", "VARCHAR NOT NULL", "FOCUS: 'AI and Machine Learning'."),
+        _c("ResourceId", "VARCHAR", "FOCUS: the GPU pool of the line, 'gpulens/gpu-model/<model>'."),
+        _c("ResourceName", "VARCHAR", "FOCUS: e.g. 'H200 GPUs'."),
+        _c("ResourceType", "VARCHAR", "FOCUS: 'GPU'."),
+        _c("SubAccountId", "VARCHAR NOT NULL", "FOCUS: tenant, or '__unallocated__' / '__unknown__'."),
+        _c("SubAccountName", "VARCHAR NOT NULL", "FOCUS: as SubAccountId."),
+        _c("Tags", "JSON NOT NULL", "FOCUS: {\"gpulens/tenant\", \"gpulens/state\", \"gpulens/gpu-model\"}."),
+        _c("x_Tenant", "VARCHAR", "Tenant charged (NULL on unallocated/unknown lines)."),
+        _c(
+            "x_CostState",
+            "VARCHAR NOT NULL",
+            "active | idle | unmeasured | shared-unallocated | unallocated | unknown.",
+        ),
+        _c("x_GpuModel", "VARCHAR", "Short GPU model name."),
+        _c("x_GeHours", "DOUBLE NOT NULL", "Compute GE-hours behind the line (g/7 for MIG, whatever the proration)."),
+        _c("x_UnroundedCost", "DOUBLE NOT NULL", "Cost before rounding to cents."),
+        _c("x_MigProration", "VARCHAR NOT NULL", "'slices' or 'memory'."),
+        _c("x_UnallocatedPolicy", "VARCHAR NOT NULL", "'own-line', 'even' or 'proportional'."),
+    ],
+}
+
+RESULT_TABLES = ("idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback")
+"""Tables holding per-run rows (``analysis_runs`` holds one row per run)."""
+
+
+def ddl(table: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` statement of one result table."""
+    cols = ",\n    ".join(f'"{c.name}" {c.type}' for c in TABLES[table])
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n    {cols}\n)"
+
+
+def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create ``analysis_runs`` and every result table that does not exist yet (idempotent)."""
+    for table in TABLES:
+        con.execute(ddl(table))
+
+
+def column_names(table: str) -> list[str]:
+    """Column names of a result table, in order."""
+    return [c.name for c in TABLES[table]]
