@@ -1,0 +1,361 @@
+"""Prometheus exposition of the last ``ExporterState``: a custom collector plus a per-snapshot render cache.
+
+``SnapshotCollector.collect()`` builds fresh metric families from the last published state (no
+module-level gauges, so a series disappears as soon as its pod or device does) and works in any
+``CollectorRegistry``. ``ExpositionCache`` renders the registry once per published state and format and
+serves the same bytes to every scraper. Every family here is documented in ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.registry import CollectorRegistry
+
+from exporter.cycle import ExporterState
+from exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
+
+PREFIX = "gpulens_"
+
+KNOWN_THROTTLE_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal",
+    "hw_thermal",
+    "hw_power_brake",
+    "display_clock_setting",
+)
+"""Clock-event reasons reported as 0/1 for every GPU that answers (others appear when active)."""
+
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Labels of one allocatable device (whole GPU or MIG instance)."""
+
+    gpu: str
+    device: str
+    model: str
+    profile: str
+    gpu_instance: str
+    compute_instance: str
+    sharing_mode: str
+    activity_ratio: float | None
+    gpu_equivalents: float
+
+
+def device_identities(gpus: Iterable[Gpu]) -> dict[str, DeviceIdentity]:
+    """Device UUID -> identity for every allocatable device of ``gpus``."""
+    devices: dict[str, DeviceIdentity] = {}
+    for gpu in gpus:
+        if gpu.sharing_mode is SharingMode.MIG:
+            for mig in gpu.mig_instances:
+                devices[mig.uuid] = DeviceIdentity(
+                    gpu.uuid, mig.uuid, gpu.model, mig.profile, str(mig.gpu_instance_id),
+                    str(mig.compute_instance_id), gpu.sharing_mode.value, mig.activity_ratio,
+                    mig.gpu_equivalents,
+                )
+        else:
+            devices[gpu.uuid] = DeviceIdentity(
+                gpu.uuid, gpu.uuid, gpu.model, WHOLE_GPU_PROFILE, "", "", gpu.sharing_mode.value,
+                gpu.activity_ratio, 1.0,
+            )
+    return devices
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def gpu_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
+    """Per physical GPU: identity, up, and physical readings (absent when unknown or the GPU is lost)."""
+    node = snapshot.node
+    gl = ["node", "gpu"]
+    info = _gauge("gpu_info", "Physical GPU identity and sharing mode (always 1).",
+                  ["node", "gpu", "index", "model", "sharing_mode", "driver_version"])
+    up = _gauge("gpu_up", "1 when the GPU answers, 0 when it is lost.", gl)
+    power = _gauge("gpu_power_watts", "Power draw of the physical GPU.", gl)
+    energy = _counter("gpu_energy_joules", "Energy consumed since the driver loaded.", gl)
+    temp = _gauge("gpu_temperature_celsius", "GPU core temperature.", gl)
+    sm_clock = _gauge("gpu_sm_clock_hertz", "Current SM clock.", gl)
+    mem_clock = _gauge("gpu_memory_clock_hertz", "Current memory clock.", gl)
+    throttle = _gauge("gpu_throttle_active", "1 while a clock-event (throttle) reason is active.",
+                      ["node", "gpu", "reason"])
+    ecc = _counter("gpu_ecc_errors", "Aggregate ECC errors by type (corrected, uncorrected).",
+                   ["node", "gpu", "type"])
+    retired = _gauge("gpu_retired_pages", "Memory pages retired.", gl)
+    remap = _gauge("gpu_row_remap_failed", "1 when a row remap failed (drain and reset).", gl)
+    pcie = _counter("gpu_pcie_replay", "PCIe replay counter.", gl)
+    nvlink = _counter("gpu_nvlink_crc_errors", "NVLink CRC errors summed over links.", gl)
+    thermal = _counter("gpu_thermal_violation_seconds", "Time clock-limited by thermal violations.", gl)
+    xid = _counter("gpu_xid_errors", "XID events by code since the exporter started.", ["node", "gpu", "xid"])
+    xid_seen = _gauge("gpu_xid_last_seen_timestamp_seconds", "When an XID code was last seen.",
+                      ["node", "gpu", "xid"])
+    for gpu in snapshot.gpus:
+        key = [node, gpu.uuid]
+        info.add_metric([node, gpu.uuid, str(gpu.index), gpu.model, gpu.sharing_mode.value,
+                         gpu.driver_version or ""], 1.0)
+        up.add_metric(key, 1.0 if gpu.up else 0.0)
+        h = gpu.health
+        for code in sorted(h.xid_counts):
+            xid.add_metric([node, gpu.uuid, str(code)], float(h.xid_counts[code]))
+        for code in sorted(h.xid_last_seen):
+            xid_seen.add_metric([node, gpu.uuid, str(code)], float(h.xid_last_seen[code]))
+        if not gpu.up:
+            continue
+        for family, value in (
+            (power, h.power_watts), (energy, h.energy_joules), (temp, h.temperature_celsius),
+            (sm_clock, h.sm_clock_hz), (mem_clock, h.memory_clock_hz), (retired, h.retired_pages_total),
+            (pcie, h.pcie_replay_total), (nvlink, h.nvlink_crc_errors_total),
+            (thermal, h.thermal_violation_seconds_total),
+        ):
+            if value is not None:
+                family.add_metric(key, float(value))
+        if h.remapped_rows_failure is not None:
+            remap.add_metric(key, 1.0 if h.remapped_rows_failure else 0.0)
+        for reason in (*KNOWN_THROTTLE_REASONS, *sorted(h.throttle_reasons - set(KNOWN_THROTTLE_REASONS))):
+            throttle.add_metric([node, gpu.uuid, reason], 1.0 if reason in h.throttle_reasons else 0.0)
+        if h.ecc_corrected_total is not None:
+            ecc.add_metric([node, gpu.uuid, "corrected"], float(h.ecc_corrected_total))
+        if h.ecc_uncorrected_total is not None:
+            ecc.add_metric([node, gpu.uuid, "uncorrected"], float(h.ecc_uncorrected_total))
+    yield from (info, up, power, energy, temp, sm_clock, mem_clock, throttle, ecc, retired, remap, pcie,
+                nvlink, thermal, xid, xid_seen)
+
+
+def device_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) -> Iterator[Metric]:
+    """Per allocatable device: GPU-equivalents, activity (when measured); memory once per GPU instance."""
+    node = snapshot.node
+    ge = _gauge("device_gpu_equivalents", "Compute share of an allocatable device (1 GPU, g/7 MIG).",
+                ["node", "gpu", "device", "model", "profile", "gpu_instance", "compute_instance",
+                 "sharing_mode"])
+    activity = _gauge("device_activity_ratio", "Graphics-engine activity of the device (0..1).",
+                      ["node", "gpu", "device", "profile", "gpu_instance", "compute_instance"])
+    mem_labels = ["node", "gpu", "device", "profile", "gpu_instance"]
+    used = _gauge("device_memory_used_bytes", "Memory in use, once per whole GPU or MIG GPU instance.",
+                  mem_labels)
+    total = _gauge("device_memory_total_bytes", "Memory size, once per whole GPU or MIG GPU instance.",
+                   mem_labels)
+    for gpu in snapshot.gpus:
+        if gpu.sharing_mode is SharingMode.MIG:
+            first_ci: dict[int, int] = {}
+            for mig in sorted(gpu.mig_instances, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
+                d = devices[mig.uuid]
+                ge.add_metric([node, gpu.uuid, mig.uuid, gpu.model, mig.profile, d.gpu_instance,
+                               d.compute_instance, d.sharing_mode], d.gpu_equivalents)
+                if mig.activity_ratio is not None:
+                    activity.add_metric([node, gpu.uuid, mig.uuid, mig.profile, d.gpu_instance,
+                                         d.compute_instance], mig.activity_ratio)
+                if mig.gpu_instance_id in first_ci:
+                    continue
+                first_ci[mig.gpu_instance_id] = mig.compute_instance_id
+                labels = [node, gpu.uuid, mig.uuid, mig.profile, d.gpu_instance]
+                total.add_metric(labels, float(mig.memory_total_bytes))
+                if mig.memory_used_bytes is not None:
+                    used.add_metric(labels, float(mig.memory_used_bytes))
+            continue
+        ge.add_metric([node, gpu.uuid, gpu.uuid, gpu.model, WHOLE_GPU_PROFILE, "", "",
+                       gpu.sharing_mode.value], 1.0)
+        if not gpu.up:  # a lost GPU keeps its identity; its readings are absent
+            continue
+        if gpu.activity_ratio is not None:
+            activity.add_metric([node, gpu.uuid, gpu.uuid, WHOLE_GPU_PROFILE, "", ""], gpu.activity_ratio)
+        labels = [node, gpu.uuid, gpu.uuid, WHOLE_GPU_PROFILE, ""]
+        total.add_metric(labels, float(gpu.memory_total_bytes))
+        if gpu.memory_used_bytes is not None:
+            used.add_metric(labels, float(gpu.memory_used_bytes))
+    yield from (ge, activity, used, total)
+
+
+def allocation_activity(
+    allocation: Allocation, device: DeviceIdentity | None, processes: Iterable[GpuProcess]
+) -> float | None:
+    """Active GPU-equivalents of one allocation, or None when the hardware cannot say.
+
+    Per-process SM utilization of the pod's own processes wins (shared GPUs with attribution on);
+    otherwise the allocated share times the device's activity.
+    """
+    if allocation.pod_uid is not None:
+        shares = [p.sm_utilization_ratio for p in processes
+                  if p.device_uuid == allocation.device_uuid and p.pod_uid == allocation.pod_uid
+                  and p.sm_utilization_ratio is not None]
+        if shares:
+            return min(sum(shares), 1.0) * (1.0 if device is None else device.gpu_equivalents)
+    if device is None or device.activity_ratio is None:
+        return None
+    return allocation.gpu_equivalents * device.activity_ratio
+
+
+def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) -> Iterator[Metric]:
+    """Allocation series per container and per-tenant node aggregates by profile."""
+    node = snapshot.node
+    alloc = _gauge("allocation_gpu_equivalents", "Share of a device held by one container.",
+                   ["node", "gpu", "device", "profile", "namespace", "pod", "container", "tenant",
+                    "sharing_mode", "workload_kind", "workload"])
+    t_labels = ["node", "tenant", "profile"]
+    allocated = _gauge("tenant_allocated_gpu_equivalents", "GPU-equivalents allocated to the tenant.", t_labels)
+    active = _gauge("tenant_active_gpu_equivalents",
+                    "Allocated share x activity over the tenant's measured devices.", t_labels)
+    unmeasured = _gauge("tenant_unmeasured_gpu_equivalents",
+                        "Allocated GPU-equivalents whose activity the hardware cannot report.", t_labels)
+    count = _gauge("tenant_devices", "Devices or replicas the tenant holds on this node.", t_labels)
+
+    per_container: dict[tuple[str, ...], float] = defaultdict(float)
+    sums: dict[tuple[str, str], list[float]] = {}
+    measured: set[tuple[str, str]] = set()
+    for a in snapshot.allocations:
+        d = devices.get(a.device_uuid)
+        gpu = d.gpu if d is not None else ""
+        profile = d.profile if d is not None else ""
+        key = (node, gpu, a.device_uuid, profile, a.namespace, a.pod, a.container, a.tenant,
+               a.sharing_mode.value, a.workload_kind or "", a.workload_name or "")
+        per_container[key] += a.gpu_equivalents
+        tkey = (a.tenant, profile)
+        acc = sums.setdefault(tkey, [0.0, 0.0, 0.0, 0.0])  # allocated, active, unmeasured, devices
+        acc[0] += a.gpu_equivalents
+        acc[3] += 1
+        act = allocation_activity(a, d, snapshot.processes)
+        if act is None:
+            acc[2] += a.gpu_equivalents
+        else:
+            acc[1] += act
+            measured.add(tkey)
+    for label_values, value in per_container.items():
+        alloc.add_metric(list(label_values), value)
+    for (tenant, profile), (a_ge, act_ge, unm_ge, n) in sorted(sums.items()):
+        labels = [node, tenant, profile]
+        allocated.add_metric(labels, a_ge)
+        if (tenant, profile) in measured:
+            active.add_metric(labels, act_ge)
+        unmeasured.add_metric(labels, unm_ge)
+        count.add_metric(labels, n)
+    yield from (alloc, allocated, active, unmeasured, count)
+
+
+def exporter_families(state: ExporterState, backend: str, version: str) -> Iterator[Metric]:
+    """The exporter's own health: build info, cycles, last cycle duration and success, errors by source."""
+    nl = ["node"]
+    info = _gauge("exporter_build_info", "The exporter's version and device backend (always 1).",
+                  ["version", "backend"])
+    info.add_metric([version, backend], 1.0)
+    cycles = _counter("exporter_cycles", "Collection cycles completed.", nl)
+    cycles.add_metric([state.node], float(state.cycles_total))
+    duration = _gauge("exporter_cycle_duration_seconds", "Wall time of the last collection cycle.", nl)
+    if state.last_cycle_duration_seconds is not None:
+        duration.add_metric([state.node], state.last_cycle_duration_seconds)
+    success = _gauge("exporter_last_success_timestamp_seconds", "When the last collection cycle completed.", nl)
+    if state.last_success_timestamp is not None:
+        success.add_metric([state.node], state.last_success_timestamp)
+    errors = _counter("exporter_errors", "Errors by source; metrics keep flowing from the others.",
+                      ["node", "source"])
+    for source in sorted(state.errors_total):
+        errors.add_metric([state.node, source], float(state.errors_total[source]))
+    yield from (info, cycles, duration, success, errors)
+
+
+def state_families(state: ExporterState, backend: str, version: str) -> Iterator[Metric]:
+    """Every family of ``docs/metrics.md`` for ``state`` (device families absent before the first cycle)."""
+    snapshot = state.snapshot
+    if snapshot is not None:
+        devices = device_identities(snapshot.gpus)
+        yield from gpu_families(snapshot)
+        yield from device_families(snapshot, devices)
+        yield from allocation_families(snapshot, devices)
+    yield from exporter_families(state, backend, version)
+
+
+class SnapshotCollector:
+    """A prometheus_client collector serving the state returned by ``state_provider()``."""
+
+    def __init__(self, state_provider: Callable[[], ExporterState], *, backend: str, version: str) -> None:
+        self._state = state_provider
+        self._backend = backend
+        self._version = version
+
+    def describe(self) -> list[Metric]:
+        """No eager collection at registration (the default registry would otherwise collect)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from state_families(self._state(), self._backend, self._version)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    content_type: str
+    body: bytes
+    gzipped: bool
+
+
+class ExpositionCache:
+    """Renders ``registry`` once per published state and format; every scraper gets the same bytes.
+
+    ``state_provider`` identifies the current state: the cache is rebuilt when it returns a different
+    object. Rendering happens under a lock, so a burst of scrapes after a cycle renders only once.
+    """
+
+    def __init__(self, registry: CollectorRegistry, state_provider: Callable[[], ExporterState]) -> None:
+        self._registry = registry
+        self._state = state_provider
+        self._lock = threading.Lock()
+        self._for: ExporterState | None = None
+        self._cache: dict[tuple[bool, bool], Rendered] = {}
+
+    def render(self, *, openmetrics: bool = False, gzipped: bool = False) -> Rendered:
+        """The exposition of the current state in the asked format (cached per state)."""
+        state = self._state()
+        key = (openmetrics, gzipped)
+        cached = self._cache.get(key) if self._for is state else None
+        if cached is not None:
+            return cached
+        with self._lock:
+            if self._for is not state:
+                self._cache = {}
+                self._for = state
+            cached = self._cache.get(key)
+            if cached is None:
+                cached = self._render(openmetrics, gzipped)
+                self._cache = {**self._cache, key: cached}
+            return cached
+
+    def _render(self, openmetrics: bool, gzipped: bool) -> Rendered:
+        plain = self._cache.get((openmetrics, False))
+        if plain is None:
+            if openmetrics:
+                plain = Rendered(OPENMETRICS_CONTENT_TYPE, generate_openmetrics(self._registry), False)
+            else:
+                plain = Rendered(TEXT_CONTENT_TYPE, generate_latest(self._registry), False)
+            self._cache = {**self._cache, (openmetrics, False): plain}
+        if not gzipped:
+            return plain
+        return Rendered(plain.content_type, gzip.compress(plain.body, compresslevel=6, mtime=0), True)
+
+    def warm(self, _state: ExporterState | None = None) -> None:
+        """Pre-render the text format (gzipped too, as Prometheus asks) right after a cycle."""
+        self.render(gzipped=True)
+
+
+def wants_openmetrics(accept_header: str | None) -> bool:
+    """True when the client's Accept header lists OpenMetrics text."""
+    return any(part.split(";")[0].strip() == "application/openmetrics-text"
+               for part in (accept_header or "").split(","))
+
+
+def wants_gzip(accept_encoding: str | None) -> bool:
+    return any(part.split(";")[0].strip().lower() == "gzip" for part in (accept_encoding or "").split(","))

@@ -1,0 +1,319 @@
+"""The exporter's HTTP server: ``/metrics`` (cached exposition) and ``/healthz``, with optional TLS,
+basic auth and a cap on concurrent requests; plus ``serve_in_thread`` to run whole exporters in-process.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.registry import CollectorRegistry
+
+from exporter.cycle import CollectionCycle, ExporterState, health_status
+from exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
+from exporter.model import AllocationSource, DeviceSource
+from exporter.settings import Backend, ExporterSettings
+from gpulens import __version__
+from gpulens.errors import UserError
+
+log = logging.getLogger(__name__)
+
+INDEX_HTML = (
+    b"<!doctype html><html><head><title>gpulens exporter</title></head><body>"
+    b"<h1>gpulens exporter</h1><p><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></p>"
+    b"</body></html>\n"
+)
+
+
+def load_basic_auth(path: Path) -> dict[str, str]:
+    """Read ``user:sha256hex`` lines (``#`` comments and blank lines allowed) into {user: hex digest}."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read basic-auth file {path}: {exc.strerror or exc}") from exc
+    users: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, digest = line.partition(":")
+        digest = digest.strip().lower()
+        if not sep or not user or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise UserError(f"{path}:{number}: expected 'user:<sha256 hex of the password>'")
+        users[user] = digest
+    if not users:
+        raise UserError(f"{path}: no users (expected 'user:<sha256 hex of the password>' lines)")
+    return users
+
+
+def check_basic_auth(header: str | None, users: dict[str, str]) -> bool:
+    """True when ``Authorization: Basic ...`` names a user whose password hashes to the stored digest."""
+    if not header or not header.startswith("Basic "):
+        return False
+    try:
+        decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    user, sep, password = decoded.partition(":")
+    if not sep:
+        return False
+    expected = users.get(user, "0" * 64)
+    digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
+    return hmac.compare_digest(digest, expected) and user in users
+
+
+def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2+) from PEM files; problems become a ``UserError``."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(cert_file), str(key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise UserError(f"cannot load TLS certificate {cert_file} / key {key_file}: {exc}") from exc
+    return context
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ExporterHTTPServer
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._serve(head=True)
+
+    def _serve(self, *, head: bool) -> None:
+        srv = self.server
+        if not srv.slots.acquire(blocking=False):
+            self._reply(503, b"too many concurrent requests\n", "text/plain; charset=utf-8", head=head,
+                        extra={"Retry-After": "1"})
+            return
+        try:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._metrics(head)
+            elif path == "/healthz":
+                ok, reason = health_status(srv.state(), srv.clock(), srv.health_max_age_seconds)
+                self._reply(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8", head=head)
+            elif path == "/":
+                self._reply(200, INDEX_HTML, "text/html; charset=utf-8", head=head)
+            else:
+                self._reply(404, b"not found\n", "text/plain; charset=utf-8", head=head)
+        finally:
+            srv.slots.release()
+
+    def _metrics(self, head: bool) -> None:
+        srv = self.server
+        if srv.users is not None and not check_basic_auth(self.headers.get("Authorization"), srv.users):
+            self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", head=head,
+                        extra={"WWW-Authenticate": 'Basic realm="gpulens"'})
+            return
+        rendered = srv.cache.render(
+            openmetrics=wants_openmetrics(self.headers.get("Accept")),
+            gzipped=wants_gzip(self.headers.get("Accept-Encoding")),
+        )
+        extra = {"Content-Encoding": "gzip"} if rendered.gzipped else {}
+        self._reply(200, rendered.body, rendered.content_type, head=head, extra=extra)
+
+    def _reply(self, status: int, body: bytes, content_type: str, *, head: bool,
+               extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class ExporterHTTPServer(ThreadingHTTPServer):
+    """Threaded HTTP server whose handlers read the cached exposition and the cycle's state."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        cache: ExpositionCache,
+        state: Callable[[], ExporterState],
+        health_max_age_seconds: float,
+        max_concurrent_requests: int = 8,
+        users: dict[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache = cache
+        self.state = state
+        self.health_max_age_seconds = health_max_age_seconds
+        self.slots = threading.BoundedSemaphore(max_concurrent_requests)
+        self.users = users
+        self.ssl_context = ssl_context
+        self.clock = clock
+        if ":" in address[0]:
+            import socket
+
+            self.address_family = socket.AF_INET6
+        try:
+            super().__init__(address, _Handler)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {address[0]}:{address[1]}: {exc.strerror or exc}") from exc
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Runs in the request's thread: the TLS handshake happens here, never in the accept loop."""
+        if self.ssl_context is not None:
+            request.settimeout(_Handler.timeout)
+            request = self.ssl_context.wrap_socket(request, server_side=True)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("request from %s failed", client_address, exc_info=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+def build_server(
+    cycle: CollectionCycle,
+    settings: ExporterSettings,
+    *,
+    backend: str,
+    registry: CollectorRegistry | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ExporterHTTPServer:
+    """An HTTP server for ``cycle`` per ``settings`` (not started). The cache pre-renders after each cycle."""
+    registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(cycle.state, backend=backend, version=__version__))
+    cache = ExpositionCache(registry, cycle.state)
+    cycle.add_listener(cache.warm)
+    users = load_basic_auth(settings.basic_auth_file) if settings.basic_auth_file is not None else None
+    context = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        context = tls_context(settings.tls_cert_file, settings.tls_key_file)
+    return ExporterHTTPServer(
+        settings.listen_address,
+        cache=cache,
+        state=cycle.state,
+        health_max_age_seconds=settings.effective_health_max_age_seconds,
+        max_concurrent_requests=settings.max_concurrent_requests,
+        users=users,
+        ssl_context=context,
+        clock=clock,
+    )
+
+
+def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSource, str, str]:
+    """(device source, allocation source, backend name, node) for ``settings``; a ``UserError`` if it cannot.
+
+    ``sim`` uses the scenario's node (the first one by default); ``nvml`` and ``auto`` open NVML and the
+    kubelet and never fall back to the simulator.
+    """
+    if settings.backend is Backend.SIM:
+        from exporter.sim.fleet import SimulatedFleet
+        from exporter.sim.scenario import load_scenario
+
+        fleet = SimulatedFleet(load_scenario(settings.scenario))
+        names = fleet.node_names()
+        node = settings.node or names[0]
+        if node not in names:
+            raise UserError(f"node {node!r} is not in the scenario (nodes: {', '.join(names)})")
+        source = fleet.source(node)
+        return source, source, "sim", node
+    try:
+        from exporter.backends import open_nvml_backend
+    except ImportError as exc:
+        raise UserError(f"--backend {settings.backend.value}: the NVML backend is not available ({exc})") from exc
+    devices, allocations = open_nvml_backend(settings)
+    import socket
+
+    return devices, allocations, "nvml", settings.node or socket.gethostname()
+
+
+@dataclass
+class ExporterHandle:
+    """A running in-process exporter: its URL, cycle and server; ``stop()`` shuts both down."""
+
+    url: str
+    cycle: CollectionCycle
+    server: ExporterHTTPServer
+    node: str
+    device_source: DeviceSource
+    allocation_source: AllocationSource
+    _thread: threading.Thread
+    _close_sources: bool
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.cycle.stop()
+        self._thread.join(10)
+        if self._close_sources:
+            self.device_source.close()
+            if self.allocation_source is not self.device_source:
+                self.allocation_source.close()
+
+    def __enter__(self) -> ExporterHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_in_thread(
+    settings: ExporterSettings | None = None,
+    *,
+    device_source: DeviceSource | None = None,
+    allocation_source: AllocationSource | None = None,
+    node: str | None = None,
+    clock: Callable[[], float] = time.time,
+    background_cycle: bool = True,
+    backend: str | None = None,
+) -> ExporterHandle:
+    """Run an exporter in this process on a free loopback port (default ``127.0.0.1:0``).
+
+    With no sources, they come from ``settings`` (``--backend sim`` by default). The first cycle runs
+    before this returns, so the first scrape has data. ``background_cycle=False`` leaves further cycles to
+    the caller (``handle.cycle.run_once()``), which tests and virtual-time demos use.
+    """
+    settings = settings or ExporterSettings(listen="127.0.0.1:0")
+    close_sources = device_source is None
+    if device_source is None:
+        device_source, allocation_source, opened_backend, opened_node = open_sources(settings)
+        backend = backend or opened_backend
+        node = node or opened_node
+    if allocation_source is None:
+        raise ValueError("allocation_source is required when device_source is given")
+    node = node or settings.node or "node"
+    cycle = CollectionCycle(device_source, allocation_source, node=node,
+                            interval_seconds=settings.interval_seconds, clock=clock)
+    server = build_server(cycle, settings, backend=backend or settings.backend.value, clock=clock)
+    cycle.run_once()
+    if background_cycle:
+        cycle.start()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                              name=f"gpulens-http-{node}", daemon=True)
+    thread.start()
+    host = server.server_address[0]
+    host = host.decode() if isinstance(host, bytes) else str(host)
+    scheme = "https" if server.ssl_context is not None else "http"
+    url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{server.port}"
+    return ExporterHandle(url, cycle, server, node, device_source, allocation_source, thread, close_sources)
