@@ -1,0 +1,564 @@
+"""Map a long frame of samples (gpulens or dcgm-exporter naming) into store frames, units normalized.
+
+Input: the long frame of :mod:`collector.exposition` or :mod:`collector.prometheus`: ``metric``,
+``value``, ``ts_ms`` (Int64 milliseconds) and one string column per label. Output: polars frames named
+like the store tables (``device_samples``, ``gpu_samples``, ``allocations``, ``events``, ``devices``,
+``gpus``, ``nodes``), ready for :meth:`collector.store.Store.ingest_window`.
+
+dcgm-exporter has no MIG UUID and no compute-instance label: a MIG GPU instance becomes the device
+``<GPU UUID>/gi<GPU_I_ID>`` (or ``dra_mig_device_uuid`` when the exporter runs in DRA mode), and its
+tenant is its namespace. dcgm's MiB become bytes, % a ratio, mJ joules and MHz hertz.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+
+SchemaName = Literal["gpulens", "dcgm", "auto"]
+
+MIB = 1024 * 1024
+G = "gpulens_"
+
+GPULENS_METRICS = (
+    f"{G}gpu_info",
+    f"{G}gpu_up",
+    f"{G}gpu_power_watts",
+    f"{G}gpu_energy_joules_total",
+    f"{G}gpu_temperature_celsius",
+    f"{G}gpu_sm_clock_hertz",
+    f"{G}gpu_memory_clock_hertz",
+    f"{G}gpu_throttle_active",
+    f"{G}gpu_ecc_errors_total",
+    f"{G}gpu_retired_pages",
+    f"{G}gpu_row_remap_failed",
+    f"{G}gpu_pcie_replay_total",
+    f"{G}gpu_nvlink_crc_errors_total",
+    f"{G}gpu_thermal_violation_seconds_total",
+    f"{G}gpu_xid_errors_total",
+    f"{G}gpu_xid_last_seen_timestamp_seconds",
+    f"{G}device_gpu_equivalents",
+    f"{G}device_activity_ratio",
+    f"{G}device_memory_used_bytes",
+    f"{G}device_memory_total_bytes",
+    f"{G}allocation_gpu_equivalents",
+)
+"""gpulens series the collector reads (the Prometheus source queries exactly these)."""
+
+DCGM_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+)
+"""dcgm-exporter series the collector reads."""
+
+CANONICAL_LABELS = (
+    "node",
+    "gpu",
+    "index",
+    "device",
+    "model",
+    "profile",
+    "gpu_instance",
+    "compute_instance",
+    "sharing_mode",
+    "namespace",
+    "pod",
+    "container",
+    "tenant",
+    "workload_kind",
+    "workload",
+    "reason",
+    "type",
+    "xid",
+)
+
+_TS = pl.from_epoch(pl.col("ts_ms"), time_unit="ms").alias("ts")
+
+
+def _ensure(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
+    missing = [n for n in names if n not in df.columns]
+    return df.with_columns([pl.lit(None, dtype=pl.Utf8).alias(n) for n in missing]) if missing else df
+
+
+def _coalesce(df: pl.DataFrame, *names: str) -> pl.Expr:
+    present = [pl.col(n) for n in names if n in df.columns]
+    return pl.coalesce(present) if present else pl.lit(None, dtype=pl.Utf8)
+
+
+def _metric_value(name: str) -> pl.Expr:
+    return pl.col("value").filter(pl.col("metric") == name)
+
+
+def _first(name: str) -> pl.Expr:
+    return _metric_value(name).first()
+
+
+def _slices(profile: pl.Expr) -> pl.Expr:
+    return profile.str.extract(r"^(\d+)g", 1).cast(pl.Int32, strict=False)
+
+
+def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def split_by_schema(long: pl.DataFrame, schema: SchemaName) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The gpulens rows and the dcgm rows of ``long`` that ``schema`` asks for."""
+    is_gpulens = pl.col("metric").str.starts_with(G)
+    is_dcgm = pl.col("metric").str.starts_with("DCGM_")
+    gl = long.filter(is_gpulens) if schema in ("gpulens", "auto") else long.clear()
+    dc = long.filter(is_dcgm) if schema in ("dcgm", "auto") else long.clear()
+    return gl, dc
+
+
+def to_store_frames(long: pl.DataFrame, schema: SchemaName, source: str) -> dict[str, pl.DataFrame]:
+    """All store frames for the samples of ``long`` (``ts_ms`` must be filled)."""
+    gl, dc = split_by_schema(long, schema)
+    frames: list[dict[str, pl.DataFrame]] = []
+    if gl.height:
+        frames.append(map_gpulens(gl, source))
+    if dc.height:
+        frames.append(map_dcgm(normalize_dcgm_labels(dc), source))
+    out: dict[str, pl.DataFrame] = {}
+    for part in frames:
+        for table, frame in part.items():
+            if frame.height == 0:
+                continue
+            out[table] = pl.concat([out[table], frame], how="diagonal_relaxed") if table in out else frame
+    return out
+
+
+# -- gpulens naming ------------------------------------------------------------------------------
+
+
+def map_gpulens(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
+    """Store frames from gpulens's own series (names and labels of docs/metrics.md)."""
+    df = _ensure(long, CANONICAL_LABELS).with_columns(_TS)
+    return {
+        "device_samples": _gpulens_device_samples(df, source),
+        "gpu_samples": _gpulens_gpu_samples(df, source),
+        "allocations": _gpulens_allocations(df, source),
+        "events": _gpulens_events(df, source),
+        **_gpulens_dimensions(df),
+    }
+
+
+def _gpulens_device_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
+    metrics = [
+        f"{G}device_gpu_equivalents",
+        f"{G}device_activity_ratio",
+        f"{G}device_memory_used_bytes",
+        f"{G}device_memory_total_bytes",
+    ]
+    dev = df.filter(pl.col("metric").is_in(metrics) & pl.col("device").is_not_null())
+    if dev.height == 0:
+        return _empty({})
+    grouped = dev.group_by("device", "ts").agg(
+        node=pl.col("node").first(),
+        gpu_uuid=pl.col("gpu").first(),
+        gpu_instance=pl.col("gpu_instance").drop_nulls().first(),
+        activity_ratio=_first(f"{G}device_activity_ratio"),
+        memory_used_bytes=_first(f"{G}device_memory_used_bytes"),
+        memory_total_bytes=_first(f"{G}device_memory_total_bytes"),
+    )
+    # Compute instances of one GPU instance share its memory: the series sits on the first of them.
+    gi = ["gpu_uuid", "gpu_instance", "ts"]
+    shared = pl.col("gpu_instance").is_not_null() & (pl.col("gpu_instance") != "")
+    grouped = grouped.with_columns(
+        [
+            pl.when(pl.col(c).is_null() & shared).then(pl.col(c).max().over(gi)).otherwise(pl.col(c)).alias(c)
+            for c in ("memory_used_bytes", "memory_total_bytes")
+        ]
+    )
+    return grouped.select(
+        "ts",
+        "node",
+        "gpu_uuid",
+        pl.col("device").alias("device_id"),
+        "activity_ratio",
+        pl.col("memory_used_bytes").round(0).cast(pl.Int64),
+        pl.col("memory_total_bytes").round(0).cast(pl.Int64),
+        pl.lit(source).alias("source"),
+    )
+
+
+def _gpulens_gpu_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
+    gpu_metrics = [m for m in GPULENS_METRICS if m.startswith(f"{G}gpu_") and "xid" not in m]
+    g = df.filter(pl.col("metric").is_in(gpu_metrics) & pl.col("gpu").is_not_null())
+    if g.height == 0:
+        return _empty({})
+    throttle = pl.col("metric") == f"{G}gpu_throttle_active"
+    ecc = f"{G}gpu_ecc_errors_total"
+    grouped = g.group_by("gpu", "ts").agg(
+        node=pl.col("node").first(),
+        up=_first(f"{G}gpu_up"),
+        power_watts=_first(f"{G}gpu_power_watts"),
+        energy_joules=_first(f"{G}gpu_energy_joules_total"),
+        temperature_celsius=_first(f"{G}gpu_temperature_celsius"),
+        sm_clock_hz=_first(f"{G}gpu_sm_clock_hertz"),
+        memory_clock_hz=_first(f"{G}gpu_memory_clock_hertz"),
+        throttle_series=throttle.sum(),
+        throttle_reasons=pl.col("reason").filter(throttle & (pl.col("value") == 1)).sort(),
+        ecc_corrected_total=pl.col("value").filter((pl.col("metric") == ecc) & (pl.col("type") == "corrected")).first(),
+        ecc_uncorrected_total=pl.col("value")
+        .filter((pl.col("metric") == ecc) & (pl.col("type") == "uncorrected"))
+        .first(),
+        retired_pages_total=_first(f"{G}gpu_retired_pages"),
+        remapped_rows_failure=_first(f"{G}gpu_row_remap_failed"),
+        pcie_replay_total=_first(f"{G}gpu_pcie_replay_total"),
+        nvlink_crc_errors_total=_first(f"{G}gpu_nvlink_crc_errors_total"),
+        thermal_violation_seconds_total=_first(f"{G}gpu_thermal_violation_seconds_total"),
+    )
+    ints = ("ecc_corrected_total", "ecc_uncorrected_total", "retired_pages_total", "pcie_replay_total",
+            "nvlink_crc_errors_total")
+    return grouped.select(
+        "ts",
+        "node",
+        pl.col("gpu").alias("gpu_uuid"),
+        (pl.col("up") == 1).alias("up"),
+        "power_watts",
+        "energy_joules",
+        "temperature_celsius",
+        "sm_clock_hz",
+        "memory_clock_hz",
+        pl.when(pl.col("throttle_series") > 0).then(pl.col("throttle_reasons")).alias("throttle_reasons"),
+        *[pl.col(c).round(0).cast(pl.Int64) for c in ints],
+        (pl.col("remapped_rows_failure") == 1).alias("remapped_rows_failure"),
+        "thermal_violation_seconds_total",
+        pl.lit(source).alias("source"),
+    ).sort("gpu_uuid", "ts")
+
+
+def _gpulens_allocations(df: pl.DataFrame, source: str) -> pl.DataFrame:
+    a = df.filter((pl.col("metric") == f"{G}allocation_gpu_equivalents") & pl.col("device").is_not_null())
+    if a.height == 0:
+        return _empty({})
+    return a.select(
+        "ts",
+        "node",
+        pl.col("gpu").alias("gpu_uuid"),
+        pl.col("device").alias("device_id"),
+        pl.col("namespace").fill_null(""),
+        pl.col("pod").fill_null(""),
+        pl.col("container").fill_null(""),
+        pl.coalesce("tenant", "namespace").fill_null("").alias("tenant"),
+        "sharing_mode",
+        pl.col("value").alias("gpu_equivalents"),
+        pl.col("workload_kind").replace("", None),
+        pl.col("workload").replace("", None).alias("workload_name"),
+        pl.lit(source).alias("source"),
+    ).unique(["device_id", "ts", "namespace", "pod", "container"], keep="first")
+
+
+def _gpulens_events(df: pl.DataFrame, source: str) -> pl.DataFrame:
+    """One ``xid`` event per GPU, code and last-seen instant (the exact count stays in the counter)."""
+    seen = df.filter((pl.col("metric") == f"{G}gpu_xid_last_seen_timestamp_seconds") & pl.col("xid").is_not_null())
+    if seen.height == 0:
+        return _empty({})
+    totals = df.filter(pl.col("metric") == f"{G}gpu_xid_errors_total").select(
+        "gpu", "xid", "ts", total=pl.col("value")
+    )
+    ev = seen.join(totals, on=["gpu", "xid", "ts"], how="left").group_by("gpu", "xid", "value").agg(
+        node=pl.col("node").first(), total=pl.col("total").max()
+    )
+    return ev.select(
+        pl.from_epoch((pl.col("value") * 1000).round(0).cast(pl.Int64), time_unit="ms").alias("ts"),
+        "node",
+        pl.col("gpu").alias("gpu_uuid"),
+        pl.lit(None, dtype=pl.Utf8).alias("device_id"),
+        pl.lit("xid").alias("kind"),
+        pl.col("xid").cast(pl.Int32, strict=False).alias("code"),
+        pl.lit(1, dtype=pl.Int64).alias("count"),
+        pl.format("counter total {}", pl.col("total").cast(pl.Int64)).alias("detail"),
+        pl.lit(source).alias("source"),
+    ).filter(pl.col("code").is_not_null())
+
+
+def _gpulens_dimensions(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    out: dict[str, pl.DataFrame] = {}
+    ident = df.filter((pl.col("metric") == f"{G}device_gpu_equivalents") & pl.col("device").is_not_null())
+    totals = (
+        df.filter(pl.col("metric") == f"{G}device_memory_total_bytes")
+        .group_by("device")
+        .agg(memory_total_bytes=pl.col("value").max().round(0).cast(pl.Int64))
+    )
+    if ident.height:
+        profile = pl.col("profile").fill_null("gpu")
+        devices = ident.group_by("device").agg(
+            gpu_uuid=pl.col("gpu").first(),
+            node=pl.col("node").first(),
+            gpu_model=pl.col("model").first(),
+            profile=profile.first(),
+            gpu_instance_id=pl.col("gpu_instance").first(),
+            compute_instance_id=pl.col("compute_instance").first(),
+            gpu_equivalents=pl.col("value").last(),
+            sharing_mode=pl.col("sharing_mode").first(),
+            first_seen=pl.col("ts").min(),
+            last_seen=pl.col("ts").max(),
+        )
+        out["devices"] = devices.join(totals, on="device", how="left").select(
+            pl.col("device").alias("device_id"),
+            "gpu_uuid",
+            "node",
+            "gpu_model",
+            pl.when(pl.col("profile") == "gpu").then(pl.lit("gpu")).otherwise(pl.lit("mig")).alias("kind"),
+            "profile",
+            pl.col("gpu_instance_id").replace("", None).cast(pl.Int32, strict=False),
+            pl.col("compute_instance_id").replace("", None).cast(pl.Int32, strict=False),
+            pl.when(pl.col("profile") == "gpu").then(7).otherwise(_slices(pl.col("profile"))).alias("slices"),
+            "gpu_equivalents",
+            "memory_total_bytes",
+            "sharing_mode",
+            "first_seen",
+            "last_seen",
+        )
+    info = df.filter((pl.col("metric") == f"{G}gpu_info") & pl.col("gpu").is_not_null())
+    if info.height:
+        whole = totals.join(ident.filter(pl.col("profile") == "gpu").select("device").unique(), on="device")
+        gpus = info.group_by("gpu").agg(
+            node=pl.col("node").first(),
+            gpu_index=pl.col("index").first().cast(pl.Int32, strict=False),
+            gpu_model=pl.col("model").first(),
+            sharing_mode=pl.col("sharing_mode").first(),
+            first_seen=pl.col("ts").min(),
+            last_seen=pl.col("ts").max(),
+        )
+        out["gpus"] = gpus.join(whole.rename({"device": "gpu"}), on="gpu", how="left").select(
+            pl.col("gpu").alias("gpu_uuid"),
+            "node",
+            "gpu_index",
+            "gpu_model",
+            "memory_total_bytes",
+            "sharing_mode",
+            "first_seen",
+            "last_seen",
+        )
+        out["nodes"] = info.group_by("node").agg(
+            gpu_model=pl.col("model").first(),
+            sharing_mode=pl.col("sharing_mode").first(),
+            first_seen=pl.col("ts").min(),
+            last_seen=pl.col("ts").max(),
+        )
+    return out
+
+
+# -- dcgm-exporter naming ------------------------------------------------------------------------
+
+
+def normalize_dcgm_labels(long: pl.DataFrame) -> pl.DataFrame:
+    """Rename dcgm-exporter's labels to gpulens's (``UUID``->gpu, ``Hostname``->node, ...)."""
+    df = long
+    gi = _coalesce(df, "GPU_I_ID").replace("", None)
+    uuid = _coalesce(df, "UUID", "uuid")
+    mig_device = _coalesce(df, "dra_mig_device_uuid").replace("", None)
+    df = df.with_columns(
+        node=_coalesce(df, "Hostname", "hostname", "node", "kubernetes_node", "instance"),
+        gpu_n=uuid,
+        index=_coalesce(df, "gpu"),
+        model=_coalesce(df, "modelName"),
+        gpu_instance=gi,
+        profile=pl.when(gi.is_not_null()).then(_coalesce(df, "GPU_I_PROFILE")).otherwise(pl.lit("gpu")),
+        device=pl.when(gi.is_null())
+        .then(uuid)
+        .otherwise(pl.coalesce(mig_device, pl.format("{}/gi{}", uuid, gi))),
+    )
+    # Scraped by Prometheus with honor_labels false, the workload's labels become exported_*, and the
+    # plain pod/namespace/container of that target are dcgm-exporter's own pod: not a holder.
+    plain_pod = _coalesce(df, "pod", "pod_name")
+    if "exported_pod" in df.columns:
+        target_pods = df.filter(pl.col("exported_pod").is_not_null()).select(plain_pod.unique()).to_series()
+        is_target = plain_pod.is_in(target_pods.drop_nulls().implode())
+    else:
+        is_target = pl.lit(False)
+
+    def workload(label: str, *plain: str) -> pl.Expr:
+        mine = pl.when(is_target).then(None).otherwise(_coalesce(df, *plain))
+        return pl.coalesce(_coalesce(df, f"exported_{label}"), mine).replace("", None)
+
+    df = df.with_columns(
+        namespace=workload("namespace", "namespace", "pod_namespace"),
+        pod=workload("pod", "pod", "pod_name"),
+        container=workload("container", "container", "container_name"),
+    )
+    return df.drop("gpu").rename({"gpu_n": "gpu"}).filter(pl.col("gpu").is_not_null())
+
+
+def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
+    """Store frames from dcgm-exporter series (labels already normalized)."""
+    df = df.with_columns(_TS)
+    fb = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
+    per_device = df.group_by("device", "ts").agg(
+        node=pl.col("node").first(),
+        gpu_uuid=pl.col("gpu").first(),
+        gpu_instance=pl.col("gpu_instance").first(),
+        profile=pl.col("profile").first(),
+        model=pl.col("model").first(),
+        index=pl.col("index").first(),
+        gr=_first("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+        util=_first("DCGM_FI_DEV_GPU_UTIL"),
+        used=_first(fb[0]),
+        free=_first(fb[1]),
+        reserved=_first(fb[2]),
+    )
+    per_device = per_device.with_columns(
+        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("util") / 100.0),
+        memory_used_bytes=(pl.col("used") * MIB).round(0).cast(pl.Int64),
+        memory_total_bytes=((pl.col("used") + pl.col("free") + pl.col("reserved").fill_null(0)) * MIB)
+        .round(0)
+        .cast(pl.Int64),
+        is_mig=pl.col("gpu_instance").is_not_null(),
+    )
+    device_samples = per_device.select(
+        "ts",
+        "node",
+        "gpu_uuid",
+        pl.col("device").alias("device_id"),
+        "activity_ratio",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        pl.lit(source).alias("source"),
+    )
+    # Physical readings are per GPU: MIG instances repeat them, the first series of each GPU wins.
+    phys = df.group_by("gpu", "ts").agg(
+        node=pl.col("node").first(),
+        power_watts=_first("DCGM_FI_DEV_POWER_USAGE"),
+        energy_joules=_first("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") / 1000.0,
+        temperature_celsius=_first("DCGM_FI_DEV_GPU_TEMP"),
+        sm_clock_hz=_first("DCGM_FI_DEV_SM_CLOCK") * 1e6,
+        memory_clock_hz=_first("DCGM_FI_DEV_MEM_CLOCK") * 1e6,
+        ecc_corrected_total=_first("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+        ecc_uncorrected_total=_first("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+        retired_pages_total=_first("DCGM_FI_DEV_RETIRED_SBE") + _first("DCGM_FI_DEV_RETIRED_DBE"),
+        remap=_first("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+        pcie_replay_total=_first("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+        nvlink_crc_errors_total=_first("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+    )
+    ints = ("ecc_corrected_total", "ecc_uncorrected_total", "retired_pages_total", "pcie_replay_total",
+            "nvlink_crc_errors_total")
+    gpu_samples = phys.select(
+        "ts",
+        "node",
+        pl.col("gpu").alias("gpu_uuid"),
+        pl.lit(True).alias("up"),
+        "power_watts",
+        "energy_joules",
+        "temperature_celsius",
+        "sm_clock_hz",
+        "memory_clock_hz",
+        *[pl.col(c).round(0).cast(pl.Int64) for c in ints],
+        (pl.col("remap") == 1).alias("remapped_rows_failure"),
+        pl.lit(source).alias("source"),
+    )
+    slices = pl.when(pl.col("is_mig")).then(_slices(pl.col("profile"))).otherwise(7)
+    sharing = pl.when(pl.col("is_mig")).then(pl.lit("mig")).otherwise(pl.lit("exclusive"))
+    held = (
+        df.filter(pl.col("pod").is_not_null())
+        .select("device", "ts", "namespace", "pod", "container")
+        .unique(["device", "ts", "namespace", "pod", "container"])
+    )
+    allocations = held.join(per_device.select("device", "ts", "node", "gpu_uuid", "is_mig", "profile"),
+                            on=["device", "ts"]).select(
+        "ts",
+        "node",
+        "gpu_uuid",
+        pl.col("device").alias("device_id"),
+        pl.col("namespace").fill_null(""),
+        "pod",
+        pl.col("container").fill_null(""),
+        pl.col("namespace").fill_null("").alias("tenant"),
+        sharing.alias("sharing_mode"),
+        (slices / 7.0).alias("gpu_equivalents"),
+        pl.lit(source).alias("source"),
+    )
+    # DCGM_FI_DEV_XID_ERRORS is "the last XID seen": an event where it changes to a non-zero code.
+    xid = (
+        df.filter(pl.col("metric") == "DCGM_FI_DEV_XID_ERRORS")
+        .group_by("gpu", "ts")
+        .agg(node=pl.col("node").first(), code=pl.col("value").first())
+        .sort("gpu", "ts")
+        .with_columns(prev=pl.col("code").shift(1).over("gpu"))
+        .filter((pl.col("code") != 0) & (pl.col("prev").is_null() | (pl.col("prev") != pl.col("code"))))
+    )
+    events = xid.select(
+        "ts",
+        "node",
+        pl.col("gpu").alias("gpu_uuid"),
+        pl.lit(None, dtype=pl.Utf8).alias("device_id"),
+        pl.lit("xid").alias("kind"),
+        pl.col("code").cast(pl.Int32),
+        pl.lit(1, dtype=pl.Int64).alias("count"),
+        pl.lit("dcgm last-xid gauge changed").alias("detail"),
+        pl.lit(source).alias("source"),
+    )
+    devices = per_device.group_by("device").agg(
+        gpu_uuid=pl.col("gpu_uuid").first(),
+        node=pl.col("node").first(),
+        gpu_model=pl.col("model").first(),
+        is_mig=pl.col("is_mig").first(),
+        profile=pl.col("profile").first(),
+        gpu_instance_id=pl.col("gpu_instance").first().cast(pl.Int32, strict=False),
+        memory_total_bytes=pl.col("memory_total_bytes").max(),
+        first_seen=pl.col("ts").min(),
+        last_seen=pl.col("ts").max(),
+    ).with_columns(slices=slices)
+    devices = devices.select(
+        pl.col("device").alias("device_id"),
+        "gpu_uuid",
+        "node",
+        "gpu_model",
+        pl.when(pl.col("is_mig")).then(pl.lit("mig")).otherwise(pl.lit("gpu")).alias("kind"),
+        "profile",
+        "gpu_instance_id",
+        "slices",
+        (pl.col("slices") / 7.0).alias("gpu_equivalents"),
+        "memory_total_bytes",
+        sharing.alias("sharing_mode"),
+        "first_seen",
+        "last_seen",
+    )
+    gpus = per_device.group_by("gpu_uuid").agg(
+        node=pl.col("node").first(),
+        gpu_index=pl.col("index").first().cast(pl.Int32, strict=False),
+        gpu_model=pl.col("model").first(),
+        any_mig=pl.col("is_mig").any(),
+        whole_total=pl.col("memory_total_bytes").filter(~pl.col("is_mig")).max(),
+        first_seen=pl.col("ts").min(),
+        last_seen=pl.col("ts").max(),
+    ).select(
+        "gpu_uuid",
+        "node",
+        "gpu_index",
+        "gpu_model",
+        pl.col("whole_total").alias("memory_total_bytes"),
+        pl.when(pl.col("any_mig")).then(pl.lit("mig")).otherwise(pl.lit("exclusive")).alias("sharing_mode"),
+        "first_seen",
+        "last_seen",
+    )
+    nodes = per_device.group_by("node").agg(
+        gpu_model=pl.col("model").first(), first_seen=pl.col("ts").min(), last_seen=pl.col("ts").max()
+    )
+    return {
+        "device_samples": device_samples,
+        "gpu_samples": gpu_samples,
+        "allocations": allocations,
+        "events": events,
+        "devices": devices,
+        "gpus": gpus,
+        "nodes": nodes,
+    }

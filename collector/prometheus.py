@@ -1,0 +1,262 @@
+"""Pull samples from a Prometheus-compatible query API (Prometheus, Thanos Query, Mimir) into the store.
+
+``query_range`` is called per metric in chunked windows (at most ``max_points`` per series per
+request); each chunk is ingested as one transaction with its ``ingest_batches`` row and watermark, so
+a chunk is either complete or absent. Transient failures (5xx, 429, timeouts, refused connections)
+are retried with exponential backoff; after the last attempt the collection fails with one clear
+message and the chunk is not marked done. Label values are escaped in PromQL.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import polars as pl
+
+from collector.mapping import DCGM_METRICS, GPULENS_METRICS, SchemaName, to_store_frames
+from collector.store import Gap, Store, WindowResult
+from gpulens.errors import UserError
+
+SOURCE = "prometheus"
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+class PrometheusError(UserError):
+    """The query API failed for good (after retries) or answered something unusable."""
+
+
+def escape_promql_string(value: str) -> str:
+    """Escape ``value`` for a double-quoted PromQL string (label matcher value)."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    return out.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+def series_selector(metric: str, labels: Mapping[str, str] | None = None) -> str:
+    """``metric{k="v",...}`` with every label value escaped (tenant strings are data)."""
+    if not labels:
+        return metric
+    for key in labels:
+        if not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise UserError(f"invalid label name {key!r} in selector")
+    inner = ",".join(f'{k}="{escape_promql_string(v)}"' for k, v in sorted(labels.items()))
+    return f"{metric}{{{inner}}}"
+
+
+def metrics_for(schema: SchemaName) -> tuple[str, ...]:
+    """The series names the collector queries for ``schema``."""
+    if schema == "gpulens":
+        return GPULENS_METRICS
+    if schema == "dcgm":
+        return DCGM_METRICS
+    return GPULENS_METRICS + DCGM_METRICS
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """How to reach the query API: auth, TLS, timeouts and retries."""
+
+    url: str
+    bearer_token_file: Path | None = None
+    ca_file: Path | None = None
+    insecure_skip_verify: bool = False
+    timeout: float = 30.0
+    retries: int = 4
+    backoff: float = 0.5
+
+
+class PrometheusClient:
+    """A small client of the Prometheus HTTP API (``/api/v1/query_range``) with retries."""
+
+    def __init__(
+        self,
+        settings: HttpSettings,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.base = settings.url.rstrip("/")
+        self._sleep = sleep
+        headers = {"Accept": "application/json"}
+        if settings.bearer_token_file is not None:
+            try:
+                token = settings.bearer_token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise UserError(f"cannot read bearer token file {settings.bearer_token_file}: {exc.strerror}") from exc
+            headers["Authorization"] = f"Bearer {token}"
+        verify: bool | str = True
+        if settings.insecure_skip_verify:
+            verify = False
+        elif settings.ca_file is not None:
+            if not settings.ca_file.is_file():
+                raise UserError(f"CA file {settings.ca_file} does not exist")
+            verify = str(settings.ca_file)
+        self._http = httpx.Client(headers=headers, verify=verify, timeout=settings.timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        url = f"{self.base}{path}"
+        attempts = self.settings.retries + 1
+        last = ""
+        for attempt in range(attempts):
+            if attempt:
+                self._sleep(self.settings.backoff * 2 ** (attempt - 1))
+            try:
+                resp = self._http.get(url, params=params)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.settings.timeout:g}s"
+                continue
+            except httpx.TransportError as exc:
+                last = f"connection failed: {exc}"
+                continue
+            if resp.status_code in RETRY_STATUS:
+                last = f"HTTP {resp.status_code}"
+                continue
+            try:
+                payload = resp.json()
+            except ValueError:
+                raise PrometheusError(f"{url}: HTTP {resp.status_code}, not a JSON answer") from None
+            if resp.status_code != 200 or payload.get("status") != "success":
+                raise PrometheusError(
+                    f"{url}: HTTP {resp.status_code}: {payload.get('errorType', '')} {payload.get('error', '')}".strip()
+                )
+            return payload["data"]
+        raise PrometheusError(f"{url}: failed after {attempts} attempts: {last}")
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """The ``matrix`` result of a range query (``end`` inclusive, as Prometheus defines it)."""
+        data = self._get(
+            "/api/v1/query_range",
+            {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+        )
+        if data.get("resultType") != "matrix":
+            raise PrometheusError(f"{self.base}: query_range answered {data.get('resultType')!r}, not a matrix")
+        return list(data["result"])
+
+
+def matrix_to_long(result: list[dict[str, Any]], metric: str) -> pl.DataFrame:
+    """Flatten a ``matrix`` result into the long sample frame (one Python step per series, not per sample)."""
+    if not result:
+        return pl.DataFrame(schema={"metric": pl.Utf8, "value": pl.Float64, "ts_ms": pl.Int64})
+    lengths = [len(s.get("values", ())) for s in result]
+    pairs = list(chain.from_iterable(s.get("values", ()) for s in result))
+    ts = np.fromiter((p[0] for p in pairs), dtype=np.float64, count=len(pairs))
+    values = pl.Series("value", [p[1] for p in pairs], dtype=pl.Utf8).cast(pl.Float64, strict=False)
+    labels = pl.from_dicts(
+        [{k: v for k, v in s["metric"].items() if k != "__name__"} for s in result], infer_schema_length=None
+    )
+    if labels.width == 0:
+        labels = pl.DataFrame({"_series": range(len(result))})
+    labels = labels.with_row_index("_series").with_columns(pl.col("_series").cast(pl.Int64))
+    samples = pl.DataFrame(
+        {
+            "_series": np.repeat(np.arange(len(result), dtype=np.int64), lengths),
+            "ts_ms": np.rint(ts * 1000).astype(np.int64),
+        }
+    ).with_columns(values, metric=pl.lit(metric))
+    return samples.join(labels, on="_series", how="left").drop("_series")
+
+
+@dataclass(frozen=True)
+class RangeSummary:
+    """What a Prometheus collection did."""
+
+    windows: tuple[WindowResult, ...]
+    skipped: int
+
+    @property
+    def rows(self) -> int:
+        return sum(w.total_rows for w in self.windows)
+
+
+def chunk_windows(start: float, end: float, step: float, max_points: int) -> list[tuple[float, float]]:
+    """Split ``[start, end)`` into step-aligned windows of at most ``max_points`` steps."""
+    if step <= 0:
+        raise UserError("--step must be positive")
+    if end <= start:
+        raise UserError("--end must be after --start")
+    span = step * max_points
+    out = []
+    t = start
+    while t < end:
+        out.append((t, min(t + span, end)))
+        t += span
+    return out
+
+
+def _missing_spans(present_ms: np.ndarray, start: float, end: float, step: float) -> list[tuple[float, float]]:
+    expected = np.arange(start, end, step)
+    expected_ms = np.rint(expected * 1000).astype(np.int64)
+    missing = ~np.isin(expected_ms, present_ms)
+    if not missing.any():
+        return []
+    idx = np.flatnonzero(missing)
+    breaks = np.flatnonzero(np.diff(idx) > 1)
+    starts = np.concatenate(([idx[0]], idx[breaks + 1]))
+    stops = np.concatenate((idx[breaks], [idx[-1]]))
+    return [(float(expected[a]), float(min(expected[b] + step, end))) for a, b in zip(starts, stops, strict=True)]
+
+
+def collect_range(
+    store: Store,
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    schema: SchemaName = "auto",
+    labels: Mapping[str, str] | None = None,
+    max_points: int = 1440,
+    parallel: int = 4,
+    progress: Callable[[WindowResult], None] = lambda w: None,
+    metrics: Sequence[str] | None = None,
+) -> RangeSummary:
+    """Collect ``[start, end)`` at ``step`` chunk by chunk; chunks already stored are skipped."""
+    source = f"{SOURCE}:{client.base}"
+    names = tuple(metrics) if metrics is not None else metrics_for(schema)
+    done: list[WindowResult] = []
+    skipped = 0
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for w_start, w_end in chunk_windows(start, end, step, max_points):
+            if store.window_done(source, w_start, w_end):
+                skipped += 1
+                continue
+            last = w_end - step if w_end - step >= w_start else w_start
+            last = w_start + math.floor((last - w_start) / step + 1e-9) * step
+
+            def fetch(name: str, a: float = w_start, b: float = last) -> pl.DataFrame:
+                return matrix_to_long(client.query_range(series_selector(name, labels), a, b, step), name)
+
+            parts = [p for p in pool.map(fetch, names) if p.height]
+            long = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+            frames = to_store_frames(long, schema, SOURCE) if long.height else {}
+            present = (
+                np.unique(frames["device_samples"]["ts"].dt.epoch("ms").to_numpy())
+                if "device_samples" in frames
+                else np.array([], dtype=np.int64)
+            )
+            gaps = [
+                Gap(client.base, a, b, "no device samples from the query API")
+                for a, b in _missing_spans(present, w_start, w_end, step)
+            ]
+            result = store.ingest_window(source, w_start, w_end, frames, gaps)
+            done.append(result)
+            progress(result)
+    return RangeSummary(tuple(done), skipped)

@@ -1,0 +1,157 @@
+"""Scrape exporters' ``/metrics`` directly (embedded mode) and ingest each target as one window.
+
+Targets are fetched in parallel, each with its own timeout; a target that fails (unreachable, HTTP
+error, malformed exposition) is reported with its URL (and line), recorded as a gap, and does not stop
+the others. Samples without their own timestamp get the scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+import polars as pl
+
+from collector.exposition import ExpositionError, parse_exposition
+from collector.mapping import SchemaName, to_store_frames
+from collector.store import Gap, Store
+
+SOURCE = "scrape"
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """One target of one scrape cycle: rows added, or the error that made it a gap."""
+
+    url: str
+    samples: int = 0
+    rows: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ScrapeSummary:
+    """What one scrape cycle did, per target."""
+
+    timestamp: float
+    targets: tuple[TargetResult, ...] = field(default_factory=tuple)
+
+    @property
+    def errors(self) -> list[str]:
+        return [t.error for t in self.targets if t.error]
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.targets)
+
+    @property
+    def samples(self) -> int:
+        return sum(t.samples for t in self.targets)
+
+
+def fetch(client: httpx.Client, url: str) -> str:
+    """GET ``url`` and return its body; failures raise ``ScrapeError`` naming the target."""
+    try:
+        resp = client.get(url)
+    except httpx.TimeoutException as exc:
+        raise ScrapeError(f"{url}: timed out ({exc.__class__.__name__})") from exc
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"{url}: {exc}") from exc
+    if resp.status_code != 200:
+        raise ScrapeError(f"{url}: HTTP {resp.status_code}")
+    return resp.text
+
+
+class ScrapeError(Exception):
+    """A target that could not be scraped; the message names it."""
+
+
+def _parse_target(url: str, text: str, scrape_ms: int) -> pl.DataFrame:
+    long = parse_exposition(text, target=url)
+    return long.with_columns(pl.col("ts_ms").fill_null(scrape_ms))
+
+
+def scrape_cycle(
+    store: Store,
+    urls: Sequence[str],
+    *,
+    timeout: float = 10.0,
+    schema: SchemaName = "auto",
+    interval: float = 15.0,
+    clock: Callable[[], float] = time.time,
+    client: httpx.Client | None = None,
+) -> ScrapeSummary:
+    """Scrape every target once (in parallel) and ingest each as one committed window."""
+    now = clock()
+    scrape_ms = int(round(now * 1000))
+    own_client = client is None
+    http = client or httpx.Client(timeout=timeout, follow_redirects=True)
+
+    def work(url: str) -> tuple[str, pl.DataFrame | None, str | None]:
+        try:
+            return url, _parse_target(url, fetch(http, url), scrape_ms), None
+        except (ScrapeError, ExpositionError) as exc:
+            return url, None, str(exc)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
+            fetched = list(pool.map(work, urls))
+    finally:
+        if own_client:
+            http.close()
+    results = []
+    for url, long, error in fetched:
+        source = f"{SOURCE}:{url}"
+        if long is None:
+            store.record_gaps(source, [Gap(url, now, now + interval, error or "failed")])
+            results.append(TargetResult(url, error=error))
+            continue
+        frames = to_store_frames(long, schema, SOURCE)
+        window = store.ingest_window(source, now, now, frames, now=now)
+        results.append(TargetResult(url, samples=long.height, rows=window.total_rows))
+    return ScrapeSummary(now, tuple(results))
+
+
+def scrape_once(
+    db_path: str,
+    urls: Sequence[str],
+    timeout: float = 10.0,
+    *,
+    schema: SchemaName = "auto",
+    clock: Callable[[], float] = time.time,
+) -> ScrapeSummary:
+    """Scrape live exporters once into the store at ``db_path`` (used by ``gpulens demo``)."""
+    with Store(db_path) as store:
+        return scrape_cycle(store, urls, timeout=timeout, schema=schema, clock=clock)
+
+
+def scrape_loop(
+    db_path: str,
+    urls: Sequence[str],
+    *,
+    interval: float,
+    duration: float | None,
+    timeout: float = 10.0,
+    schema: SchemaName = "auto",
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    report: Callable[[ScrapeSummary], None] = lambda s: None,
+) -> list[ScrapeSummary]:
+    """Scrape every ``interval`` seconds for ``duration`` seconds (forever when ``None``)."""
+    summaries = []
+    start = clock()
+    with Store(db_path) as store, httpx.Client(timeout=timeout, follow_redirects=True) as client:
+        while True:
+            began = clock()
+            summary = scrape_cycle(
+                store, urls, timeout=timeout, schema=schema, interval=interval, clock=clock, client=client
+            )
+            summaries.append(summary)
+            report(summary)
+            next_at = began + interval
+            if duration is not None and next_at - start >= duration:
+                return summaries
+            sleep(max(0.0, next_at - clock()))

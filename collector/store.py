@@ -1,0 +1,237 @@
+"""Idempotent, transactional ingest into the DuckDB store.
+
+A *window* is what one source delivered for one span of time (a scrape, a ``query_range`` chunk, a day
+of simulated history). :meth:`Store.ingest_window` writes the window's fact rows, its dimension
+upserts, its gaps, its ``ingest_batches`` row and the source's watermark in ONE transaction: a kill in
+the middle leaves no half window, and the same window twice adds nothing (facts are inserted with
+``INSERT OR IGNORE`` on their primary keys, from a registered Arrow table, never row by row).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from collector.schema import DIMENSIONS, FACTS, connect
+
+Frame: TypeAlias = pl.DataFrame | pa.Table
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A span where ``target`` was expected to deliver and did not (analytics treats it as unknown)."""
+
+    target: str
+    start: float
+    end: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """What one committed window added: new rows per table (0 everywhere when it was already stored)."""
+
+    source: str
+    start: float
+    end: float
+    rows: Mapping[str, int] = field(default_factory=dict)
+    gaps: int = 0
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+
+def to_datetime(ts: float) -> datetime:
+    """Unix seconds -> naive UTC ``datetime`` (the store's TIMESTAMP convention)."""
+    return datetime.fromtimestamp(ts, tz=UTC).replace(tzinfo=None)
+
+
+def from_datetime(value: datetime) -> float:
+    """Naive UTC ``datetime`` from the store -> Unix seconds."""
+    return value.replace(tzinfo=UTC).timestamp()
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    rows = con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _as_arrow(frame: Frame) -> pa.Table:
+    return frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
+
+
+class Store:
+    """One DuckDB store file, opened for writing. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.con = connect(path)
+        self._table_columns = {t: _columns(self.con, t) for t in (*DIMENSIONS, *FACTS)}
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def watermark(self, source: str) -> float | None:
+        """The source's high-water mark (Unix seconds), or ``None`` before its first window."""
+        row = self.con.execute("SELECT watermark FROM watermarks WHERE source = ?", [source]).fetchone()
+        return None if row is None else from_datetime(row[0])
+
+    def window_done(self, source: str, start: float, end: float) -> bool:
+        """True when this exact window of ``source`` is already committed."""
+        row = self.con.execute(
+            "SELECT 1 FROM ingest_batches WHERE source = ? AND window_start = ? AND window_end = ?",
+            [source, to_datetime(start), to_datetime(end)],
+        ).fetchone()
+        return row is not None
+
+    def count(self, table: str) -> int:
+        if table not in self._table_columns and table not in ("ingest_batches", "gaps", "watermarks"):
+            raise ValueError(f"unknown table {table!r}")
+        row = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - table is allow-listed
+        return int(row[0]) if row else 0
+
+    def record_gaps(self, source: str, gaps: tuple[Gap, ...] | list[Gap]) -> None:
+        """Record gaps alone (a failed target): no window is marked done, no watermark moves."""
+        if not gaps:
+            return
+        self.con.executemany(
+            "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
+            [[source, g.target, to_datetime(g.start), to_datetime(g.end), g.reason] for g in gaps],
+        )
+
+    # -- ingest ------------------------------------------------------------------------------------
+
+    def ingest_window(
+        self,
+        source: str,
+        start: float,
+        end: float,
+        frames: Mapping[str, Frame],
+        gaps: tuple[Gap, ...] | list[Gap] = (),
+        *,
+        now: float | None = None,
+    ) -> WindowResult:
+        """Write one window atomically; returns the rows it added per table.
+
+        ``frames`` maps store table names to frames whose columns are a subset of the table's (missing
+        columns get their defaults or NULL). Facts are inserted or ignored on their primary keys;
+        dimensions are upserted (``first_seen``/``last_seen`` widened, other columns refreshed).
+        """
+        committed = to_datetime(now if now is not None else datetime.now(UTC).timestamp())
+        rows: dict[str, int] = {}
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, frame in frames.items():
+                arrow = _as_arrow(frame)
+                if arrow.num_rows == 0:
+                    continue
+                if table in FACTS:
+                    rows[table] = self._insert_facts(table, arrow)
+                elif table in DIMENSIONS:
+                    rows[table] = self._upsert_dimension(table, arrow)
+                else:
+                    raise ValueError(f"not a store table: {table!r}")
+            for gap in gaps:
+                con.execute(
+                    "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
+                    [source, gap.target, to_datetime(gap.start), to_datetime(gap.end), gap.reason],
+                )
+            con.execute(
+                "INSERT OR REPLACE INTO ingest_batches VALUES (?, ?, ?, ?, ?)",
+                [source, to_datetime(start), to_datetime(end), sum(rows.values()), committed],
+            )
+            con.execute(
+                "INSERT INTO watermarks VALUES (?, ?, ?) ON CONFLICT (source) DO UPDATE SET "
+                "watermark = greatest(watermarks.watermark, excluded.watermark), "
+                "updated_at = excluded.updated_at",
+                [source, to_datetime(end), committed],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return WindowResult(source, start, end, rows, len(gaps))
+
+    def _register(self, arrow: pa.Table) -> str:
+        name = f"_in_{uuid.uuid4().hex}"
+        self.con.register(name, arrow)
+        return name
+
+    def _insert_facts(self, table: str, arrow: pa.Table) -> int:
+        cols = [c for c in arrow.column_names if c in self._table_columns[table]]
+        unknown = set(arrow.column_names) - set(self._table_columns[table])
+        if unknown:
+            raise ValueError(f"{table}: unknown columns {sorted(unknown)}")
+        name = self._register(arrow)
+        try:
+            before = self.count(table)
+            col_list = ", ".join(cols)
+            # Bulk insert from the registered Arrow table; duplicates of stored keys are ignored.
+            self.con.execute(
+                f"INSERT OR IGNORE INTO {table} ({col_list}) SELECT {col_list} FROM {name}"  # noqa: S608
+            )
+            return self.count(table) - before
+        finally:
+            self.con.unregister(name)
+
+    def _upsert_dimension(self, table: str, arrow: pa.Table) -> int:
+        table_cols = self._table_columns[table]
+        cols = [c for c in arrow.column_names if c in table_cols]
+        key = table_cols[0]
+        name = self._register(arrow)
+        try:
+            before = self.count(table)
+            col_list = ", ".join(cols)
+            updates = []
+            for c in cols:
+                if c == key:
+                    continue
+                if c == "first_seen":
+                    updates.append(f"first_seen = least({table}.first_seen, excluded.first_seen)")
+                elif c == "last_seen":
+                    updates.append(f"last_seen = greatest({table}.last_seen, excluded.last_seen)")
+                else:
+                    updates.append(f"{c} = coalesce(excluded.{c}, {table}.{c})")
+            # One row per key in the incoming frame (the latest when several), then upsert.
+            order = "last_seen DESC NULLS LAST" if "last_seen" in cols else "1"
+            dedup = (
+                f"SELECT {col_list} FROM {name} "  # noqa: S608
+                f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1"
+            )
+            if "first_seen" in cols:
+                dedup = (
+                    f"SELECT * REPLACE (min(first_seen) OVER (PARTITION BY {key}) AS first_seen) "  # noqa: S608
+                    f"FROM {name} QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1"
+                )
+                dedup = f"SELECT {col_list} FROM ({dedup})"  # noqa: S608
+            conflict = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
+            self.con.execute(
+                f"INSERT INTO {table} ({col_list}) {dedup} ON CONFLICT ({key}) {conflict}"  # noqa: S608
+            )
+            return self.count(table) - before
+        finally:
+            self.con.unregister(name)
+
+    def query(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a read query on the store (tests and summaries)."""
+        return self.con.execute(sql, params or []).fetchall()
