@@ -1,0 +1,355 @@
+"""Read-only access to the store for the Streamlit app and the HTML report (one place for their SQL).
+
+Every query is a constant string with bound parameters; tenant-controlled strings never enter SQL text.
+A result table that analytics has not written yet raises :class:`AnalysisMissing`, whose message says
+which command to run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from gpulens.errors import UserError
+
+RESULT_TABLE_PRODUCERS: dict[str, str] = {
+    "idle_capacity": "gpulens analyze",
+    "fragmentation": "gpulens analyze",
+    "isolation_risk": "gpulens analyze",
+    "health": "gpulens analyze",
+    "chargeback": "gpulens analyze",
+    "analysis_runs": "gpulens analyze",
+    "recommendations": "gpulens recommend",
+}
+"""Result table -> the command that writes it (named in the message when the table is missing)."""
+
+
+class AnalysisMissing(UserError):
+    """A result table the page or report needs is not in the store yet."""
+
+    def __init__(self, table: str, db_path: str) -> None:
+        self.table = table
+        command = RESULT_TABLE_PRODUCERS.get(table, "gpulens analyze")
+        super().__init__(f"the store {db_path} has no '{table}' results yet: run `{command} --db {db_path}` first")
+
+
+def open_store(db_path: str | Path) -> duckdb.DuckDBPyConnection:
+    """Open the store read-only; a missing or unreadable file becomes a one-line ``UserError``."""
+    path = Path(db_path)
+    if not path.is_file():
+        raise UserError(f"no store at {path}: run `gpulens demo` or `gpulens collect --db {path}` first")
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot open the store {path} read-only: {first_line}") from exc
+
+
+class StoreReader:
+    """Queries over one store connection. Each query uses its own cursor, so threads may share a reader."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, db_path: str | Path) -> None:
+        self._con = con
+        self.db_path = str(db_path)
+
+    @classmethod
+    def open(cls, db_path: str | Path) -> StoreReader:
+        """A reader on ``db_path`` opened read-only."""
+        return cls(open_store(db_path), db_path)
+
+    def close(self) -> None:
+        """Close the underlying connection."""
+        self._con.close()
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+
+    def tables(self) -> set[str]:
+        """Names of the tables in the store's main schema."""
+        rows = self._con.cursor().execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def columns(self, table: str) -> set[str]:
+        """Column names of ``table`` (empty when it does not exist)."""
+        rows = self._con.cursor().execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
+            [table],
+        ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def has(self, table: str) -> bool:
+        """Whether ``table`` exists and holds at least one row."""
+        if table not in self.tables():
+            return False
+        # table is one of our own constant names, never user input
+        row = self._con.cursor().execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT 1)').fetchone()  # noqa: S608
+        return bool(row and row[0])
+
+    def require(self, *tables: str) -> None:
+        """Raise :class:`AnalysisMissing` for the first of ``tables`` that is absent or empty."""
+        for table in tables:
+            if not self.has(table):
+                raise AnalysisMissing(table, self.db_path)
+
+    def frame(self, sql: str, params: list[object] | None = None) -> pl.DataFrame:
+        """Run a constant ``sql`` with bound ``params`` and return a polars frame."""
+        return self._con.cursor().sql(sql, params=params or None).pl()
+
+    # -- straight from the store's facts ----------------------------------------------------------------
+
+    def overview(self) -> pl.DataFrame:
+        """One row: fleet size (nodes, gpus, devices, tenants, total_ge) and the sampled window."""
+        self.require_store()
+        return self.frame(
+            """
+            SELECT (SELECT count(*) FROM nodes) AS nodes, (SELECT count(*) FROM gpus) AS gpus,
+                   (SELECT count(*) FROM devices) AS devices,
+                   (SELECT count(DISTINCT tenant) FROM allocations) AS tenants,
+                   (SELECT sum(gpu_equivalents) FROM devices) AS total_ge,
+                   (SELECT min(ts) FROM device_samples) AS first_sample,
+                   (SELECT max(ts) FROM device_samples) AS last_sample
+            """
+        )
+
+    def require_store(self) -> None:
+        """Raise a ``UserError`` when the file is not a gpulens store (no facts tables)."""
+        missing = {"nodes", "devices", "device_samples", "allocations"} - self.tables()
+        if missing:
+            raise UserError(
+                f"{self.db_path} is not a gpulens store (missing {', '.join(sorted(missing))}): "
+                f"run `gpulens demo` or `gpulens collect --db {self.db_path}` first"
+            )
+
+    def recent_xids(self, limit: int = 200) -> pl.DataFrame:
+        """The latest XID events: ``ts, node, gpu_uuid, device_id, code, count, detail``."""
+        self.require_store()
+        return self.frame(
+            """
+            SELECT ts, node, gpu_uuid, device_id, code, count, detail FROM events
+            WHERE kind = 'xid' ORDER BY ts DESC LIMIT ?
+            """,
+            [limit],
+        )
+
+    # -- analytics results (latest run) -----------------------------------------------------------------
+
+    def latest_run(self) -> pl.DataFrame:
+        """The newest analysis run: ``run_id, window_start, window_end, bucket_seconds, parameters, summary``."""
+        self.require("analysis_runs")
+        return self.frame(
+            """
+            SELECT run_id, window_start, window_end, bucket_seconds, CAST(parameters AS VARCHAR) AS parameters,
+                   CAST(summary AS VARCHAR) AS summary, created_at
+            FROM analysis_runs ORDER BY created_at DESC, window_end DESC LIMIT 1
+            """
+        )
+
+    def _run_id(self, table: str) -> str:
+        """The newest run that wrote rows into ``table`` (which must exist and hold rows)."""
+        self.require(table)
+        run = self.latest_run()
+        run_id = str(run["run_id"][0])
+        row = self._con.cursor().execute(
+            f'SELECT count(*) FROM (SELECT 1 FROM "{table}" WHERE run_id = ? LIMIT 1)', [run_id]  # noqa: S608
+        ).fetchone()
+        if row and row[0]:
+            return run_id
+        # the newest run wrote nothing here: fall back to the newest run that did
+        row = self._con.cursor().execute(
+            f'SELECT run_id FROM "{table}" t JOIN analysis_runs r USING (run_id) '  # noqa: S608
+            "ORDER BY r.created_at DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            raise AnalysisMissing(table, self.db_path)
+        return str(row[0])
+
+    def capacity_states(self) -> pl.DataFrame:
+        """Average GPU-equivalents per state in each time bucket, fleet-wide (from ``idle_capacity``).
+
+        Columns: ``bucket`` (start, UTC) and one column per state: ``allocated-active``,
+        ``allocated-idle``, ``allocated-unmeasured``, ``unallocated``, ``unknown``.
+        """
+        run_id = self._run_id("idle_capacity")
+        return self.frame(
+            """
+            SELECT bucket_start AS bucket,
+                   sum(ge_hours) FILTER (WHERE state = 'allocated-active') / any_value(h) AS "allocated-active",
+                   sum(ge_hours) FILTER (WHERE state = 'allocated-idle') / any_value(h) AS "allocated-idle",
+                   sum(ge_hours) FILTER (WHERE state = 'allocated-unmeasured') / any_value(h)
+                       AS "allocated-unmeasured",
+                   sum(ge_hours) FILTER (WHERE state = 'unallocated') / any_value(h) AS "unallocated",
+                   sum(ge_hours) FILTER (WHERE state = 'unknown') / any_value(h) AS "unknown"
+            FROM (SELECT *, epoch(bucket_end - bucket_start) / 3600.0 AS h FROM idle_capacity WHERE run_id = ?)
+            GROUP BY bucket_start ORDER BY bucket_start
+            """,
+            [run_id],
+        ).fill_null(0.0)
+
+    def tenant_usage(self) -> pl.DataFrame:
+        """Per tenant over the window: GE-hours and cost by state, and the idle share of what it held.
+
+        Columns: ``tenant, active_ge_hours, idle_ge_hours, unmeasured_ge_hours, held_ge_hours,
+        idle_cost_usd, held_cost_usd, idle_share`` (idle / held GE-hours), largest idle first.
+        """
+        run_id = self._run_id("idle_capacity")
+        return self.frame(
+            """
+            SELECT tenant,
+                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-active'), 0) AS active_ge_hours,
+                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_ge_hours,
+                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-unmeasured'), 0) AS unmeasured_ge_hours,
+                   sum(ge_hours) AS held_ge_hours,
+                   coalesce(sum(cost_usd) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_cost_usd,
+                   sum(cost_usd) AS held_cost_usd,
+                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0)
+                       / nullif(sum(ge_hours), 0) AS idle_share
+            FROM idle_capacity
+            WHERE run_id = ? AND tenant IS NOT NULL AND state LIKE 'allocated-%'
+            GROUP BY tenant ORDER BY idle_ge_hours DESC, tenant
+            """,
+            [run_id],
+        )
+
+    def chargeback_by_account(self) -> pl.DataFrame:
+        """Billed cost per sub-account (tenant, ``__unallocated__``, ``__unknown__``) split by cost state.
+
+        Columns: ``account, tenant`` (NULL for the fleet's own lines), ``state, billed_usd, ge_hours``.
+        """
+        run_id = self._run_id("chargeback")
+        return self.frame(
+            """
+            SELECT SubAccountName AS account, any_value(x_Tenant) AS tenant, x_CostState AS state,
+                   CAST(sum(BilledCost) AS DOUBLE) AS billed_usd, sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ?
+            GROUP BY SubAccountName, x_CostState ORDER BY account, state
+            """,
+            [run_id],
+        )
+
+    def cost_split(self) -> pl.DataFrame:
+        """Fleet cost by state over the window: ``state, billed_usd, ge_hours`` (largest first)."""
+        run_id = self._run_id("chargeback")
+        return self.frame(
+            """
+            SELECT x_CostState AS state, CAST(sum(BilledCost) AS DOUBLE) AS billed_usd, sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ? GROUP BY state ORDER BY billed_usd DESC
+            """,
+            [run_id],
+        )
+
+    def focus_chargeback(self) -> pl.DataFrame:
+        """The FOCUS chargeback rows of the newest run, FOCUS and ``x_`` columns only (no run bookkeeping)."""
+        run_id = self._run_id("chargeback")
+        frame = self.frame("SELECT * FROM chargeback WHERE run_id = ? ORDER BY ChargePeriodStart, SubAccountId", [run_id])
+        return frame.drop([c for c in ("run_id", "window_start", "window_end") if c in frame.columns])
+
+    def isolation_terms(self, scope: str) -> pl.DataFrame:
+        """Isolation-risk terms, one row per subject and term: ``subject, score, term, points, reason``.
+
+        ``scope`` is ``'device'`` (subject = ``node/gpu_uuid``) or ``'tenant'``; highest score first.
+        """
+        if scope not in ("device", "tenant"):
+            raise ValueError(f"unknown isolation-risk scope {scope!r}")
+        run_id = self._run_id("isolation_risk")
+        return self.frame(
+            """
+            WITH rows AS (
+                SELECT CASE WHEN scope = 'tenant' THEN tenant ELSE coalesce(node, '?') || '/' || gpu_uuid END
+                           AS subject,
+                       score, sharing_mode,
+                       unnest(from_json(terms, '[{"term": "VARCHAR", "points": "DOUBLE", "reason": "VARCHAR"}]'))
+                           AS t
+                FROM isolation_risk WHERE run_id = ? AND scope = ?
+            )
+            SELECT subject, score, sharing_mode, t.term AS term, t.points AS points, t.reason AS reason
+            FROM rows ORDER BY score DESC, subject, points DESC
+            """,
+            [run_id, scope],
+        )
+
+    def isolation_scores(self, scope: str) -> pl.DataFrame:
+        """Isolation-risk scores, subjects without any term included: ``subject, score, sharing_mode``."""
+        if scope not in ("device", "tenant"):
+            raise ValueError(f"unknown isolation-risk scope {scope!r}")
+        run_id = self._run_id("isolation_risk")
+        return self.frame(
+            """
+            SELECT CASE WHEN scope = 'tenant' THEN tenant ELSE coalesce(node, '?') || '/' || gpu_uuid END AS subject,
+                   score, sharing_mode
+            FROM isolation_risk WHERE run_id = ? AND scope = ? ORDER BY score DESC, subject
+            """,
+            [run_id, scope],
+        )
+
+    def health(self) -> pl.DataFrame:
+        """GPU and node health: ``scope, node, gpu_uuid, state, drain_candidate, evidence`` (worst first).
+
+        ``evidence`` is a readable string: ``signal: reason`` items joined by '; '.
+        """
+        run_id = self._run_id("health")
+        return self.frame(
+            """
+            SELECT scope, node, gpu_uuid, state, drain_candidate, first_evidence_ts, last_evidence_ts,
+                   coalesce((SELECT string_agg(e.signal || ': ' || e.reason, '; ')
+                             FROM (SELECT unnest(from_json(evidence,
+                                     '[{"signal": "VARCHAR", "severity": "VARCHAR", "reason": "VARCHAR"}]')) AS e)),
+                            '') AS evidence
+            FROM health WHERE run_id = ?
+            ORDER BY CASE state WHEN 'drain' THEN 0 WHEN 'warn' THEN 1 ELSE 2 END, scope DESC, node, gpu_uuid
+            """,
+            [run_id],
+        )
+
+    def fragmentation_by_node(self) -> pl.DataFrame:
+        """Per node over the window: ``node, gpu_model, stranded_ge_hours, avg_free_ge, last_reason``."""
+        run_id = self._run_id("fragmentation")
+        return self.frame(
+            """
+            SELECT node, any_value(gpu_model) AS gpu_model, sum(stranded_ge_hours) AS stranded_ge_hours,
+                   avg(free_ge) AS avg_free_ge, arg_max(reason, bucket_start) AS last_reason
+            FROM fragmentation WHERE run_id = ? GROUP BY node ORDER BY stranded_ge_hours DESC, node
+            """,
+            [run_id],
+        )
+
+    # -- recommendations ----------------------------------------------------------------------------------
+
+    def recommendations(self) -> pl.DataFrame:
+        """Rows of the ``recommendations`` table (newest run when it records runs), JSON columns as text."""
+        self.require("recommendations")
+        columns = self.columns("recommendations")
+        where = ""
+        if "run_id" in columns and "created_at" in columns:
+            where = "WHERE run_id = (SELECT run_id FROM recommendations ORDER BY created_at DESC LIMIT 1)"
+        frame = self.frame(f"SELECT * FROM recommendations {where}")  # noqa: S608 (constant text)
+        return frame.with_columns(
+            pl.col(c).cast(pl.String) for c, t in frame.schema.items() if not t.is_numeric() and t != pl.String
+            and not t.is_temporal() and t != pl.Boolean
+        )
+
+    def workload_series(self, namespace: str, kind: str, name: str, bucket_seconds: int = 3600) -> pl.DataFrame:
+        """Evidence over time for one workload: ``bucket, compute_ge`` (mean activity x GE summed over
+        its devices), ``held_ge`` and ``memory_bytes`` (mean, summed over its devices)."""
+        self.require_store()
+        return self.frame(
+            """
+            WITH held AS (
+                SELECT a.ts, a.device_id, d.gpu_equivalents AS ge, s.activity_ratio, s.memory_used_bytes
+                FROM allocations a
+                JOIN devices d USING (device_id)
+                LEFT JOIN device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
+                WHERE a.namespace = ? AND coalesce(a.workload_kind, 'Pod') = ? AND coalesce(a.workload_name, a.pod) = ?
+            ), per_ts AS (
+                SELECT ts, sum(activity_ratio * ge) AS compute_ge, sum(ge) AS held_ge,
+                       sum(memory_used_bytes) AS memory_bytes
+                FROM held GROUP BY ts
+            )
+            SELECT time_bucket(to_seconds(?), ts) AS bucket, avg(compute_ge) AS compute_ge,
+                   avg(held_ge) AS held_ge, avg(memory_bytes) AS memory_bytes
+            FROM per_ts GROUP BY bucket ORDER BY bucket
+            """,
+            [namespace, kind, name, bucket_seconds],
+        )

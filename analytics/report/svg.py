@@ -1,0 +1,267 @@
+"""Small inline-SVG charts built in Python: no JavaScript, no network, so a report works offline.
+
+Every label is escaped here (labels may be tenant names); callers pass plain strings and numbers.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PALETTE = ("#2f6fb0", "#e08a2c", "#9a9a9a", "#3c9d5d", "#c0392b", "#7d5ba6", "#17becf", "#8c564b")
+"""Colours for series without a state colour."""
+
+STATE_COLOURS: dict[str, str] = {
+    "allocated-active": "#2f6fb0",
+    "active": "#2f6fb0",
+    "allocated-idle": "#e08a2c",
+    "idle": "#e08a2c",
+    "allocated-unmeasured": "#7d5ba6",
+    "unmeasured": "#7d5ba6",
+    "shared-unallocated": "#17becf",
+    "unallocated": "#9a9a9a",
+    "unknown": "#d6d6d6",
+}
+"""One colour per capacity or cost state, shared by the report and the Streamlit app."""
+
+
+def colour_for(name: str, index: int) -> str:
+    """The state's colour, else the ``index``-th palette colour."""
+    return STATE_COLOURS.get(name, PALETTE[index % len(PALETTE)])
+
+_FONT = 'font-family="system-ui, sans-serif" font-size="12"'
+
+
+@dataclass(frozen=True)
+class Series:
+    """One named series of values (one value per category or per x position)."""
+
+    name: str
+    values: tuple[float, ...]
+    color: str
+
+
+def _text(x: float, y: float, text: str, *, anchor: str = "start", extra: str = "") -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" {_FONT}{(" " + extra) if extra else ""}>'
+        f"{html.escape(text)}</text>"
+    )
+
+
+def _svg(width: int, height: int, title: str, body: list[str]) -> str:
+    label = html.escape(title, quote=True)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}">'
+        f"<title>{html.escape(title)}</title>" + "".join(body) + "</svg>"
+    )
+
+
+def _legend(series: Sequence[Series], x: float, y: float) -> list[str]:
+    out: list[str] = []
+    for s in series:
+        out.append(f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="12" fill="{s.color}"/>')
+        out.append(_text(x + 16, y, s.name))
+        x += 28 + 7 * len(s.name)
+    return out
+
+
+def format_number(value: float) -> str:
+    """Short human form: 1234.5 -> '1.23k', 0.5 -> '0.5'."""
+    magnitude = abs(value)
+    if magnitude >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if magnitude >= 1e3:
+        return f"{value / 1e3:.3g}k"
+    return f"{value:.3g}"
+
+
+def _truncate(label: str, limit: int = 28) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def stacked_bar_chart(
+    title: str, categories: Sequence[str], series: Sequence[Series], *, unit: str = "", width: int = 720
+) -> str:
+    """Horizontal bars, one per category, each split into the series' values (stacked left to right).
+
+    A single series gives a plain bar chart.
+    """
+    for s in series:
+        if len(s.values) != len(categories):
+            raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(categories)} categories")
+    row_h, top, left, right = 22, 36, 190, 80
+    height = top + row_h * max(len(categories), 1) + 20
+    totals = [sum(max(s.values[i], 0.0) for s in series) for i in range(len(categories))]
+    scale_max = max(totals, default=0.0) or 1.0
+    plot_w = width - left - right
+    body = _legend(series, left, 18) if len(series) > 1 else []
+    if not categories:
+        body.append(_text(left, top + 14, "no data"))
+    for i, category in enumerate(categories):
+        y = top + i * row_h
+        body.append(_text(left - 6, y + 14, _truncate(category), anchor="end"))
+        x = float(left)
+        for s in series:
+            w = max(s.values[i], 0.0) / scale_max * plot_w
+            if w > 0:
+                tip = html.escape(f"{category} · {s.name}: {format_number(s.values[i])} {unit}".strip())
+                body.append(
+                    f'<rect class="bar" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" '
+                    f'fill="{s.color}"><title>{tip}</title></rect>'
+                )
+            x += w
+        body.append(_text(x + 4, y + 14, f"{format_number(totals[i])} {unit}".strip()))
+    return _svg(width, height, title, body)
+
+
+def heat_map(
+    title: str,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    values: Sequence[Sequence[float | None]],
+    *,
+    cell_text: Sequence[Sequence[str]] | None = None,
+    width: int = 720,
+) -> str:
+    """A grid of cells shaded by value in 0..1 (white to red); ``None`` cells are grey.
+
+    ``cell_text`` (rows x columns) replaces the printed value of each cell, e.g. with points.
+    """
+    if len(values) != len(rows) or any(len(r) != len(columns) for r in values):
+        raise ValueError("heat map values must be rows x columns")
+    top, left, cell_h = 70, 190, 22
+    cell_w = (width - left - 10) / max(len(columns), 1)
+    height = top + cell_h * max(len(rows), 1) + 10
+    body: list[str] = []
+    for j, column in enumerate(columns):
+        cx = left + j * cell_w + cell_w / 2
+        body.append(_text(cx, top - 8, _truncate(column, 18), anchor="start", extra=f'transform="rotate(-30 {cx:.1f} {top - 8})"'))
+    if not rows:
+        body.append(_text(left, top + 14, "no data"))
+    for i, row in enumerate(rows):
+        y = top + i * cell_h
+        body.append(_text(left - 6, y + 15, _truncate(row), anchor="end"))
+        for j, value in enumerate(values[i]):
+            x = left + j * cell_w
+            if value is None or math.isnan(value):
+                fill, shown = "#eeeeee", "n/a"
+            else:
+                v = min(max(value, 0.0), 1.0)
+                fill, shown = _heat_colour(v), f"{value:.2f}"
+            if cell_text is not None:
+                shown = cell_text[i][j]
+            tip = html.escape(f"{row} · {columns[j]}: {shown}")
+            body.append(
+                f'<rect class="cell" x="{x:.1f}" y="{y}" width="{cell_w - 1:.1f}" height="{cell_h - 1}" '
+                f'fill="{fill}"><title>{tip}</title></rect>'
+            )
+            if cell_w >= 34:
+                body.append(_text(x + cell_w / 2, y + 15, shown, anchor="middle"))
+    return _svg(width, height, title, body)
+
+
+def _heat_colour(v: float) -> str:
+    """White (0) through amber to red (1)."""
+    r = 255
+    g = round(255 - 175 * v)
+    b = round(255 - 225 * min(1.0, v * 1.5))
+    return f"#{r:02x}{g:02x}{max(b, 30):02x}"
+
+
+def stacked_area_chart(
+    title: str, xs: Sequence[float], series: Sequence[Series], *, x_labels: Sequence[str] = (), unit: str = "",
+    width: int = 720, height: int = 260,
+) -> str:
+    """Series stacked over an x axis (e.g. time): the band of each series is filled in its colour.
+
+    ``x_labels`` (optional, same length as ``xs``) label a few ticks along the x axis.
+    """
+    for s in series:
+        if len(s.values) != len(xs):
+            raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(xs)} x positions")
+    left, right, top, bottom = 60, 20, 46, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    body = _legend(series, left, 18)
+    if len(xs) < 2:
+        body.append(_text(left, top + 20, "not enough data"))
+        return _svg(width, height, title, body)
+    x0, x1 = min(xs), max(xs)
+    span = (x1 - x0) or 1.0
+    tops = [sum(max(s.values[i], 0.0) for s in series) for i in range(len(xs))]
+    y_max = max(tops) or 1.0
+
+    def px(i: int) -> float:
+        return left + (xs[i] - x0) / span * plot_w
+
+    def py(v: float) -> float:
+        return top + plot_h - v / y_max * plot_h
+
+    base = [0.0] * len(xs)
+    for s in series:
+        upper = [base[i] + max(s.values[i], 0.0) for i in range(len(xs))]
+        points = [f"{px(i):.1f},{py(upper[i]):.1f}" for i in range(len(xs))]
+        points += [f"{px(i):.1f},{py(base[i]):.1f}" for i in reversed(range(len(xs)))]
+        body.append(
+            f'<polygon class="area" points="{" ".join(points)}" fill="{s.color}" fill-opacity="0.85">'
+            f"<title>{html.escape(s.name)}</title></polygon>"
+        )
+        base = upper
+    body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
+    body.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#444"/>')
+    for frac in (0.0, 0.5, 1.0):
+        body.append(_text(left - 4, py(y_max * frac) + 4, f"{format_number(y_max * frac)}", anchor="end"))
+    if unit:
+        body.append(_text(4, top - 8, unit))
+    if x_labels:
+        if len(x_labels) != len(xs):
+            raise ValueError("x_labels must match xs")
+        ticks = sorted({0, len(xs) // 2, len(xs) - 1})
+        for i in ticks:
+            anchor = "start" if i == 0 else ("end" if i == len(xs) - 1 else "middle")
+            body.append(_text(px(i), top + plot_h + 18, x_labels[i], anchor=anchor))
+    return _svg(width, height, title, body)
+
+
+def line_chart(
+    title: str, xs: Sequence[float], series: Sequence[Series], *, x_labels: Sequence[str] = (), unit: str = "",
+    width: int = 720, height: int = 220, y_max: float | None = None,
+) -> str:
+    """Unstacked lines over an x axis (evidence such as activity or memory over time)."""
+    for s in series:
+        if len(s.values) != len(xs):
+            raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(xs)} x positions")
+    left, right, top, bottom = 60, 20, 46, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    body = _legend(series, left, 18)
+    finite = [v for s in series for v in s.values if not math.isnan(v)]
+    if len(xs) < 2 or not finite:
+        body.append(_text(left, top + 20, "not enough data"))
+        return _svg(width, height, title, body)
+    x0, x1 = min(xs), max(xs)
+    span = (x1 - x0) or 1.0
+    top_value = y_max if y_max is not None else (max(finite) or 1.0)
+    for s in series:
+        points = [
+            f"{left + (x - x0) / span * plot_w:.1f},{top + plot_h - min(v, top_value) / top_value * plot_h:.1f}"
+            for x, v in zip(xs, s.values, strict=True)
+            if not math.isnan(v)
+        ]
+        body.append(
+            f'<polyline class="line" points="{" ".join(points)}" fill="none" stroke="{s.color}" '
+            f'stroke-width="1.5"><title>{html.escape(s.name)}</title></polyline>'
+        )
+    body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
+    body.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#444"/>')
+    for frac in (0.0, 0.5, 1.0):
+        body.append(_text(left - 4, top + plot_h - frac * plot_h + 4, format_number(top_value * frac), anchor="end"))
+    if unit:
+        body.append(_text(4, top - 8, unit))
+    if x_labels:
+        if len(x_labels) != len(xs):
+            raise ValueError("x_labels must match xs")
+        body.append(_text(left, top + plot_h + 18, x_labels[0]))
+        body.append(_text(left + plot_w, top + plot_h + 18, x_labels[-1], anchor="end"))
+    return _svg(width, height, title, body)

@@ -1,0 +1,324 @@
+"""``write_report``: the self-contained HTML report plus its CSV and Parquet files, from a store.
+
+The report reads the store read-only. Each section stands alone: a section whose analysis has not
+run yet shows which command to run, the others still render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from analytics.report import html_parts as h
+from analytics.report import svg
+from analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.errors import UserError
+
+INDEX = "index.html"
+FOCUS_CSV = "focus_chargeback.csv"
+FOCUS_PARQUET = "focus_chargeback.parquet"
+TENANTS_CSV = "tenants.csv"
+ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
+MAX_ROWS = 25
+"""Longest list shown in a chart or table; the CSV files hold every row."""
+
+
+@dataclass
+class _Build:
+    """What the sections produce while the report is assembled."""
+
+    reader: StoreReader
+    out_dir: Path
+    files: list[tuple[str, str]] = field(default_factory=list)
+    """(file name, description) of every data file written."""
+
+
+def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None) -> Path:
+    """Write ``index.html`` (charts inline, no network needed), the FOCUS chargeback as CSV and Parquet,
+    and a per-tenant CSV into ``out_dir``; return the path of ``index.html``.
+
+    Raises ``UserError`` when the store cannot be read or ``out_dir`` cannot be written.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    reader = StoreReader.open(db_path)
+    try:
+        reader.require_store()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create {out}: {exc.strerror or exc}") from exc
+        build = _Build(reader, out)
+        sections = [(anchor, title, _guarded_section(anchor, title, fn, build)) for anchor, title, fn in _SECTIONS]
+        sections.append(("files", "Data files", _files_section(build)))
+        overview = reader.overview().row(0, named=True)
+        generated = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+        meta = (
+            f"Store {Path(db_path).name} · {overview['nodes']} nodes, {overview['gpus']} GPUs, "
+            f"{overview['devices']} devices · samples {h.fmt_time(overview['first_sample'])} to "
+            f"{h.fmt_time(overview['last_sample'])} · generated {generated}"
+        )
+        document = h.page(
+            "gpulens report: GPU capacity, idle cost, isolation risk",
+            meta,
+            [(anchor, title) for anchor, title, _ in sections],
+            "".join(body for _, _, body in sections),
+        )
+        index = out / INDEX
+        _write_text(index, document)
+        return index
+    finally:
+        reader.close()
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _guarded(fn: Callable[[_Build], str], build: _Build) -> str:
+    """Render one section body; a missing analysis becomes a notice naming the command to run."""
+    try:
+        return fn(build)
+    except AnalysisMissing as exc:
+        return h.notice(f"{exc}.")
+
+
+# -- sections -------------------------------------------------------------------------------------------
+
+
+def _summary(b: _Build) -> str:
+    run = b.reader.latest_run().row(0, named=True)
+    split = {r["state"]: r for r in b.reader.cost_split().iter_rows(named=True)}
+    total = sum(r["billed_usd"] for r in split.values())
+    idle = split.get("idle", {}).get("billed_usd", 0.0)
+    unallocated = sum(split.get(s, {}).get("billed_usd", 0.0) for s in ("unallocated", "shared-unallocated"))
+    idle_ge_h = split.get("idle", {}).get("ge_hours", 0.0)
+    cards = h.cards([
+        ("total GPU cost", h.fmt_usd(total)),
+        ("allocated but idle", h.fmt_usd(idle)),
+        ("unallocated", h.fmt_usd(unallocated)),
+        ("idle GPU-hours", h.fmt_number(idle_ge_h, 1)),
+        ("idle + unallocated share", h.fmt_percent((idle + unallocated) / total if total else None)),
+    ])
+    window = f"Analysis window {h.fmt_time(run['window_start'])} to {h.fmt_time(run['window_end'])} (run {run['run_id']})."
+    return h.section("summary", "Summary", cards, intro=window)
+
+
+def _capacity(b: _Build) -> str:
+    frame = b.reader.capacity_states()
+    states = [c for c in frame.columns if c != "bucket" and frame[c].sum() > 0]
+    xs = [t.timestamp() for t in frame["bucket"].to_list()]
+    labels = [t.strftime("%m-%d %H:%M") for t in frame["bucket"].to_list()]
+    series = [svg.Series(s, tuple(frame[s].to_list()), svg.colour_for(s, i)) for i, s in enumerate(states)]
+    chart = svg.stacked_area_chart(
+        "Fleet capacity by state (GPU-equivalents)", xs, series, x_labels=labels, unit="GPU-equivalents"
+    )
+    intro = (
+        "Average GPU-equivalents (1 per GPU, g/7 per MIG slice) in each state per time bucket. "
+        "Idle = allocated with activity below the threshold; unmeasured = allocated, no activity reading."
+    )
+    return h.section("capacity", "Capacity over time", chart, intro=intro)
+
+
+def _idle_by_tenant(b: _Build) -> str:
+    usage = b.reader.tenant_usage().head(MAX_ROWS)
+    names = usage["tenant"].to_list()
+    series = [
+        svg.Series("idle", tuple(usage["idle_ge_hours"].to_list()), svg.colour_for("idle", 0)),
+        svg.Series("unmeasured", tuple(usage["unmeasured_ge_hours"].to_list()), svg.colour_for("unmeasured", 1)),
+        svg.Series("active", tuple(usage["active_ge_hours"].to_list()), svg.colour_for("active", 2)),
+    ]
+    chart = svg.stacked_bar_chart("GPU-hours held per tenant, idle first", names, series, unit="GE-h")
+    table = h.table(usage, [
+        h.Col("tenant", "tenant", h.text, numeric=False),
+        h.Col("idle_ge_hours", "idle GE-h"),
+        h.Col("active_ge_hours", "active GE-h"),
+        h.Col("unmeasured_ge_hours", "unmeasured GE-h"),
+        h.Col("idle_share", "idle share", h.fmt_percent),
+        h.Col("idle_cost_usd", "idle cost", h.fmt_usd),
+        h.Col("held_cost_usd", "held cost", h.fmt_usd),
+    ])
+    intro = "GPU-equivalent hours each tenant held, split by what it did with them, most idle first."
+    return h.section("idle", "Idle capacity by tenant", chart + table, intro=intro)
+
+
+def _cost_split(b: _Build) -> str:
+    split = b.reader.cost_split()
+    by_account = b.reader.chargeback_by_account()
+    states = split["state"].to_list()
+    totals = svg.stacked_bar_chart(
+        "Fleet cost by state (USD)", ["fleet"],
+        [svg.Series(s, (v,), svg.colour_for(s, i)) for i, (s, v) in enumerate(zip(states, split["billed_usd"], strict=True))],
+        unit="USD",
+    )
+    pivot = (
+        by_account.pivot(on="state", index="account", values="billed_usd", aggregate_function="sum")
+        .fill_null(0.0)
+    )
+    present = [s for s in states if s in pivot.columns]
+    pivot = pivot.with_columns(pl.sum_horizontal(present).alias("total")).sort("total", descending=True).head(MAX_ROWS)
+    per_account = svg.stacked_bar_chart(
+        "Cost per account and state (USD)", pivot["account"].to_list(),
+        [svg.Series(s, tuple(pivot[s].to_list()), svg.colour_for(s, i)) for i, s in enumerate(present)],
+        unit="USD",
+    )
+    table = h.table(pivot, [h.Col("account", "account", h.text, numeric=False),
+                            *[h.Col(s, s, h.fmt_usd) for s in present], h.Col("total", "total", h.fmt_usd)])
+    intro = (
+        "Chargeback (FOCUS BilledCost) over the window: what tenants used actively, what they held idle, "
+        "and capacity nobody held (its own account, __unallocated__)."
+    )
+    return h.section("cost", "Cost split: active, idle, unallocated", totals + per_account + table, intro=intro)
+
+
+def _risk(b: _Build) -> str:
+    parts = []
+    for scope, title in (("tenant", "tenants"), ("device", "GPUs")):
+        terms = b.reader.isolation_terms(scope)
+        scores = b.reader.isolation_scores(scope).head(MAX_ROWS)
+        subjects = scores["subject"].to_list()
+        names = sorted(set(terms["term"].to_list()) - {"cap"})
+        points = {(r["subject"], r["term"]): r["points"] for r in terms.iter_rows(named=True)}
+        top = max([abs(p) for p in points.values()], default=0.0) or 1.0
+        values = [[points.get((s, t), 0.0) / top for t in names] for s in subjects]
+        text = [[h.fmt_number(points.get((s, t), 0.0), 0) for t in names] for s in subjects]
+        parts.append(svg.heat_map(f"Isolation-risk points by term, {title}", subjects, names, values, cell_text=text))
+        parts.append(h.table(terms.filter(pl.col("subject").is_in(subjects)), [
+            h.Col("subject", "tenant" if scope == "tenant" else "node/GPU", h.text, numeric=False),
+            h.Col("score", "score", lambda v: h.fmt_number(v, 0)),
+            h.Col("term", "term", h.text, numeric=False),
+            h.Col("points", "points", lambda v: h.fmt_number(v, 0)),
+            h.Col("reason", "reason", h.text, numeric=False),
+        ], limit=MAX_ROWS * 3))
+    intro = "Score 0..100 is the sum of the points of its terms; each term says why it counts."
+    return h.section("risk", "Isolation risk", "".join(parts), intro=intro)
+
+
+_RECOMMENDATION_COLUMNS = (
+    "kind", "tenant", "namespace", "workload_kind", "workload_name", "object_kind", "object_name", "resource",
+    "action", "current_profile", "recommended_profile", "current", "recommended", "next_value",
+    "confidence", "savings_usd", "monthly_savings_usd", "reasons", "reason",
+)
+
+
+def _recommendations(b: _Build) -> str:
+    recs = b.reader.recommendations()
+    shown = [c for c in _RECOMMENDATION_COLUMNS if c in recs.columns] or recs.columns[:10]
+    numeric = {c for c in shown if recs.schema[c].is_numeric()}
+    parts = []
+    saving = next((c for c in ("monthly_savings_usd", "savings_usd") if c in recs.columns), None)
+    label_cols = [c for c in ("tenant", "workload_name", "object_name", "namespace") if c in recs.columns][:2]
+    if saving and label_cols:
+        top = recs.filter(pl.col(saving) > 0).sort(saving, descending=True).head(MAX_ROWS)
+        labels = [" / ".join(str(r[c]) for c in label_cols if r[c] is not None) for r in top.iter_rows(named=True)]
+        parts.append(svg.stacked_bar_chart(
+            "Savings by recommendation (USD)", labels,
+            [svg.Series("savings", tuple(top[saving].to_list()), svg.PALETTE[3])], unit="USD",
+        ))
+    parts.append(h.table(recs, [h.Col(c, c.replace("_", " "), h.fmt_number if c in numeric else h.text,
+                                      numeric=c in numeric) for c in shown], limit=MAX_ROWS * 2))
+    return h.section("recommendations", "Recommendations", "".join(parts),
+                     intro="What to change (MIG profiles, quotas), with the evidence and confidence behind it.")
+
+
+def _health(b: _Build) -> str:
+    health = b.reader.health()
+    drain = health.filter(pl.col("drain_candidate"))
+    parts = [h.cards([("drain candidates", str(drain.filter(pl.col("scope") == "gpu").height)),
+                      ("GPUs warned", str(health.filter((pl.col("state") == "warn") & (pl.col("scope") == "gpu")).height)),
+                      ("GPUs ok", str(health.filter((pl.col("state") == "ok") & (pl.col("scope") == "gpu")).height))])]
+    columns = [
+        h.Col("scope", "scope", h.text, numeric=False), h.Col("node", "node", h.text, numeric=False),
+        h.Col("gpu_uuid", "GPU", h.text, numeric=False), h.Col("state", "state", h.text, numeric=False),
+        h.Col("last_evidence_ts", "last evidence", h.fmt_time, numeric=False),
+        h.Col("evidence", "evidence", h.text, numeric=False),
+    ]
+    parts.append("<h3>Drain list</h3>")
+    parts.append(h.table(drain, columns) if drain.height else "<p>No GPU needs draining.</p>")
+    warn = health.filter(pl.col("state") == "warn")
+    if warn.height:
+        parts.append("<h3>Warnings</h3>" + h.table(warn, columns, limit=MAX_ROWS))
+    try:
+        frag = b.reader.fragmentation_by_node().head(MAX_ROWS)
+    except AnalysisMissing as exc:
+        parts.append(h.notice(f"{exc}."))
+    else:
+        parts.append("<h3>Stranded capacity (fragmentation)</h3>" + h.table(frag, [
+            h.Col("node", "node", h.text, numeric=False), h.Col("gpu_model", "model", h.text, numeric=False),
+            h.Col("stranded_ge_hours", "stranded GE-h"), h.Col("avg_free_ge", "avg free GE"),
+            h.Col("last_reason", "why", h.text, numeric=False),
+        ]))
+    return h.section("health", "Health and drain list", "".join(parts))
+
+
+_SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
+    ("summary", "Summary", _summary),
+    ("capacity", "Capacity over time", _capacity),
+    ("idle", "Idle by tenant", _idle_by_tenant),
+    ("cost", "Cost split", _cost_split),
+    ("risk", "Isolation risk", _risk),
+    ("recommendations", "Recommendations", _recommendations),
+    ("health", "Health", _health),
+)
+
+
+def _guarded_section(anchor: str, title: str, fn: Callable[[_Build], str], b: _Build) -> str:
+    body = _guarded(fn, b)
+    return body if body.startswith("<section") else h.section(anchor, title, body)
+
+
+# -- data files -----------------------------------------------------------------------------------------
+
+
+def _files_section(b: _Build) -> str:
+    notes = []
+    try:
+        _write_focus(b)
+    except AnalysisMissing as exc:
+        notes.append(h.notice(f"No FOCUS chargeback files: {exc}."))
+    try:
+        _write_tenants(b)
+    except AnalysisMissing as exc:
+        notes.append(h.notice(f"No per-tenant CSV: {exc}."))
+    items = "".join(f'<li><a href="{h.esc(name)}">{h.esc(name)}</a>: {h.esc(what)}</li>' for name, what in b.files)
+    return h.section("files", "Data files", f'<ul class="files">{items}</ul>' + "".join(notes),
+                     intro="Next to this page, for spreadsheets and FinOps tools.")
+
+
+def _write_focus(b: _Build) -> None:
+    focus = b.reader.focus_chargeback()
+    csv_frame = focus.with_columns(
+        pl.col(c).dt.strftime(ISO_UTC) for c, t in focus.schema.items() if t.is_temporal()
+    )
+    csv_frame.write_csv(b.out_dir / FOCUS_CSV)
+    focus.write_parquet(b.out_dir / FOCUS_PARQUET)
+    b.files.append((FOCUS_CSV, f"FOCUS 1.2 cost and usage rows ({focus.height} rows; x_ columns are gpulens extensions)"))
+    b.files.append((FOCUS_PARQUET, "the same rows as Parquet"))
+
+
+def _write_tenants(b: _Build) -> None:
+    usage = b.reader.tenant_usage()
+    billed = (
+        b.reader.chargeback_by_account().filter(pl.col("tenant").is_not_null())
+        .pivot(on="state", index="tenant", values="billed_usd", aggregate_function="sum")
+        .fill_null(0.0)
+    )
+    billed = billed.rename({c: f"billed_{c.replace('-', '_')}_usd" for c in billed.columns if c != "tenant"})
+    billed = billed.with_columns(pl.sum_horizontal([c for c in billed.columns if c != "tenant"]).alias("billed_total_usd"))
+    frame = usage.join(billed, on="tenant", how="full", coalesce=True)
+    try:
+        risk = b.reader.isolation_scores("tenant").rename({"subject": "tenant", "score": "isolation_risk_score"})
+        frame = frame.join(risk.select("tenant", "isolation_risk_score"), on="tenant", how="left")
+    except AnalysisMissing:
+        pass
+    frame.sort("tenant").with_columns(pl.col(pl.Float64).round(6)).write_csv(b.out_dir / TENANTS_CSV)
+    b.files.append((TENANTS_CSV, f"one row per tenant: GE-hours by state, cost by state, risk score ({frame.height} rows)"))
+

@@ -1,0 +1,34 @@
+"""How the app is started and how it finds its store: `--db PATH` after `--`, or ``GPULENS_DB``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+APP_PATH = Path(__file__).with_name("app.py")
+DB_ENV = "GPULENS_DB"
+
+
+def streamlit_command(db: Path, *, port: int, host: str) -> list[str]:
+    """The argv that serves the app on ``db`` (a list: no shell ever sees the path)."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP_PATH),
+        "--server.port", str(port),
+        "--server.address", host,
+        "--server.headless", "true",
+        "--browser.gatherUsageStats", "false",
+        "--",
+        "--db", str(db.resolve()),
+    ]
+
+
+def db_path_from(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """The store path given as ``--db PATH`` / ``--db=PATH`` in ``argv``, else ``$GPULENS_DB``, else None."""
+    for i, arg in enumerate(argv):
+        if arg == "--db" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--db="):
+            return arg.removeprefix("--db=")
+    return environ.get(DB_ENV) or None
