@@ -40,13 +40,26 @@ for _module in COMMAND_MODULES:
 
 
 def run() -> None:
-    """Entry point that turns ``UserError`` into a one-line message and a non-zero exit."""
+    """Entry point that turns ``UserError`` and bad flags into a one-line message and a non-zero exit."""
     try:
-        app(standalone_mode=True)
+        result = app(standalone_mode=False)
     except UserError as exc:
         print(f"gpulens: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-
+    except typer.Abort:
+        print("gpulens: aborted", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as exc:  # usage errors of typer's bundled click: one line, no usage box
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())
+            sys.exit(0)
+        format_message = getattr(exc, "format_message", None)
+        message = " ".join(str(format_message() if format_message else exc).split())
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        print(f"gpulens: error: {message}{hint}", file=sys.stderr)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
+    sys.exit(result if isinstance(result, int) else 0)
 
 if __name__ == "__main__":
     run()
