@@ -1,0 +1,64 @@
+"""Per-process attribution on shared GPUs: which pod a GPU process belongs to, from its cgroup.
+
+NVML reports host PIDs; ``/proc/<pid>/cgroup`` of such a PID names the pod's cgroup
+(``.../kubepods/burstable/pod<uid>/<container>`` with cgroupfs, ``kubepods-burstable-pod<uid_with_underscores>.slice``
+with systemd). This only works when the exporter sees the host's PIDs (``hostPID: true``): off by default,
+see docs/real-nodes.md for the trade-off. The ``/proc`` root is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from exporter.model import GpuProcess
+
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})", re.IGNORECASE
+)
+
+
+def pod_uid_from_cgroup(text: str) -> str | None:
+    """The pod UID named in the content of a ``/proc/<pid>/cgroup`` file, or ``None``."""
+    for line in text.splitlines():
+        match = _POD_UID.search(line)
+        if match:
+            return match.group(1).replace("_", "-").lower()
+    return None
+
+
+class PidPodResolver:
+    """PID -> pod UID through ``<proc_root>/<pid>/cgroup``, cached per PID (PIDs of dead processes dropped)."""
+
+    def __init__(self, proc_root: Path = Path("/proc"), max_entries: int = 4096) -> None:
+        self._root = proc_root
+        self._cache: dict[int, str | None] = {}
+        self._max = max_entries
+
+    def pod_uid(self, pid: int) -> str | None:
+        if pid in self._cache:
+            return self._cache[pid]
+        try:
+            text = (self._root / str(pid) / "cgroup").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None  # not visible (no hostPID) or already gone: do not cache
+        uid = pod_uid_from_cgroup(text)
+        if len(self._cache) >= self._max:
+            self._cache.clear()
+        self._cache[pid] = uid
+        return uid
+
+
+def memory_share_by_pod(processes: Iterable[GpuProcess], device_uuid: str) -> dict[str, float]:
+    """Pod UID -> share 0..1 of the memory the attributed processes hold on one device.
+
+    Used to split a time-sliced or MPS GPU between the pods sharing it; processes with no pod UID or no
+    memory reading are left out (the shares then cover what is known).
+    """
+    per_pod: dict[str, int] = {}
+    for p in processes:
+        if p.device_uuid == device_uuid and p.pod_uid and p.used_memory_bytes:
+            per_pod[p.pod_uid] = per_pod.get(p.pod_uid, 0) + p.used_memory_bytes
+    total = sum(per_pod.values())
+    return {uid: used / total for uid, used in per_pod.items()} if total else {}
