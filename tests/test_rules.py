@@ -1,0 +1,155 @@
+"""The Prometheus rules in deploy/prometheus/: valid, unit-tested with the real promtool, shipped as a PrometheusRule."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dashboards.grafana.promql import metric_names
+from tests.support.prometheus import promtool
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES_DIR = ROOT / "deploy" / "prometheus"
+RULES_FILE = RULES_DIR / "gpulens-rules.yaml"
+RULE_TESTS = sorted((RULES_DIR / "tests").glob("*.yaml"))
+PROMETHEUS_RULE = ROOT / "deploy" / "base" / "prometheusrule.yaml"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+ALERTS_DOC = ROOT / "docs" / "alerts.md"
+
+# Metrics that come from elsewhere than the gpulens exporter.
+KUEUE_METRICS = frozenset(
+    {"kueue_pending_workloads", "kueue_cluster_queue_resource_usage", "kueue_cluster_queue_nominal_quota"}
+)
+PROMETHEUS_METRICS = frozenset({"up"})
+RECORD_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*:gpulens_[a-z0-9_]+:[a-z0-9_]+$")
+
+
+def documented_metrics() -> set[str]:
+    """Metric names in the table of docs/metrics.md (the exporter contract)."""
+    rows = re.findall(r"^\|\s*`(gpulens_[a-z0-9_]+)`\s*\|", METRICS_DOC.read_text(encoding="utf-8"), re.MULTILINE)
+    assert rows, "docs/metrics.md has no metric table"
+    return set(rows)
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))["groups"]
+    return groups
+
+
+def all_rules() -> list[dict[str, Any]]:
+    return [rule for group in rule_groups() for rule in group["rules"]]
+
+
+def alerts() -> list[dict[str, Any]]:
+    return [rule for rule in all_rules() if "alert" in rule]
+
+
+def recorded_names() -> set[str]:
+    return {rule["record"] for rule in all_rules() if "record" in rule}
+
+
+def rule_test_cases() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = []
+    for path in RULE_TESTS:
+        cases.extend(yaml.safe_load(path.read_text(encoding="utf-8"))["tests"])
+    return cases
+
+
+def test_promtool_check_rules_finds_the_rules_file_clean() -> None:
+    code, output = promtool("check", "rules", str(RULES_FILE))
+    assert code == 0, output
+    assert f"SUCCESS: {len(all_rules())} rules found" in output
+
+
+def test_every_promtool_unit_test_passes() -> None:
+    assert RULE_TESTS, "no promtool unit tests in deploy/prometheus/tests/"
+    code, output = promtool("test", "rules", *(str(path) for path in RULE_TESTS))
+    assert code == 0, output
+    assert "FAILED" not in output
+
+
+def test_the_unit_tests_catch_a_rule_that_stops_matching_a_drain_class_xid(tmp_path: Path) -> None:
+    """Mutation check: dropping XID 79 from the drain list must make the alert tests fail."""
+    broken = RULES_FILE.read_text(encoding="utf-8").replace("74|79|95", "74|95")
+    assert broken != RULES_FILE.read_text(encoding="utf-8")
+    (tmp_path / "gpulens-rules.yaml").write_text(broken, encoding="utf-8")
+    (tmp_path / "tests").mkdir()
+    alert_tests = RULES_DIR / "tests" / "alerts_test.yaml"
+    (tmp_path / "tests" / alert_tests.name).write_text(alert_tests.read_text(encoding="utf-8"), encoding="utf-8")
+    code, output = promtool("test", "rules", str(tmp_path / "tests" / alert_tests.name))
+    assert code != 0
+    assert "GpuDrainClassXid" in output
+
+
+def test_every_alert_has_a_unit_test_where_it_fires_and_one_where_it_stays_silent() -> None:
+    fires: set[str] = set()
+    silent: set[str] = set()
+    for case in rule_test_cases():
+        for check in case.get("alert_rule_test", []):
+            (fires if check.get("exp_alerts") else silent).add(check["alertname"])
+    names = {alert["alert"] for alert in alerts()}
+    assert names - fires == set(), "alerts without a firing case"
+    assert names - silent == set(), "alerts without a silent case"
+
+
+def test_every_recording_rule_is_checked_by_a_unit_test() -> None:
+    tested: set[str] = set()
+    for case in rule_test_cases():
+        for check in case.get("promql_expr_test", []):
+            tested |= metric_names(check["expr"])
+    assert recorded_names() - tested == set()
+
+
+def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook_section() -> None:
+    runbook = ALERTS_DOC.read_text(encoding="utf-8")
+    for alert in alerts():
+        name = alert["alert"]
+        assert alert["labels"]["severity"] in {"critical", "warning", "info"}, name
+        assert alert["annotations"]["summary"].strip(), name
+        assert alert["annotations"]["description"].strip(), name
+        assert alert["annotations"]["runbook_url"].endswith(f"docs/alerts.md#{name.lower()}"), name
+        assert re.search(rf"^## {name}$", runbook, re.MULTILINE), f"docs/alerts.md has no section for {name}"
+
+
+def test_recording_rules_are_named_level_metric_operations() -> None:
+    bad = [name for name in recorded_names() if not RECORD_NAME.match(name)]
+    assert bad == []
+
+
+def test_rules_read_only_documented_metrics_their_own_records_kueue_and_up() -> None:
+    allowed = documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS
+    unknown = {
+        (rule.get("record") or rule["alert"], name)
+        for rule in all_rules()
+        for name in metric_names(rule["expr"])
+        if name not in allowed
+    }
+    assert unknown == set()
+
+
+def test_the_prometheusrule_carries_exactly_the_groups_of_the_rules_file() -> None:
+    shipped = yaml.safe_load(PROMETHEUS_RULE.read_text(encoding="utf-8"))
+    assert shipped["kind"] == "PrometheusRule"
+    assert shipped["spec"]["groups"] == rule_groups()
+    result = subprocess.run(
+        [sys.executable, str(RULES_DIR / "render_prometheusrule.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_drain_class_xids_are_the_reset_or_drain_codes_and_never_application_codes() -> None:
+    """The XID list follows NVIDIA's catalog (reset/drain/replace); application XIDs are left out."""
+    expr = next(alert["expr"] for alert in alerts() if alert["alert"] == "GpuDrainClassXid")
+    match = re.search(r'xid=~"([0-9|]+)"', expr)
+    assert match is not None
+    codes = set(match.group(1).split("|"))
+    assert {"48", "62", "64", "74", "79", "95", "119", "120", "140"} <= codes
+    assert codes.isdisjoint({"13", "31", "43", "45", "68"})
