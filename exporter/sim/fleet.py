@@ -1,0 +1,227 @@
+"""The simulated fleet: node snapshots, device/allocation sources, cluster state and history at any time.
+
+Everything is a pure function of (scenario, seed, t): no state is carried between calls, so any
+timestamp can be evaluated, in any order. ``history(t0, t1, step)`` evaluates the same model as
+``node_snapshot`` over a vector of times, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from exporter.model import (
+    Allocation,
+    DeviceReadings,
+    Gpu,
+    GpuProcess,
+    HealthReadings,
+    MigInstance,
+    NodeSnapshot,
+    SharingMode,
+)
+from exporter.sim.cluster import ClusterState, build_cluster_state
+from exporter.sim.evaluate import NodeArrays, evaluate
+from exporter.sim.faults import THERMAL_REASONS
+from exporter.sim.noise import stable_key, stable_uuid
+from exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
+from exporter.sim.scenario import Scenario
+from gpulens.errors import UserError
+
+
+def _opt(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def pod_identity(seed: int, pod: PodPlan, slot: int) -> tuple[str, str]:
+    """(name, uid) of a pod; batch pods get a new name and uid in every slot."""
+    if slot < 0:
+        return pod.base_name, stable_uuid(seed, "uid", pod.key)
+    start_min = int(slot * pod.workload.slot_seconds // 60)
+    job = f"{pod.workload.name}-{start_min}"
+    return f"{job}-{stable_uuid(seed, 'slotpod', pod.key, slot)[:5]}", stable_uuid(seed, "uid", pod.key, slot)
+
+
+def process_pid(pod_key: int, slot: int, holding: int) -> int:
+    """A deterministic PID for a holding's process."""
+    return 1000 + stable_key(0, "pid", pod_key, slot, holding) % 4_000_000
+
+
+class SimulatedFleet:
+    """A fleet described by a scenario, evaluated at any virtual time."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        try:
+            self.plan: FleetPlan = build_plan(scenario)
+        except ValueError as exc:
+            raise UserError(f"scenario {scenario.name!r}: {exc}") from None
+
+    def node_names(self) -> list[str]:
+        """Node names in scenario order; the first is the scenario's default node."""
+        return list(self.plan.nodes)
+
+    def node_plan(self, node: str) -> NodePlan:
+        try:
+            return self.plan.nodes[node]
+        except KeyError:
+            known = ", ".join(self.plan.nodes)
+            raise UserError(f"unknown node {node!r} in scenario {self.scenario.name!r} (known: {known})") from None
+
+    def arrays(self, node: str, times: np.ndarray | list[float]) -> NodeArrays:
+        """Raw readings of ``node`` over many times (what ``history`` is built from)."""
+        return evaluate(self.scenario, self.node_plan(node), times)
+
+    def node_snapshot(self, node: str, t: float) -> NodeSnapshot:
+        """The node at time ``t``: GPUs with MIG instances and health, allocations, processes."""
+        plan = self.node_plan(node)
+        a = evaluate(self.scenario, plan, [t])
+        gpus = self._gpus(plan, a)
+        return NodeSnapshot(
+            node=node, timestamp=float(t), gpus=gpus, allocations=self._allocations(plan, a),
+            processes=self._processes(plan, a),
+        )
+
+    def source(self, node: str) -> SimulatedSource:
+        """A DeviceSource and AllocationSource for one node."""
+        self.node_plan(node)
+        return SimulatedSource(self, node)
+
+    def cluster_state(self, t: float) -> ClusterState:
+        """Tenants, namespaces, Kueue queues, pods and pending demand at time ``t``."""
+        return build_cluster_state(self, t)
+
+    def history(self, start: float, end: float, step: float | None = None, nodes: list[str] | None = None):  # type: ignore[no-untyped-def]
+        """Samples in [start, end) every ``step`` seconds, as polars frames shaped like the store's tables."""
+        from exporter.sim.history import build_history
+
+        return build_history(self, start, end, step or self.scenario.step, nodes)
+
+    # -- snapshot pieces -------------------------------------------------------------------------
+    def _gpus(self, plan: NodePlan, a: NodeArrays) -> tuple[Gpu, ...]:
+        out = []
+        for g in plan.gpus:
+            up = bool(a.gpu_up[g.index, 0])
+            instances = []
+            if g.sharing is SharingMode.MIG:
+                for di in g.devices:
+                    d = plan.devices[di]
+                    instances.append(
+                        MigInstance(
+                            uuid=d.uuid, parent_uuid=g.uuid, gpu_instance_id=d.gpu_instance_id or 0,
+                            compute_instance_id=d.compute_instance_id or 0, profile=d.profile, slices=d.slices or 0,
+                            memory_total_bytes=d.memory_total_bytes,
+                            memory_used_bytes=int(a.dev_memory[di, 0]) if up else None,
+                            activity_ratio=_opt(a.dev_activity[di, 0]),
+                            compute_instance_slices=d.compute_instance_slices,
+                        )
+                    )
+                activity = _opt(a.gpu_activity[g.index, 0])
+            else:
+                activity = _opt(a.dev_activity[g.devices[0], 0])
+            out.append(
+                Gpu(
+                    uuid=g.uuid, index=g.index, model=g.model.name, memory_total_bytes=g.model.memory_bytes,
+                    sharing_mode=g.sharing, up=up, memory_used_bytes=int(a.gpu_memory[g.index, 0]) if up else None,
+                    activity_ratio=activity, mig_instances=tuple(instances), replicas=g.replicas,
+                    health=self._health(plan, a, g.index, up), nvlink_domain=plan.name,
+                    driver_version=self.scenario.driver_version,
+                )
+            )
+        return tuple(out)
+
+    def _health(self, plan: NodePlan, a: NodeArrays, gi: int, up: bool) -> HealthReadings:
+        xid_counts = {code: int(c[gi, 0]) for code, c in a.xid_counts.items() if gi in a.xid_gpus[code]}
+        xid_last = {code: float(v[gi, 0]) for code, v in a.xid_last.items() if not math.isnan(v[gi, 0])}
+        if not up:
+            return HealthReadings(xid_counts=xid_counts, xid_last_seen=xid_last)
+        mig = plan.pool.sharing is SharingMode.MIG
+        return HealthReadings(
+            temperature_celsius=float(a.temperature[gi, 0]),
+            power_watts=float(a.power[gi, 0]),
+            energy_joules=float(a.energy[gi, 0]),
+            sm_clock_hz=float(a.sm_clock[gi, 0]),
+            memory_clock_hz=float(a.memory_clock[gi, 0]),
+            throttle_reasons=frozenset(THERMAL_REASONS) if a.throttled[gi, 0] else frozenset(),
+            ecc_corrected_total=int(a.ecc_corrected[gi, 0]),
+            ecc_uncorrected_total=int(a.ecc_uncorrected[gi, 0]),
+            retired_pages_total=int(a.retired_pages[gi, 0]) if a.retired_pages is not None else None,
+            remapped_rows_failure=None if mig else False,
+            pcie_replay_total=0,
+            nvlink_crc_errors_total=None if mig else 0,
+            thermal_violation_seconds_total=float(a.thermal_seconds[gi, 0]),
+            xid_counts=xid_counts,
+            xid_last_seen=xid_last,
+        )
+
+    def _allocations(self, plan: NodePlan, a: NodeArrays) -> tuple[Allocation, ...]:
+        out = []
+        seed = self.scenario.seed
+        for pod in plan.pods:
+            if not a.pod_present[pod.index, 0]:
+                continue
+            name, uid = pod_identity(seed, pod, int(a.pod_slot[pod.index, 0]))
+            for hi in pod.holdings:
+                h = plan.holdings[hi]
+                d = plan.devices[h.device]
+                out.append(
+                    Allocation(
+                        device_uuid=d.uuid, namespace=pod.namespace, pod=name, container=pod.container,
+                        tenant=pod.tenant, sharing_mode=plan.pool.sharing, gpu_equivalents=h.gpu_equivalents,
+                        replica=h.replica, pod_uid=uid, workload_kind=pod.workload.workload_kind,
+                        workload_name=pod.workload.name, queue=pod.queue,
+                    )
+                )
+        return tuple(out)
+
+    def _processes(self, plan: NodePlan, a: NodeArrays) -> tuple[GpuProcess, ...]:
+        out = []
+        seed = self.scenario.seed
+        mig = plan.pool.sharing is SharingMode.MIG
+        for pod in plan.pods:
+            if not a.pod_present[pod.index, 0]:
+                continue
+            slot = int(a.pod_slot[pod.index, 0])
+            _, uid = pod_identity(seed, pod, slot)
+            for hi in pod.holdings:
+                h = plan.holdings[hi]
+                d = plan.devices[h.device]
+                if not a.gpu_up[d.gpu_index, 0]:
+                    continue
+                out.append(
+                    GpuProcess(
+                        pid=process_pid(pod.key, slot, hi), device_uuid=d.uuid,
+                        used_memory_bytes=int(a.hold_memory[hi, 0]),
+                        sm_utilization_ratio=None if mig else float(a.hold_activity[hi, 0]),
+                        pod_uid=uid,
+                    )
+                )
+        return tuple(out)
+
+
+class SimulatedSource:
+    """One simulated node as both a DeviceSource and an AllocationSource. ``reads`` counts device reads."""
+
+    def __init__(self, fleet: SimulatedFleet, node: str) -> None:
+        self.fleet = fleet
+        self.node = node
+        self.reads = 0
+        self.allocation_reads = 0
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def read_devices(self, now: float) -> DeviceReadings:
+        with self._lock:
+            self.reads += 1
+        snap = self.fleet.node_snapshot(self.node, now)
+        return DeviceReadings(node=self.node, timestamp=now, gpus=snap.gpus, processes=snap.processes)
+
+    def read_allocations(self, now: float) -> tuple[Allocation, ...]:
+        with self._lock:
+            self.allocation_reads += 1
+        return self.fleet.node_snapshot(self.node, now).allocations
+
+    def close(self) -> None:
+        self.closed = True

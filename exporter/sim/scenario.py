@@ -1,0 +1,425 @@
+"""The scenario of a simulated fleet: node pools, tenants, quotas, workloads and faults, read from YAML.
+
+``load_scenario(None)`` returns the documented built-in default (``default_scenario.yaml`` next to this
+module). Every problem (bad YAML, unknown field, invalid MIG layout, unknown GPU model, dangling
+reference) becomes one ``UserError`` line that names the file and the field. The format is documented
+in ``docs/simulator.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from exporter.mig_catalog import GpuModel, layout_problems, model_by_name
+from exporter.model import WHOLE_GPU_PROFILE, SharingMode
+from gpulens.errors import UserError
+
+DEFAULT_SCENARIO_PATH = Path(__file__).with_name("default_scenario.yaml")
+SCENARIOS_DIR = Path(__file__).with_name("scenarios")
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string such as ``90s``, ``30m``, ``6h``, ``2d`` or ``1d12h``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            return float(text)
+        parts = _DURATION_PART.findall(text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    raise ValueError(f"not a duration: {value!r} (use seconds or e.g. 90s, 30m, 6h, 2d, 1d12h)")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Archetype(StrEnum):
+    """Workload behaviours the simulator knows."""
+
+    TRAINING = "training"
+    INFERENCE = "inference"
+    NOTEBOOK = "notebook"
+    BATCH = "batch"
+
+
+DEFAULT_KIND = {
+    Archetype.TRAINING: "JobSet",
+    Archetype.INFERENCE: "Deployment",
+    Archetype.NOTEBOOK: "StatefulSet",
+    Archetype.BATCH: "CronJob",
+}
+
+
+class GpuInstanceSpec(_Strict):
+    """One GPU instance of a MIG layout, optionally split into compute instances (slice counts)."""
+
+    profile: str
+    compute_instances: list[Annotated[int, Field(ge=1, le=7)]] | None = None
+
+
+def _gi_entry(value: Any) -> Any:
+    return {"profile": value} if isinstance(value, str) else value
+
+
+GpuInstanceEntry = Annotated[GpuInstanceSpec, BeforeValidator(_gi_entry)]
+
+
+class PoolSpec(_Strict):
+    """A node pool: identical nodes with one GPU model and one sharing mode."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    gpu_model: str
+    nodes: int = Field(1, ge=1, le=1000)
+    gpus_per_node: int = Field(8, ge=1, le=8)
+    sharing: SharingMode = SharingMode.EXCLUSIVE
+    replicas: int = Field(1, ge=1, le=48)
+    """Advertised replicas per device under time-slicing or MPS (also allowed on MIG devices)."""
+    mig_layouts: list[list[GpuInstanceEntry]] = []
+    """MIG layouts, used by the GPUs of each node in turn (GPU i gets layout i mod len)."""
+    flavor: str | None = None
+    """Kueue ResourceFlavor of the pool (default: the pool name)."""
+    dedicated_tenant: str | None = None
+    labels: dict[str, str] = {}
+
+    @property
+    def model(self) -> GpuModel:
+        return model_by_name(self.gpu_model)
+
+    @property
+    def flavor_name(self) -> str:
+        return self.flavor or self.name
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(self.nodes)]
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolSpec:
+        try:
+            model = self.model
+        except ValueError as exc:
+            raise ValueError(f"gpu_model: {exc}") from None
+        if self.sharing is SharingMode.MIG:
+            if not self.mig_layouts:
+                raise ValueError("mig_layouts: a pool in MIG mode needs at least one layout")
+            for i, layout in enumerate(self.mig_layouts):
+                problems = layout_problems(model, [gi.profile for gi in layout])
+                for gi in layout:
+                    if gi.compute_instances is not None and not problems:
+                        g = model.profile(gi.profile).compute_slices
+                        if sum(gi.compute_instances) > g:
+                            problems.append(
+                                f"compute instances {gi.compute_instances} of {gi.profile} use more than {g} slices"
+                            )
+                if problems:
+                    names = ", ".join(gi.profile for gi in layout)
+                    raise ValueError(
+                        f"mig_layouts.{i}: invalid {model.short_name} MIG layout [{names}]: {'; '.join(problems)}"
+                    )
+        elif self.mig_layouts:
+            raise ValueError(f"mig_layouts: only a pool with sharing 'mig' has MIG layouts (this one is {self.sharing})")
+        if self.sharing in (SharingMode.TIME_SLICING, SharingMode.MPS) and self.replicas < 2:
+            raise ValueError(f"replicas: sharing '{self.sharing}' needs replicas >= 2")
+        if self.sharing is SharingMode.EXCLUSIVE and self.replicas != 1:
+            raise ValueError("replicas: an exclusive pool has replicas 1")
+        return self
+
+    def shapes(self) -> set[str]:
+        """Device shapes this pool offers: ``gpu``, a GI profile, or ``<c>c.<profile>`` for a split GI."""
+        if self.sharing is not SharingMode.MIG:
+            return {WHOLE_GPU_PROFILE}
+        out: set[str] = set()
+        for layout in self.mig_layouts:
+            for gi in layout:
+                out.update(device_shapes(gi))
+        return out
+
+
+def device_shapes(gi: GpuInstanceSpec) -> list[str]:
+    """Shapes of the devices one GPU instance yields (one per compute instance)."""
+    if gi.compute_instances is None:
+        return [gi.profile]
+    return [f"{c}c.{gi.profile}" for c in gi.compute_instances]
+
+
+def shape_resource(shape: str) -> str:
+    """Extended resource a pod requests for a device shape (mixed MIG strategy)."""
+    return "nvidia.com/gpu" if shape == WHOLE_GPU_PROFILE else f"nvidia.com/mig-{shape}"
+
+
+class NamespaceSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    labels: dict[str, str] = {}
+    network_policies: int = Field(0, ge=0)
+    virtual_cluster: str | None = None
+
+
+class QuotaSpec(_Strict):
+    """One (flavor, resource) line of the tenant's Kueue ClusterQueue."""
+
+    flavor: str
+    resource: str = "nvidia.com/gpu"
+    nominal: float = Field(ge=0)
+    borrowing_limit: float | None = Field(None, ge=0)
+    lending_limit: float | None = Field(None, ge=0)
+
+
+class PendingSpec(_Strict):
+    """Demand that waits for capacity: ``workloads`` workloads each asking ``quantity`` devices of a shape."""
+
+    shape: str = WHOLE_GPU_PROFILE
+    gpu_model: str
+    flavor: str
+    quantity: float = Field(gt=0)
+    workloads: int = Field(1, ge=1)
+    namespace: str | None = None
+
+
+class TenantSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    cost_center: str | None = None
+    namespaces: list[NamespaceSpec] = Field(min_length=1)
+    cluster_queue: str | None = None
+    """Kueue ClusterQueue (default: the tenant name)."""
+    cohort: str | None = None
+    local_queues: dict[str, str] = {}
+    """LocalQueue name -> namespace (default: one queue named after each namespace... see docs)."""
+    quotas: list[QuotaSpec] = []
+    pending: list[PendingSpec] = []
+
+    @property
+    def queue_name(self) -> str:
+        return self.cluster_queue or self.name
+
+    def local_queue_map(self) -> dict[str, str]:
+        """LocalQueue -> namespace; by default one LocalQueue ``<namespace>-queue`` per namespace."""
+        return self.local_queues or {f"{ns.name}-queue": ns.name for ns in self.namespaces}
+
+
+class WorkloadSpec(_Strict):
+    """A group of identical pods of one tenant, placed on one pool."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    tenant: str
+    archetype: Archetype
+    pool: str
+    namespace: str | None = None
+    kind: str | None = None
+    pods: int = Field(1, ge=1, le=10000)
+    devices_per_pod: int = Field(1, ge=1, le=8)
+    shape: str = WHOLE_GPU_PROFILE
+    queue: str | None = None
+    """LocalQueue the pods were admitted through (default: the tenant's queue for the namespace)."""
+    kueue: bool = True
+    """False: the pods bypass Kueue (no queue label)."""
+    activity: float | None = Field(None, ge=0, le=1)
+    """Mean activity when busy (default by archetype)."""
+    memory_fraction: float | None = Field(None, gt=0, le=1)
+    slot_seconds: Duration = 1800.0
+    """Batch only: pods live for one slot of this length, then go away."""
+    duty: float = Field(0.6, ge=0, le=1)
+    """Batch only: probability that a pod runs in a slot."""
+    labels: dict[str, str] = {}
+
+    @property
+    def workload_kind(self) -> str:
+        return self.kind or DEFAULT_KIND[self.archetype]
+
+
+class FaultKind(StrEnum):
+    XID79 = "xid79"
+    XID48 = "xid48"
+    XID13 = "xid13"
+    THERMAL = "thermal"
+
+
+class FaultSpec(_Strict):
+    """A fault on one GPU at ``epoch + at`` (and every ``every`` after, when given)."""
+
+    kind: FaultKind
+    node: str
+    gpu: int = Field(ge=0)
+    at: Duration
+    every: Duration | None = None
+    duration: Duration = 1800.0
+    """XID 79: how long the GPU stays off the bus; thermal: length of the throttling window."""
+    count: int = Field(1, ge=1)
+    """XID 48: double-bit ECC errors added per event."""
+    device: int | None = Field(None, ge=0)
+    """XID 13 on a MIG GPU: index of the MIG device (in layout order) the application ran on."""
+
+    @model_validator(mode="after")
+    def _check(self) -> FaultSpec:
+        if self.every is not None and self.every <= self.duration:
+            raise ValueError(f"every ({self.every:g} s) must be longer than duration ({self.duration:g} s)")
+        return self
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return value
+
+
+class Scenario(_Strict):
+    """A whole simulated fleet. Everything it yields is a pure function of (scenario, seed, t)."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    epoch: Annotated[datetime, BeforeValidator(_utc)] = datetime(2026, 1, 1, tzinfo=UTC)
+    """When the fleet booted: counters (energy, ECC, XID) start here."""
+    step: Duration = 60.0
+    """Default sample step of ``history``."""
+    inventory_step: Duration = 300.0
+    """Step of the inventory frames (quotas, pending demand, namespaces, pods) in ``history``."""
+    driver_version: str = "590.48.01"
+    pools: list[PoolSpec] = Field(min_length=1)
+    tenants: list[TenantSpec] = Field(min_length=1)
+    workloads: list[WorkloadSpec] = []
+    faults: list[FaultSpec] = []
+
+    @property
+    def epoch_seconds(self) -> float:
+        return self.epoch.timestamp()
+
+    def pool(self, name: str) -> PoolSpec:
+        return next(p for p in self.pools if p.name == name)
+
+    def tenant(self, name: str) -> TenantSpec:
+        return next(t for t in self.tenants if t.name == name)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Scenario:
+        problems = reference_problems(self)
+        if problems:
+            raise ValueError(problems[0])
+        return self
+
+
+def _duplicates(names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+
+
+def reference_problems(s: Scenario) -> list[str]:
+    """Cross-field problems: duplicate names and references to pools, tenants, namespaces, nodes."""
+    problems: list[str] = []
+    for what, names in (
+        ("pool", [p.name for p in s.pools]),
+        ("tenant", [t.name for t in s.tenants]),
+        ("namespace", [ns.name for t in s.tenants for ns in t.namespaces]),
+        ("workload", [w.name for w in s.workloads]),
+        ("node", [n for p in s.pools for n in p.node_names()]),
+    ):
+        for dup in _duplicates(names):
+            problems.append(f"{what} name {dup!r} is used twice")
+    pools = {p.name: p for p in s.pools}
+    tenants = {t.name: t for t in s.tenants}
+    for i, p in enumerate(s.pools):
+        if p.dedicated_tenant is not None and p.dedicated_tenant not in tenants:
+            problems.append(f"pools.{i}.dedicated_tenant: unknown tenant {p.dedicated_tenant!r}")
+    for i, t in enumerate(s.tenants):
+        own = {ns.name for ns in t.namespaces}
+        for lq, ns_name in t.local_queue_map().items():
+            if ns_name not in own:
+                problems.append(f"tenants.{i}.local_queues.{lq}: namespace {ns_name!r} is not one of the tenant's")
+        for j, pend in enumerate(t.pending):
+            try:
+                model = model_by_name(pend.gpu_model)
+                if pend.shape != WHOLE_GPU_PROFILE:
+                    model.profile(pend.shape.split(".", 1)[1] if pend.shape.count(".") == 2 else pend.shape)
+            except ValueError as exc:
+                problems.append(f"tenants.{i}.pending.{j}: {exc}")
+            if pend.namespace is not None and pend.namespace not in own:
+                problems.append(f"tenants.{i}.pending.{j}.namespace: {pend.namespace!r} is not one of the tenant's")
+    for i, w in enumerate(s.workloads):
+        where = f"workloads.{i} ({w.name})"
+        tenant = tenants.get(w.tenant)
+        pool = pools.get(w.pool)
+        if tenant is None:
+            problems.append(f"{where}.tenant: unknown tenant {w.tenant!r} (known: {', '.join(tenants)})")
+            continue
+        if pool is None:
+            problems.append(f"{where}.pool: unknown pool {w.pool!r} (known: {', '.join(pools)})")
+            continue
+        if w.namespace is not None and w.namespace not in {ns.name for ns in tenant.namespaces}:
+            problems.append(f"{where}.namespace: {w.namespace!r} is not a namespace of tenant {w.tenant!r}")
+        if w.queue is not None and w.queue not in tenant.local_queue_map():
+            problems.append(f"{where}.queue: {w.queue!r} is not a LocalQueue of tenant {w.tenant!r}")
+        if pool.dedicated_tenant is not None and pool.dedicated_tenant != w.tenant:
+            problems.append(f"{where}.pool: pool {pool.name!r} is dedicated to tenant {pool.dedicated_tenant!r}")
+        if w.shape not in pool.shapes():
+            problems.append(
+                f"{where}.shape: pool {pool.name!r} offers no {w.shape!r} devices (it has: {', '.join(sorted(pool.shapes()))})"
+            )
+    nodes = {n: p for p in s.pools for n in p.node_names()}
+    for i, f in enumerate(s.faults):
+        pool = nodes.get(f.node)
+        if pool is None:
+            problems.append(f"faults.{i}.node: unknown node {f.node!r}")
+        elif f.gpu >= pool.gpus_per_node:
+            problems.append(f"faults.{i}.gpu: node {f.node!r} has GPUs 0..{pool.gpus_per_node - 1}")
+    return problems
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts)
+
+
+def parse_scenario(text: str, *, origin: str) -> Scenario:
+    """Parse scenario YAML; ``origin`` names the file in error messages."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        raise UserError(f"{origin}:{where} not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{origin}: {_format_validation_error(exc)}".replace("\n", " ")) from None
+    from exporter.sim.plan import build_plan  # placement problems are scenario problems too
+
+    try:
+        build_plan(scenario)
+    except ValueError as exc:
+        raise UserError(f"{origin}: {exc}") from None
+    return scenario
+
+
+def load_scenario(path: Path | None = None) -> Scenario:
+    """Load a scenario file, or the built-in default when ``path`` is None. Problems raise ``UserError``."""
+    path = DEFAULT_SCENARIO_PATH if path is None else Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read scenario {path}: {exc.strerror or exc}") from None
+    return parse_scenario(text, origin=str(path))
