@@ -199,12 +199,18 @@ def build_server(
     backend: str,
     registry: CollectorRegistry | None = None,
     clock: Callable[[], float] = time.time,
+    prerender: bool = True,
 ) -> ExporterHTTPServer:
-    """An HTTP server for ``cycle`` per ``settings`` (not started). The cache pre-renders after each cycle."""
+    """An HTTP server for ``cycle`` per ``settings`` (not started).
+
+    ``registry`` may hold extra collectors; with ``prerender`` the exposition is rendered right after each
+    cycle (on the cycle's thread) instead of by the first scrape.
+    """
     registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(cycle.state, backend=backend, version=__version__))
     cache = ExpositionCache(registry, cycle.state)
-    cycle.add_listener(cache.warm)
+    if prerender:
+        cycle.add_listener(cache.warm)
     users = load_basic_auth(settings.basic_auth_file) if settings.basic_auth_file is not None else None
     context = None
     if settings.tls_cert_file is not None and settings.tls_key_file is not None:
