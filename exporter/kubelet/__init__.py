@@ -1,0 +1,1 @@
+"""kubelet PodResources client and device-id parsing."""

@@ -1,0 +1,1 @@
+"""NVML device source: query funnel, GPM sampler, XID event thread."""

@@ -1,0 +1,1 @@
+"""OpenTelemetry metrics and traces export (OTLP)."""

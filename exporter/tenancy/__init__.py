@@ -1,0 +1,1 @@
+"""Tenant resolution from the Kubernetes API and the kubelet-backed allocation source."""

@@ -1,0 +1,139 @@
+"""The kubelet-backed allocation source: PodResources x device directory x tenants -> Allocation.
+
+Joins, on the collection cycle: which container holds which device id (kubelet ``List``, device plugin
+and DRA), what the id is on this node (GPU / MIG UUID, via the NVML device directory and ResourceSlices),
+how many replicas a shared GPU advertises (``GetAllocatableResources``), and who the pod belongs to
+(tenant, Kueue queue, owning workload). The kubelet failing raises ``KubeletUnavailableError`` (the
+cycle counts it under ``kubelet``); tenant lookups failing only degrade the tenant to the namespace
+name and are counted under ``tenants`` through ``take_errors()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from opentelemetry import trace
+
+from exporter.kubelet.client import (
+    KubeletUnavailableError,
+    PodResourcesClient,
+    parse_list_response,
+    replicas_per_device,
+)
+from exporter.kubelet.device_ids import MIG_RESOURCE_PREFIX, DeviceDirectory, parse_device_id
+from exporter.kubelet.dra import ResourceSliceDirectory
+from exporter.mig_catalog import COMPUTE_SLICES, profile_slices
+from exporter.model import Allocation, SharingMode
+from exporter.tenancy.resolver import PodInfo, TenantResolver
+
+tracer = trace.get_tracer(__name__)
+
+
+class KubeletAllocationSource:
+    """An :class:`exporter.model.AllocationSource` on the kubelet PodResources API."""
+
+    def __init__(
+        self,
+        client: PodResourcesClient,
+        *,
+        directory: Callable[[], DeviceDirectory] = DeviceDirectory,
+        tenants: TenantResolver | None = None,
+        slices: ResourceSliceDirectory | None = None,
+    ) -> None:
+        self.client = client
+        self._directory = directory
+        self._tenants = tenants
+        self._slices = slices
+        self._errors: dict[str, int] = {}
+
+    def read_allocations(self, now: float) -> tuple[Allocation, ...]:
+        with tracer.start_as_current_span("gpulens.kubelet_list") as span:
+            view = parse_list_response(self.client.list())
+            span.set_attribute("gpulens.device_grants", len(view.devices))
+            span.set_attribute("gpulens.claim_grants", len(view.claims))
+            try:
+                replicas = replicas_per_device(self.client.allocatable())
+            except KubeletUnavailableError:
+                replicas = {}
+        directory = self._directory()
+        pods = {(g.namespace, g.pod) for g in view.devices} | {(c.namespace, c.pod) for c in view.claims}
+        with tracer.start_as_current_span("gpulens.resolve_tenants") as span:
+            span.set_attribute("gpulens.pods", len(pods))
+            infos = {key: self._pod_info(*key) for key in sorted(pods)}
+        allocations: list[Allocation] = []
+        for grant in view.devices:
+            ref = parse_device_id(grant.device_id)
+            uuid = directory.resolve(ref) or grant.device_id
+            base_id = grant.device_id.partition("::")[0]
+            advertised = replicas.get(base_id, 0) if ref.replica is not None else 1
+            if ref.replica is not None and advertised == 0:  # allocatable unknown: count what is held
+                advertised = sum(1 for g in view.devices if g.device_id.partition("::")[0] == base_id)
+            share = _device_share(uuid, grant.resource_name, directory)
+            mode = (SharingMode.MIG if uuid.startswith("MIG-") or grant.resource_name.startswith(MIG_RESOURCE_PREFIX)
+                    else SharingMode.TIME_SLICING if ref.replica is not None else SharingMode.EXCLUSIVE)
+            allocations.append(_allocation(infos[(grant.namespace, grant.pod)], grant.container, uuid,
+                                           mode, share / max(advertised, 1), ref.replica))
+        for claim in view.claims:
+            claimed = self._slices.uuid(claim.driver, claim.pool, claim.device) if self._slices else None
+            if claimed is None:
+                self._count("dra")
+                continue
+            mode = SharingMode.MIG if claimed.startswith("MIG-") else SharingMode.EXCLUSIVE
+            allocations.append(_allocation(infos[(claim.namespace, claim.pod)], claim.container, claimed, mode,
+                                           _device_share(claimed, "", directory), None))
+        if self._tenants is not None and (n := self._tenants.take_errors()):
+            self._count("tenants", n)
+        if self._slices is not None and self._slices.errors:
+            self._count("dra", self._slices.errors)
+            self._slices.errors = 0
+        return tuple(allocations)
+
+    def take_errors(self) -> dict[str, int]:
+        """Errors counted since the previous call, by source (``tenants``, ``dra``)."""
+        errors, self._errors = self._errors, {}
+        return errors
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _pod_info(self, namespace: str, pod: str) -> PodInfo:
+        if self._tenants is None:
+            return PodInfo(namespace, pod, None, namespace, "namespace")
+        try:
+            return self._tenants.resolve(namespace, pod)
+        except Exception:  # a bug or odd object must not drop the allocation
+            self._count("tenants")
+            return PodInfo(namespace, pod, None, namespace, "namespace")
+
+    def _count(self, source: str, n: int = 1) -> None:
+        self._errors[source] = self._errors.get(source, 0) + n
+
+
+def _device_share(uuid: str, resource_name: str, directory: DeviceDirectory) -> float:
+    info = directory.by_uuid.get(uuid)
+    if info is not None:
+        return info.gpu_equivalents
+    if resource_name.startswith(MIG_RESOURCE_PREFIX):
+        try:
+            return profile_slices(resource_name.removeprefix(MIG_RESOURCE_PREFIX)) / COMPUTE_SLICES
+        except ValueError:
+            return 1.0
+    return 1.0
+
+
+def _allocation(info: PodInfo, container: str, uuid: str, mode: SharingMode, share: float,
+                replica: int | None) -> Allocation:
+    return Allocation(
+        device_uuid=uuid,
+        namespace=info.namespace,
+        pod=info.name,
+        container=container,
+        tenant=info.tenant,
+        sharing_mode=mode,
+        gpu_equivalents=share,
+        replica=replica,
+        pod_uid=info.uid,
+        workload_kind=info.workload_kind,
+        workload_name=info.workload_name,
+        queue=info.queue,
+    )
