@@ -149,7 +149,8 @@ def scrape_loop(
             summary = scrape_cycle(
                 store, urls, timeout=timeout, schema=schema, interval=interval, clock=clock, client=client
             )
-            summaries.append(summary)
+            if duration is not None:  # a run without end keeps no history in memory
+                summaries.append(summary)
             report(summary)
             next_at = began + interval
             if duration is not None and next_at - start >= duration:

@@ -1,9 +1,205 @@
-"""`gpulens collect`."""
+"""`gpulens collect` and `gpulens export-parquet`: fill the DuckDB store, export it to Parquet."""
 
 from __future__ import annotations
 
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from gpulens.errors import UserError
+
+COLLECT_HELP = (
+    "Fill the DuckDB store (--db) from exactly one source; every window is written in one transaction, "
+    "the same window twice adds nothing, and an interrupted run resumes where it stopped.\n\n"
+    "--scrape URL [URL...]: scrape exporters' /metrics directly, in parallel, every --interval for "
+    "--duration (or --once). A failing or malformed target is reported (URL and line) and recorded as a "
+    "gap; the others are still ingested.\n\n"
+    "--prometheus URL --start T --end T --step S: pull from a Prometheus-compatible query API "
+    "(Prometheus, Thanos, Mimir) with query_range in chunks, retrying 5xx and timeouts with backoff. "
+    "--start defaults to the source's watermark. --schema picks gpulens's metric names, dcgm-exporter's "
+    "(DCGM_FI_*) or both (auto).\n\n"
+    "--kubernetes: snapshot namespaces, GPU pods, GPU nodes, Kueue queues, ResourceQuotas and "
+    "NetworkPolicies (in-cluster config, else --kubeconfig / ~/.kube/config).\n\n"
+    "--simulate: backfill --days of simulated history at --step (default 60s) in virtual time.\n\n"
+    "Times: Unix seconds, RFC 3339 (2026-11-28T00:00:00Z), now or now-6h. Durations: 15s, 5m, 2h, 14d.\n\n"
+    "Example: gpulens collect --prometheus http://prometheus:9090 --start now-1d --end now --step 60s "
+    "--db gpulens.duckdb"
+)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"invalid --label {pair!r}: use NAME=VALUE")
+        out[key] = value
+    return out
+
+
+def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, once: bool, timeout: str,
+                schema: str) -> None:
+    from collector.scrape import ScrapeSummary, scrape_loop
+    from collector.timeparse import parse_duration
+
+    if not urls:
+        raise UserError("--scrape needs at least one URL")
+    every = parse_duration(interval, what="--interval")
+    limit = 0.0 if once else (parse_duration(duration, what="--duration") if duration else None)
+
+    def report(summary: ScrapeSummary) -> None:
+        for err in summary.errors:
+            _say(f"gpulens: warning: {err}")
+        ok = sum(1 for t in summary.targets if t.error is None)
+        _say(f"scrape {_iso(summary.timestamp)}: {ok}/{len(summary.targets)} targets, "
+             f"{summary.samples} samples, {summary.rows} new rows")
+
+    summaries = scrape_loop(str(db), urls, interval=every, duration=limit,
+                            timeout=parse_duration(timeout, what="--timeout"),
+                            schema=schema,  # type: ignore[arg-type]
+                            report=report)
+    failed = [e for s in summaries for e in s.errors]
+    if once and failed:
+        raise UserError(f"{len(failed)} of {len(urls)} targets failed (others ingested): {failed[0]}")
+
+
+def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
+                    token: Path | None, ca: Path | None, insecure: bool, labels: list[str], timeout: str,
+                    retries: int) -> None:
+    from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+    from collector.store import Store, WindowResult
+    from collector.timeparse import parse_duration, parse_time
+
+    step_s = parse_duration(step, what="--step")
+    end_s = parse_time(end, what="--end")
+    settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries)
+
+    def progress(w: WindowResult) -> None:
+        _say(f"window {_iso(w.start)} .. {_iso(w.end)}: {w.total_rows} new rows, {w.gaps} gaps")
+
+    with Store(str(db)) as store, PrometheusClient(settings) as client:
+        if start is None:
+            mark = store.watermark(f"prometheus:{client.base}")
+            if mark is None:
+                raise UserError("--start is required on the first collection from this Prometheus")
+            start_s = mark
+        else:
+            start_s = parse_time(start, what="--start")
+        start_s = (start_s // step_s) * step_s
+        summary = collect_range(store, client, start=start_s, end=end_s, step=step_s,
+                                schema=schema, labels=_labels(labels),  # type: ignore[arg-type]
+                                progress=progress)
+    _say(f"prometheus: {len(summary.windows)} windows written ({summary.rows} new rows), "
+         f"{summary.skipped} already stored")
+
+
+def _run_kubernetes(db: Path, kubeconfig: Path | None) -> None:
+    from collector.inventory import KubernetesClusterApi, collect_inventory
+    from collector.store import Store
+
+    api = KubernetesClusterApi.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
+    try:
+        with Store(str(db)) as store:
+            result = collect_inventory(store, api)
+    except Exception as exc:  # the API client raises many types; report one line
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"Kubernetes inventory failed: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
+    parts = ", ".join(f"{t} +{n}" for t, n in sorted(result.rows.items()))
+    _say(f"kubernetes inventory at {_iso(result.start)}: {parts or 'no new rows'}")
+
+
+def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: str | None) -> None:
+    import time
+
+    from collector.backfill import ChunkProgress, backfill_simulated
+    from collector.timeparse import parse_duration, parse_time
+
+    if days <= 0:
+        raise UserError("--days must be positive")
+    step_s = parse_duration(step, what="--step")
+    end_s = parse_time(end, what="--end") if end else time.time()
+    end_s = (end_s // step_s) * step_s
+
+    def progress(p: ChunkProgress) -> None:
+        state = "already stored" if p.skipped else f"{p.rows} new rows in {p.seconds:.1f}s"
+        _say(f"sim chunk {p.index}/{p.total} {_iso(p.start)} .. {_iso(p.end)}: {state}")
+
+    summary = backfill_simulated(db, scenario, end_s - days * 86400.0, end_s, step_s, progress)
+    _say(f"simulated backfill: {summary.chunks} chunks ({summary.skipped} already stored), "
+         f"{summary.total_rows} new rows in {summary.seconds:.1f}s")
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `collect` command to `app` (not written yet)."""
+    """Add the `collect` and `export-parquet` commands to `app`."""
+
+    @app.command("collect", help=COLLECT_HELP)
+    def collect(
+        urls: Annotated[list[str] | None, typer.Argument(help="Exporter /metrics URLs (with --scrape).")] = None,
+        db: Annotated[Path, typer.Option(help="DuckDB store file.")] = Path("gpulens.duckdb"),
+        scrape: Annotated[bool, typer.Option("--scrape", help="Scrape the URLs given as arguments.")] = False,
+        interval: Annotated[str, typer.Option(help="--scrape: time between scrapes.")] = "15s",
+        duration: Annotated[str | None, typer.Option(help="--scrape: stop after this long (default: run on).")] = None,
+        once: Annotated[bool, typer.Option("--once", help="--scrape: scrape once and exit.")] = False,
+        timeout: Annotated[str, typer.Option(help="Timeout of one HTTP request.")] = "10s",
+        prometheus: Annotated[str | None, typer.Option(help="Base URL of a Prometheus-compatible query API.")] = None,
+        start: Annotated[str | None, typer.Option(help="--prometheus: first sample time (default: watermark).")] = None,
+        end: Annotated[str | None, typer.Option(help="--prometheus / --simulate: end time (default: now).")] = None,
+        step: Annotated[str, typer.Option(help="--prometheus / --simulate: resolution.")] = "60s",
+        schema: Annotated[str, typer.Option(help="Metric naming: gpulens, dcgm or auto (both).")] = "auto",
+        bearer_token_file: Annotated[Path | None, typer.Option(help="--prometheus: file with a bearer token.")] = None,
+        ca_file: Annotated[Path | None, typer.Option(help="--prometheus: CA bundle to verify TLS.")] = None,
+        insecure_skip_verify: Annotated[bool, typer.Option(
+            "--insecure-skip-verify", help="--prometheus: do not verify the TLS certificate.")] = False,
+        label: Annotated[list[str] | None, typer.Option(
+            help="--prometheus: only series with NAME=VALUE (repeatable; values are escaped).")] = None,
+        retries: Annotated[int, typer.Option(help="--prometheus: retries of a failed request.")] = 4,
+        kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Snapshot the cluster inventory.")] = False,
+        kubeconfig: Annotated[Path | None, typer.Option(help="--kubernetes: kubeconfig file.")] = None,
+        simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
+        scenario: Annotated[Path | None, typer.Option(help="--simulate: scenario YAML (default: built-in).")] = None,
+        days: Annotated[float, typer.Option(help="--simulate: days of history.")] = 14.0,
+    ) -> None:
+        if schema not in ("gpulens", "dcgm", "auto"):
+            raise UserError(f"invalid --schema {schema!r}: use gpulens, dcgm or auto")
+        modes = [name for name, on in (("--scrape", scrape), ("--prometheus", prometheus is not None),
+                                        ("--kubernetes", kubernetes), ("--simulate", simulate)) if on]
+        if len(modes) != 1:
+            raise UserError("choose exactly one source: --scrape URL..., --prometheus URL, --kubernetes or --simulate"
+                            + (f" (got {' '.join(modes)})" if modes else ""))
+        if urls and not scrape:
+            raise UserError(f"unexpected argument {urls[0]!r} (URLs go with --scrape)")
+        if scrape:
+            _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema)
+        elif prometheus is not None:
+            _run_prometheus(prometheus, db, start, end or "now", step, schema, bearer_token_file, ca_file,
+                            insecure_skip_verify, list(label or []), timeout, retries)
+        elif kubernetes:
+            _run_kubernetes(db, kubeconfig)
+        else:
+            _run_simulate(db, scenario, days, step, end)
+
+    @app.command("export-parquet")
+    def export_parquet_cmd(
+        db: Annotated[Path, typer.Option(help="DuckDB store file.")] = Path("gpulens.duckdb"),
+        out: Annotated[Path, typer.Option(help="Output directory (facts partitioned by date=YYYY-MM-DD).")] = Path(
+            "gpulens-parquet"
+        ),
+    ) -> None:
+        """Export the store to Hive-partitioned Parquet (facts by date, one file per dimension)."""
+        from collector.parquet import export_parquet
+
+        summary = export_parquet(str(db), out)
+        total = sum(summary.rows.values())
+        _say(f"exported {total} rows from {len(summary.rows)} tables to {out}")

@@ -1,0 +1,84 @@
+"""Export the store to Hive-partitioned Parquet (facts by ``date=YYYY-MM-DD``) and read it back.
+
+Layout under ``out``: ``<fact table>/date=2026-11-28/data_0.parquet`` for every fact table, and one
+``<dimension table>.parquet`` file per dimension / bookkeeping table. :func:`attach_parquet` creates
+DuckDB views with the store's table names over such a directory, so analytics can run on it unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from collector.schema import ALL_TABLES, FACTS
+from gpulens.errors import UserError
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """Rows written per table."""
+
+    out: Path
+    rows: dict[str, int]
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def export_parquet(db_path: str, out: Path) -> ExportSummary:
+    """Write every table of the store at ``db_path`` under ``out`` (facts partitioned by date)."""
+    if not Path(db_path).is_file():
+        raise UserError(f"store {db_path} does not exist")
+    out.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, int] = {}
+    try:
+        con = duckdb.connect(db_path, read_only=True)
+    except duckdb.Error as exc:
+        raise UserError(f"cannot open store {db_path}: {exc}") from exc
+    try:
+        present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        for table in ALL_TABLES:
+            if table not in present:
+                continue
+            count = con.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - schema names
+            rows[table] = int(count[0]) if count else 0
+            if table in FACTS:
+                target = out / table
+                if rows[table] == 0:
+                    continue
+                con.execute(
+                    f"COPY (SELECT *, CAST(ts AS DATE) AS date FROM {table}) "  # noqa: S608
+                    f"TO '{_sql_path(target)}' (FORMAT parquet, PARTITION_BY (date), OVERWRITE)"
+                )
+            else:
+                con.execute(
+                    f"COPY {table} TO '{_sql_path(out / f'{table}.parquet')}' (FORMAT parquet)"  # noqa: S608
+                )
+    finally:
+        con.close()
+    return ExportSummary(out, rows)
+
+
+def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]:
+    """Create views named like the store's tables over an exported directory; returns their names."""
+    made = []
+    for table in ALL_TABLES:
+        if table in FACTS:
+            part = directory / table
+            if not part.is_dir():
+                continue
+            src = f"read_parquet('{_sql_path(part)}/**/*.parquet', hive_partitioning = true)"
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (date) FROM {src}")  # noqa: S608
+        else:
+            file = directory / f"{table}.parquet"
+            if not file.is_file():
+                continue
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{_sql_path(file)}')")  # noqa: S608
+        made.append(table)
+    return made
+
+
+__all__ = ["ExportSummary", "attach_parquet", "export_parquet"]
