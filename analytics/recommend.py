@@ -1,0 +1,355 @@
+"""Rightsizing and quota recommendations over a store: the API the CLI and the demo call.
+
+``recommend(db_path, settings)`` reads the store, rightsizes every workload, recommends every quota
+entry, proposes MIG conversions, plans the writes per quota object and records everything in the
+``recommendations`` result table (with the window and parameters). ``write_dry_run`` writes the YAML
+that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubeApi`` with guard rails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, ConfigDict, Field
+
+from analytics.quota import (
+    MigConversion,
+    QuotaRecommendation,
+    QuotaSettings,
+    load_quota_evidence,
+    propose_mig_conversions,
+    recommend_quota,
+)
+from analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
+from analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
+from analytics.writers import TARGETS, QuotaTarget
+from analytics.writers.apply import ApplyOutcome, QuotaApplier
+from analytics.writers.crd import RecommendationPolicy
+from analytics.writers.kube_api import KubeApi
+from analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+
+GIB = 1024**3
+
+RESULT_TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS recommendations (
+    run_id VARCHAR NOT NULL,
+    generated_at TIMESTAMP NOT NULL,
+    window_start TIMESTAMP NOT NULL,
+    window_end TIMESTAMP NOT NULL,
+    strategy VARCHAR NOT NULL,
+    parameters JSON NOT NULL,
+    scope VARCHAR NOT NULL,               -- 'workload', 'quota' or 'mig_conversion'
+    tenant VARCHAR,
+    target_kind VARCHAR NOT NULL,         -- workload owner kind, 'ClusterQueue' or 'ResourceQuota'
+    target_namespace VARCHAR NOT NULL,
+    target_name VARCHAR NOT NULL,
+    flavor VARCHAR NOT NULL DEFAULT '',
+    resource VARCHAR NOT NULL DEFAULT '',
+    gpu_model VARCHAR,
+    current_profile VARCHAR,
+    recommended_profile VARCHAR,
+    current_value DOUBLE,                 -- quota units, devices per pod, or whole GPUs to convert
+    recommended_value DOUBLE,
+    next_value DOUBLE,                    -- quota: what the next apply writes (step-limited)
+    lower_bound DOUBLE,
+    upper_bound DOUBLE,
+    action VARCHAR NOT NULL,
+    confidence DOUBLE,
+    confidence_label VARCHAR,
+    history_days DOUBLE,
+    sample_count BIGINT,
+    evidence JSON,
+    reasons VARCHAR[],
+    PRIMARY KEY (run_id, scope, target_kind, target_namespace, target_name, flavor, resource)
+)
+"""
+
+
+_INSERT = "INSERT INTO recommendations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+class RecommendSettings(BaseModel):
+    """Everything a recommendation run depends on (stored with its results)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window_days: float = Field(default=14.0, gt=0, description="Evidence window length (krr default: 14 days).")
+    window_end: datetime | None = Field(default=None, description="End of the window; default: the store's latest sample.")
+    targets: tuple[str, ...] = Field(default=("kueue", "resourcequota"), description="Quota object kinds to write.")
+    kueue_version: str = Field(default="v1beta2", description="ClusterQueue API version: v1beta1 or v1beta2.")
+    borrowing_limit_ratio: float | None = Field(default=None, ge=0, description="Set borrowingLimit = ratio x nominal.")
+    lending_limit_ratio: float | None = Field(default=None, ge=0, le=1, description="Set lendingLimit = ratio x nominal.")
+    record_namespace: str = Field(default="gpulens", description="Namespace of GPUQuotaRecommendation objects.")
+    rightsizing: MigFitSettings = MigFitSettings()
+    quota: QuotaSettings = QuotaSettings()
+    store_results: bool = Field(default=True, description="Write the recommendations result table.")
+
+    def policy(self, auto_apply: bool) -> RecommendationPolicy:
+        return RecommendationPolicy(
+            percentile=self.quota.percentile, headroom=self.quota.headroom, max_step=self.quota.max_step,
+            min_confidence_days=self.quota.low_confidence_days, window_days=self.window_days, auto_apply=auto_apply,
+        )
+
+    def make_targets(self) -> dict[str, QuotaTarget]:
+        """Instantiate the selected targets, keyed by the object kind they write."""
+        options: dict[str, dict[str, Any]] = {
+            "kueue": {
+                "version": self.kueue_version, "borrowing_limit_ratio": self.borrowing_limit_ratio,
+                "lending_limit_ratio": self.lending_limit_ratio,
+            },
+        }
+        out = {}
+        for name in self.targets:
+            if name not in TARGETS:
+                raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(TARGETS))})")
+            target = TARGETS[name](**options.get(name, {}))
+            out[target.object_kind] = target
+        return out
+
+
+@dataclass(frozen=True)
+class RecommendationReport:
+    """The outcome of one recommendation run; ``render()`` explains it in words."""
+
+    run_id: str
+    generated_at: datetime
+    window_start: datetime
+    window_end: datetime
+    settings: RecommendSettings
+    workloads: tuple[WorkloadRecommendation, ...]
+    quotas: tuple[QuotaRecommendation, ...]
+    conversions: tuple[MigConversion, ...]
+    plans: tuple[ObjectPlan, ...]
+    outcomes: tuple[ApplyOutcome, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def window(self) -> tuple[datetime, datetime]:
+        return (self.window_start, self.window_end)
+
+    def recommendation_objects(self, *, auto_apply: bool = False) -> list[dict[str, Any]]:
+        """The GPUQuotaRecommendation objects of this run (dry-run state)."""
+        policy = self.settings.policy(auto_apply)
+        return [p.recommendation_object(policy, self.window, self.generated_at) for p in self.plans]
+
+    def render(self) -> str:
+        return "\n".join(_render(self))
+
+
+def recommend(
+    db_path: str | Path,
+    settings: RecommendSettings | None = None,
+    *,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> RecommendationReport:
+    """Run rightsizing and quota recommendations over the store at ``db_path``."""
+    settings = settings or RecommendSettings()
+    path = Path(db_path)
+    if not path.exists():
+        raise FileNotFoundError(f"no store at {path}")
+    targets = settings.make_targets()
+    with duckdb.connect(str(path), read_only=not settings.store_results) as con:
+        end = settings.window_end or _latest_time(con)
+        generated_at = clock().astimezone(UTC).replace(tzinfo=None)
+        if end is None:
+            return RecommendationReport("empty", generated_at, generated_at, generated_at, settings, (), (), (), (),
+                                        notes=("the store holds no samples yet",))
+        end = end.astimezone(UTC).replace(tzinfo=None) if end.tzinfo else end
+        start = end - timedelta(days=settings.window_days)
+        rs = settings.rightsizing
+        usages = load_workload_usage(con, start, end, compute_percentile=rs.compute_percentile,
+                                     memory_percentile=rs.memory_percentile)
+        step = sample_step_seconds(con, start, end)
+        strategy = MigFitStrategy(rs)
+        workloads = tuple(strategy.run(u, step) for u in usages)
+        quotas = tuple(recommend_quota(e, settings.quota) for e in load_quota_evidence(con, start, end, settings.quota))
+        conversions = tuple(propose_mig_conversions(workloads, quotas))
+        run_id = _run_id(start, end, settings)
+        plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
+                                  run_id=run_id))
+        report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
+                                      plans)
+        if settings.store_results:
+            store_results(con, report, strategy.name)
+    return report
+
+
+def _latest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
+    row = con.execute(
+        "SELECT greatest((SELECT max(ts) FROM device_samples), (SELECT max(ts) FROM quota_snapshots))"
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _run_id(start: datetime, end: datetime, settings: RecommendSettings) -> str:
+    blob = json.dumps([start.isoformat(), end.isoformat(), settings.model_dump(mode="json")], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, strategy: str) -> int:
+    """Replace this run's rows in the ``recommendations`` table; returns the row count."""
+    con.execute(RESULT_TABLE_DDL)
+    params = report.settings.model_dump_json()
+    head = [report.run_id, report.generated_at, report.window_start, report.window_end, strategy, params]
+    rows: list[list[Any]] = []
+    for w in report.workloads:
+        u = w.usage
+        evidence = {
+            "compute_p95_ge": u.compute_p95_ge, "memory_p99_bytes": u.memory_p99_bytes,
+            "memory_peak_bytes": u.memory_peak_bytes, "compute_need_ge": w.compute_need_ge,
+            "memory_need_bytes": w.memory_need_bytes, "replicas": u.max_replicas,
+        }
+        rows.append(head + [
+            "workload", u.tenant, u.kind, u.namespace, u.name, "", "", u.gpu_model, u.current_profile,
+            w.recommended_profile, u.devices_per_pod, w.recommended_devices_per_pod, None, None, None, w.action,
+            w.confidence.value, w.confidence.label, w.confidence.history_days, w.confidence.samples,
+            json.dumps(evidence), list(w.reasons),
+        ])
+    for q in report.quotas:
+        e = q.evidence
+        evidence = {
+            "usage_now": e.usage_now, "pending_now": e.pending_now, "pending_max": e.pending_max,
+            "pending_buckets": e.pending_buckets, "demand_p_lower": e.demand_lower, "demand_p_target": e.demand_target,
+            "demand_p_upper": e.demand_upper, "demand_max": e.demand_max, "uncapped_target": q.uncapped_target,
+        }
+        rows.append(head + [
+            "quota", e.tenant, q.key.object_kind, q.key.namespace, q.key.name, q.key.flavor, q.key.resource, None,
+            None, None, q.current, q.recommended, q.next_value, q.lower_bound, q.upper_bound, q.action,
+            q.confidence.value, q.confidence.label, q.confidence.history_days, q.confidence.samples,
+            json.dumps(evidence), list(q.reasons),
+        ])
+    for c in report.conversions:
+        kind, ns, name = c.queue.object_id if c.queue else ("Tenant", "", c.tenant)
+        rows.append(head + [
+            "mig_conversion", c.tenant, kind, ns, name, c.queue.flavor if c.queue else "", c.to_resource,
+            c.gpu_model, "gpu", c.profile, c.whole_gpus, c.mig_instances, None, None, None, "propose_mig",
+            None, None, None, None, json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
+            list(c.reasons),
+        ])
+    con.execute("BEGIN")
+    try:
+        con.execute("DELETE FROM recommendations WHERE run_id = ?", [report.run_id])
+        if rows:
+            con.executemany(_INSERT, rows)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return len(rows)
+
+
+def _file_name(plan: ObjectPlan) -> str:
+    return re.sub(r"[^a-z0-9.-]+", "-", plan.recommendation_name) + ".yaml"
+
+
+def write_dry_run(report: RecommendationReport, out_dir: str | Path) -> list[Path]:
+    """Write the apply body of every object with applicable changes, plus the recommendation objects."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for plan in report.plans:
+        if plan.applicable and not plan.opted_out:
+            path = out / _file_name(plan)
+            path.write_text(dump_yaml(plan.body(report.generated_at)), encoding="utf-8")
+            written.append(path)
+    if report.plans:
+        path = out / "gpuquotarecommendations.yaml"
+        path.write_text(yaml_documents(report.recommendation_objects()), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def yaml_documents(objects: Sequence[Mapping[str, Any]]) -> str:
+    return "---\n".join(dump_yaml(dict(o)) for o in objects)
+
+
+def apply_recommendations(
+    report: RecommendationReport,
+    api: KubeApi,
+    *,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sleep: Callable[[float], None] | None = None,
+    record: bool = True,
+) -> RecommendationReport:
+    """Apply every plan with the guard rails of ``QuotaApplier``; record GPUQuotaRecommendation objects."""
+    kwargs: dict[str, Any] = {"clock": clock}
+    if sleep is not None:
+        kwargs["sleep"] = sleep
+    applier = QuotaApplier(api, **kwargs)
+    policy = report.settings.policy(auto_apply=True)
+    outcomes, notes = [], list(report.notes)
+    for plan in report.plans:
+        outcome = applier.apply(plan)
+        outcomes.append(outcome)
+        if record:
+            problem = applier.record(plan, outcome, policy, report.window)
+            if problem:
+                notes.append(f"recording {plan.recommendation_name}: {problem}")
+    return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes))
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.1f} GiB"
+
+
+def _render(r: RecommendationReport) -> list[str]:
+    s = r.settings
+    lines = [
+        f"gpulens recommendations (run {r.run_id})",
+        f"evidence window {r.window_start:%Y-%m-%d %H:%M} .. {r.window_end:%Y-%m-%d %H:%M} UTC "
+        f"({s.window_days:g} days); generated {r.generated_at:%Y-%m-%d %H:%M} UTC",
+        f"policy: workloads {MigFitStrategy.name} (compute P{s.rightsizing.compute_percentile * 100:g}, memory "
+        f"P{s.rightsizing.memory_percentile * 100:g} and peak, +{s.rightsizing.headroom:.0%}); quotas "
+        f"P{s.quota.percentile * 100:g} of in-use + pending, +{s.quota.headroom:.0%}, step <= {s.quota.max_step:.0%}, "
+        f"apply needs confidence >= {s.quota.low_confidence_days:g} days",
+    ]
+    lines += [f"note: {n}" for n in r.notes]
+    lines += ["", f"Workloads ({len(r.workloads)})"]
+    for w in r.workloads:
+        u = w.usage
+        now = f"{u.current_profile} x{u.devices_per_pod}"
+        to = "?" if w.recommended_profile is None else f"{w.recommended_profile} x{w.recommended_devices_per_pod}"
+        lines.append(f"  {u.key} [{u.tenant}] {u.gpu_model}: {now} -> {to}  {w.action.upper()}")
+        lines += [f"      - {reason}" for reason in w.reasons]
+    lines += ["", f"Quotas ({len(r.quotas)} entries)"]
+    for q in r.quotas:
+        bounds = "" if q.lower_bound is None else f", bounds {q.lower_bound}..{q.upper_bound}"
+        lines.append(
+            f"  {q.key} [{q.evidence.tenant}]: {q.current} -> {q.next_value} "
+            f"(recommended {q.recommended}{bounds})  {q.action.upper()}"
+        )
+        lines += [f"      - {reason}" for reason in q.reasons]
+    if r.conversions:
+        lines += ["", "MIG conversions proposed (not applied automatically: the MIG flavor must exist)"]
+        for c in r.conversions:
+            queue = f" in {c.queue.object_kind} {c.queue.name}" if c.queue else ""
+            lines.append(f"  {c.tenant}{queue}: nvidia.com/gpu {c.whole_gpus} -> {c.to_resource} {c.mig_instances}")
+            lines += [f"      - {reason}" for reason in c.reasons]
+            lines += [f"      - workload {w}" for w in c.workloads]
+    lines += ["", "Changes per object" + ("" if r.outcomes else " (dry run)")]
+    outcomes = {o.ref: o for o in r.outcomes}
+    for plan in r.plans:
+        if not plan.changes:
+            lines.append(f"  {plan.ref}: no change")
+            continue
+        if plan.opted_out:
+            lines.append(f"  {plan.ref}: would be skipped: annotated gpulens.io/auto-apply: \"false\"")
+        for q in plan.refused:
+            lines.append(
+                f"  {plan.ref} {q.key.flavor}/{q.key.resource}: refused, low confidence {q.confidence.value:.1f} days"
+            )
+        if plan.applicable:
+            lines += ["    " + line for line in plan.diff(r.generated_at).splitlines()]
+        if plan.ref in outcomes:
+            o = outcomes[plan.ref]
+            lines.append(f"  => {o.status.upper()}: {o.message}")
+    return lines

@@ -1,0 +1,157 @@
+"""What each workload held and used over a window, read from the store in one query.
+
+A workload is the pod owner the collector recorded (Deployment, StatefulSet, Job, JobSet, RayCluster,
+...) or the pod itself when it has none. Statistics are over pod-instants (one pod at one sample time):
+compute in GPU-equivalents (the device's activity ratio times its GE, summed over the pod's devices)
+and memory in bytes (summed over the pod's devices). Devices shared by several holders (time-slicing,
+MPS) are left out: their readings cannot be attributed to one workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+
+BARE_POD_KIND = "Pod"
+
+
+@dataclass(frozen=True)
+class WorkloadUsage:
+    """Usage statistics of one workload over the evidence window."""
+
+    namespace: str
+    kind: str
+    name: str
+    tenant: str
+    gpu_model: str
+    current_profile: str
+    """``gpu`` for whole GPUs, a MIG profile such as ``1g.18gb``, or ``mixed``."""
+    devices_per_pod: int
+    max_replicas: int
+    samples: int
+    """Distinct sample times with readings."""
+    compute_samples: int
+    """Pod-instants with a compute activity reading on every held device."""
+    compute_p95_ge: float | None
+    memory_p99_bytes: float
+    memory_peak_bytes: int
+    device_memory_peak_bytes: int
+    """Largest memory held on any single device (what one MIG instance would have to hold)."""
+    first_seen: datetime
+    last_seen: datetime
+
+    @property
+    def span_seconds(self) -> float:
+        return (self.last_seen - self.first_seen).total_seconds()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+_USAGE_SQL = """
+WITH held AS (
+    SELECT a.ts, a.namespace, a.pod,
+           coalesce(a.workload_kind, ?) AS kind,
+           coalesce(a.workload_name, a.pod) AS name,
+           a.tenant, d.gpu_model, d.profile, d.gpu_equivalents AS ge,
+           s.activity_ratio, s.memory_used_bytes
+    FROM allocations a
+    JOIN devices d ON d.device_id = a.device_id
+    JOIN device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
+    WHERE a.ts BETWEEN ? AND ?
+      AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') NOT IN ('time-slicing', 'mps')
+),
+pod_instants AS (
+    SELECT namespace, kind, name, pod, ts,
+           any_value(tenant) AS tenant,
+           any_value(gpu_model) AS gpu_model,
+           CASE WHEN count(DISTINCT profile) = 1 THEN any_value(profile) ELSE 'mixed' END AS profile,
+           count(*) AS devices,
+           bool_or(activity_ratio IS NULL) AS activity_missing,
+           sum(activity_ratio * ge) AS compute_ge,
+           sum(memory_used_bytes) AS memory_bytes,
+           max(memory_used_bytes) AS device_memory_bytes
+    FROM held
+    GROUP BY namespace, kind, name, pod, ts
+)
+SELECT namespace, kind, name,
+       mode(tenant) AS tenant,
+       mode(gpu_model) AS gpu_model,
+       CASE WHEN count(DISTINCT profile) = 1 THEN any_value(profile) ELSE 'mixed' END AS profile,
+       max(devices) AS devices_per_pod,
+       count(DISTINCT ts) AS samples,
+       count(*) FILTER (WHERE NOT activity_missing) AS compute_samples,
+       quantile_cont(compute_ge, ?) FILTER (WHERE NOT activity_missing) AS compute_p,
+       quantile_cont(memory_bytes, ?) AS memory_p,
+       max(memory_bytes) AS memory_peak,
+       max(device_memory_bytes) AS device_memory_peak,
+       min(ts) AS first_seen,
+       max(ts) AS last_seen
+FROM pod_instants
+WHERE memory_bytes IS NOT NULL
+GROUP BY namespace, kind, name
+ORDER BY namespace, kind, name
+"""
+
+_REPLICAS_SQL = """
+SELECT namespace, kind, name, max(pods) AS replicas
+FROM (
+    SELECT ts, namespace, coalesce(workload_kind, ?) AS kind, coalesce(workload_name, pod) AS name,
+           count(DISTINCT pod) AS pods
+    FROM allocations WHERE ts BETWEEN ? AND ?
+    GROUP BY ts, namespace, kind, name
+)
+GROUP BY namespace, kind, name
+"""
+
+
+def load_workload_usage(
+    con: duckdb.DuckDBPyConnection,
+    window_start: datetime,
+    window_end: datetime,
+    *,
+    compute_percentile: float = 0.95,
+    memory_percentile: float = 0.99,
+) -> list[WorkloadUsage]:
+    """Per-workload compute and memory statistics over ``[window_start, window_end]``."""
+    replicas = {
+        (ns, kind, name): int(n)
+        for ns, kind, name, n in con.execute(
+            _REPLICAS_SQL, [BARE_POD_KIND, window_start, window_end]
+        ).fetchall()
+    }
+    rows = con.execute(
+        _USAGE_SQL,
+        [BARE_POD_KIND, window_start, window_end, compute_percentile, memory_percentile],
+    ).fetchall()
+    out = []
+    for (ns, kind, name, tenant, model, profile, per_pod, samples, c_samples, c_p, m_p, m_peak,
+         d_peak, first, last) in rows:
+        out.append(
+            WorkloadUsage(
+                namespace=ns, kind=kind, name=name, tenant=tenant or ns, gpu_model=model or "",
+                current_profile=profile, devices_per_pod=int(per_pod),
+                max_replicas=replicas.get((ns, kind, name), 1), samples=int(samples),
+                compute_samples=int(c_samples), compute_p95_ge=None if c_p is None else float(c_p),
+                memory_p99_bytes=float(m_p), memory_peak_bytes=int(m_peak),
+                device_memory_peak_bytes=int(d_peak), first_seen=first, last_seen=last,
+            )
+        )
+    return out
+
+
+def sample_step_seconds(con: duckdb.DuckDBPyConnection, window_start: datetime, window_end: datetime) -> float:
+    """The store's native sampling step: the median gap between distinct device sample times."""
+    row = con.execute(
+        """
+        SELECT median(gap) FROM (
+            SELECT epoch(ts) - epoch(lag(ts) OVER (ORDER BY ts)) AS gap
+            FROM (SELECT DISTINCT ts FROM device_samples WHERE ts BETWEEN ? AND ?)
+        ) WHERE gap > 0
+        """,
+        [window_start, window_end],
+    ).fetchone()
+    return float(row[0]) if row and row[0] else 60.0

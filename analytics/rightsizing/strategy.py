@@ -1,0 +1,205 @@
+"""Rightsizing strategies: small classes with typed settings that turn usage into a recommended shape.
+
+``MigFitStrategy`` follows Kruize's accelerator approach with krr/VPA defaults: compute need = P95 of
+compute activity in GPU-equivalents, memory need = P99 of memory, each plus headroom (15%), and never
+below the observed memory peak; the recommendation is the smallest MIG profile on the workload's GPU
+model that covers both, or the fewest whole GPUs for multi-GPU workloads.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analytics.rightsizing.confidence import Confidence, vpa_confidence
+from analytics.rightsizing.evidence import WorkloadUsage
+from exporter.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
+from exporter.model import WHOLE_GPU_PROFILE
+
+GIB = 1024**3
+
+
+class RightsizingSettings(BaseModel):
+    """Settings every rightsizing strategy shares."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    headroom: float = Field(default=0.15, ge=0, le=2, description="Fraction added on top of the measured need.")
+    compute_percentile: float = Field(default=0.95, gt=0, le=1, description="Percentile of compute activity (GE).")
+    memory_percentile: float = Field(default=0.99, gt=0, le=1, description="Percentile of memory used.")
+    min_samples: int = Field(default=100, ge=1, description="Fewer sample times: no recommendation (krr default).")
+    min_history_hours: float = Field(default=3.0, ge=0, description="Shorter history: no recommendation.")
+    low_confidence_days: float = Field(
+        default=2.0, ge=0, description="Confidence (VPA-style, in days) below which a recommendation is low-confidence."
+    )
+    memory_only_confidence_factor: float = Field(
+        default=0.5, gt=0, le=1, description="Confidence multiplier when compute activity is not measured."
+    )
+
+
+class MigFitSettings(RightsizingSettings):
+    """Settings of the MIG-fit strategy."""
+
+    allow_mig: bool = Field(default=True, description="Propose MIG profiles (else only whole-GPU counts).")
+
+
+@dataclass(frozen=True)
+class WorkloadRecommendation:
+    """The recommended device shape for one workload, with the evidence and the reasons."""
+
+    usage: WorkloadUsage
+    action: str
+    """``shrink``, ``grow``, ``keep`` or ``insufficient_data``."""
+    recommended_profile: str | None
+    """``gpu`` or a MIG profile name; ``None`` when there is not enough data."""
+    recommended_devices_per_pod: int | None
+    compute_need_ge: float | None
+    memory_need_bytes: float
+    confidence: Confidence
+    reasons: tuple[str, ...]
+    strategy: str
+
+    @property
+    def converts_to_mig(self) -> bool:
+        """A whole-GPU workload that fits a MIG profile, with enough confidence to act on."""
+        return (
+            self.usage.current_profile == WHOLE_GPU_PROFILE
+            and self.recommended_profile not in (None, WHOLE_GPU_PROFILE)
+            and not self.confidence.is_low
+        )
+
+
+S = TypeVar("S", bound=RightsizingSettings)
+
+
+class RightsizingStrategy(ABC, Generic[S]):
+    """A rightsizing policy: ``run`` maps one workload's usage to a recommendation."""
+
+    name: ClassVar[str]
+
+    def __init__(self, settings: S) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def run(self, usage: WorkloadUsage, sample_step_seconds: float) -> WorkloadRecommendation: ...
+
+
+class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
+    """Smallest MIG profile (or fewest GPUs) covering P95 compute and P99/peak memory plus headroom."""
+
+    name = "mig-fit"
+
+    def run(self, usage: WorkloadUsage, sample_step_seconds: float) -> WorkloadRecommendation:
+        s = self.settings
+        measured = usage.compute_p95_ge is not None and usage.compute_samples >= s.min_samples
+        confidence = vpa_confidence(
+            usage.span_seconds + sample_step_seconds, usage.samples, sample_step_seconds,
+            low_below_days=s.low_confidence_days,
+            factor=1.0 if measured else s.memory_only_confidence_factor,
+        )
+        memory_need = max(usage.memory_p99_bytes * (1 + s.headroom), float(usage.memory_peak_bytes))
+        compute_need = usage.compute_p95_ge * (1 + s.headroom) if measured and usage.compute_p95_ge is not None else None
+        reasons = [_evidence_sentence(usage, confidence)]
+
+        def result(action: str, profile: str | None, per_pod: int | None) -> WorkloadRecommendation:
+            return WorkloadRecommendation(
+                usage=usage, action=action, recommended_profile=profile, recommended_devices_per_pod=per_pod,
+                compute_need_ge=compute_need, memory_need_bytes=memory_need, confidence=confidence,
+                reasons=tuple(reasons), strategy=self.name,
+            )
+
+        if usage.samples < s.min_samples or usage.span_seconds < s.min_history_hours * 3600:
+            reasons.append(
+                f"not enough data: needs at least {s.min_samples} samples over {s.min_history_hours:g} h"
+            )
+            return result("insufficient_data", None, None)
+        try:
+            model = model_by_name(usage.gpu_model)
+        except ValueError:
+            reasons.append(f"GPU model {usage.gpu_model!r} has no MIG catalog; shape kept")
+            return result("keep", usage.current_profile, usage.devices_per_pod)
+        if not measured:
+            reasons.append(
+                f"compute activity is not measured on {model.short_name} "
+                f"{'MIG' if usage.current_profile != WHOLE_GPU_PROFILE else 'here'} "
+                "(no per-instance GPM); sized by memory only, with lower confidence"
+            )
+        else:
+            reasons.append(
+                f"compute P{s.compute_percentile * 100:g} is {usage.compute_p95_ge:.2f} GE, "
+                f"need {compute_need:.2f} GE with {s.headroom:.0%} headroom"
+            )
+        reasons.append(
+            f"memory P{s.memory_percentile * 100:g} is {usage.memory_p99_bytes / GIB:.1f} GiB, "
+            f"peak {usage.memory_peak_bytes / GIB:.1f} GiB, need {memory_need / GIB:.1f} GiB"
+        )
+        gpus = max(
+            math.ceil(compute_need - 1e-9) if compute_need is not None else 1,
+            math.ceil(memory_need / model.memory_bytes - 1e-9),
+            1,
+        )
+        if gpus > 1:
+            reasons.append(f"needs {gpus} whole GPU(s) per pod")
+            return result(_compare_gpus(usage, gpus), WHOLE_GPU_PROFILE, gpus)
+        profile = _smallest_fit(model, compute_need, memory_need) if s.allow_mig else None
+        if profile is None or profile.compute_slices == COMPUTE_SLICES:
+            if usage.devices_per_pod > 1:
+                reasons.append(f"one whole GPU per pod covers the need instead of {usage.devices_per_pod}")
+            elif s.allow_mig:
+                reasons.append("no MIG profile smaller than a whole GPU covers the need")
+            return result(_compare_gpus(usage, 1), WHOLE_GPU_PROFILE, 1)
+        reasons.append(
+            f"{profile.name} ({profile.compute_slices}/{COMPUTE_SLICES} compute, "
+            f"{profile.memory_bytes / GIB:.1f} GiB) is the smallest {model.short_name} profile that fits"
+        )
+        return result(_compare_profile(usage, model, profile), profile.name, 1)
+
+
+def _smallest_fit(model: GpuModel, compute_need: float | None, memory_need: float) -> MigProfile | None:
+    ordered = sorted(model.mig_profiles, key=lambda p: (p.compute_slices, p.memory_slices))
+    for p in ordered:
+        if p.memory_bytes >= memory_need and (compute_need is None or p.gpu_equivalents >= compute_need - 1e-9):
+            return p
+    return None
+
+
+def _current_ge(usage: WorkloadUsage, model: GpuModel | None = None) -> float | None:
+    if usage.current_profile == WHOLE_GPU_PROFILE:
+        return float(usage.devices_per_pod)
+    if model is not None:
+        try:
+            return model.profile(usage.current_profile).gpu_equivalents * usage.devices_per_pod
+        except ValueError:
+            return None
+    return None
+
+
+def _compare_gpus(usage: WorkloadUsage, gpus: int) -> str:
+    if usage.current_profile != WHOLE_GPU_PROFILE:
+        return "grow"
+    return "keep" if gpus == usage.devices_per_pod else "shrink" if gpus < usage.devices_per_pod else "grow"
+
+
+def _compare_profile(usage: WorkloadUsage, model: GpuModel, profile: MigProfile) -> str:
+    if usage.current_profile == profile.name and usage.devices_per_pod == 1:
+        return "keep"
+    current = _current_ge(usage, model)
+    if current is None:
+        return "shrink" if usage.current_profile == WHOLE_GPU_PROFILE else "keep"
+    if profile.gpu_equivalents < current:
+        return "shrink"
+    if profile.gpu_equivalents > current:
+        return "grow"
+    current_memory = model.profile(usage.current_profile).memory_bytes if usage.current_profile != "gpu" else 0
+    return "shrink" if profile.memory_bytes < current_memory else "grow"
+
+
+def _evidence_sentence(usage: WorkloadUsage, confidence: Confidence) -> str:
+    return (
+        f"{confidence.history_days:.1f} days, {usage.samples} samples: "
+        f"confidence {confidence.value:.1f} ({confidence.label})"
+    )

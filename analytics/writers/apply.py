@@ -1,0 +1,144 @@
+"""Guarded server-side apply of quota plans, and recording of ``GPUQuotaRecommendation`` objects.
+
+Per object: read it live; skip it when annotated ``gpulens.io/auto-apply: "false"``; refuse
+low-confidence changes and entries whose live value moved away from the evidence; apply our fields with
+``resourceVersion`` set (optimistic concurrency) and ``force=true`` (take over ``nominalQuota`` / ``hard``
+from whoever created the object); on 409 read again and retry; a 403 is reported with the missing RBAC.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from analytics.writers.base import RbacRule
+from analytics.writers.crd import CRD_GROUP, CRD_KIND, CRD_PLURAL, RecommendationPolicy, recommendation_path
+from analytics.writers.kube_api import ConflictError, ForbiddenError, KubeApi, KubeApiError, NotFoundError
+from analytics.writers.plan import ObjectPlan, entry_label, opted_out
+
+RECORDER_RBAC = (
+    RbacRule(CRD_GROUP, CRD_PLURAL, ("get", "list", "create", "patch"), cluster_scoped=False),
+    RbacRule(CRD_GROUP, f"{CRD_PLURAL}/status", ("patch",), cluster_scoped=False),
+)
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What happened to one quota object."""
+
+    ref: str
+    status: str
+    """``applied``, ``unchanged``, ``skipped``, ``refused`` or ``failed``."""
+    message: str
+    changes: tuple[tuple[str, float, int], ...] = ()
+    """(flavor/resource, from, to) actually applied."""
+    attempts: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def applied(self) -> bool:
+        return self.status == "applied"
+
+
+def forbidden_message(exc: ForbiddenError, what: str) -> str:
+    return (
+        f"forbidden: the API server refused to {exc.method.lower()} {what} ({exc.path}): {exc.message}. "
+        "Grant the rules in deploy/rbac/ to the identity gpulens runs as."
+    )
+
+
+class QuotaApplier:
+    """Applies plans through a ``KubeApi`` with the guard rails above."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        clock: Callable[[], datetime],
+        sleep: Callable[[float], None] = time.sleep,
+        max_attempts: int = 5,
+        backoff_s: float = 0.2,
+    ) -> None:
+        self.api = api
+        self.clock = clock
+        self.sleep = sleep
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+
+    def apply(self, plan: ObjectPlan) -> ApplyOutcome:
+        if not plan.changes:
+            return ApplyOutcome(plan.ref, "unchanged", "no change recommended")
+        notes = [
+            f"{entry_label((r.key.flavor, r.key.resource))}: refused, low confidence "
+            f"({r.confidence.value:.1f} days)"
+            for r in plan.refused
+        ]
+        if not plan.applicable:
+            return ApplyOutcome(plan.ref, "refused", "; ".join(notes), notes=tuple(notes))
+        path = plan.target.path(plan.namespace, plan.name)
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                live = self.api.get(path)
+            except NotFoundError:
+                return ApplyOutcome(plan.ref, "failed", f"{plan.ref} not found ({path})", attempts=attempt)
+            except ForbiddenError as exc:
+                return ApplyOutcome(plan.ref, "failed", forbidden_message(exc, plan.ref), attempts=attempt)
+            meta = live.get("metadata", {})
+            if opted_out(meta.get("annotations")):
+                return ApplyOutcome(plan.ref, "skipped", "opted out: annotated gpulens.io/auto-apply: \"false\"",
+                                    attempts=attempt)
+            live_values = plan.target.current_values(live)
+            recs, drift = [], []
+            for r in plan.applicable:
+                k = (r.key.flavor, r.key.resource)
+                if k not in live_values:
+                    drift.append(f"{entry_label(k)}: not in the live object")
+                elif r.current is not None and live_values[k] != r.current:
+                    drift.append(f"{entry_label(k)}: live value {live_values[k]:g} differs from the evidence "
+                                 f"({r.current}); re-run the recommendation")
+                else:
+                    recs.append(r)
+            if not recs:
+                return ApplyOutcome(plan.ref, "refused", "; ".join(notes + drift), attempts=attempt,
+                                    notes=tuple(notes + drift))
+            body = plan.body(self.clock(), live, recs, resource_version=meta.get("resourceVersion"))
+            try:
+                self.api.apply(path, body, force=True)
+            except ConflictError:
+                self.sleep(self.backoff_s * attempt)
+                continue
+            except ForbiddenError as exc:
+                return ApplyOutcome(plan.ref, "failed", forbidden_message(exc, plan.ref), attempts=attempt)
+            except KubeApiError as exc:
+                return ApplyOutcome(plan.ref, "failed", str(exc), attempts=attempt)
+            changes = tuple(
+                (entry_label((r.key.flavor, r.key.resource)), live_values[(r.key.flavor, r.key.resource)],
+                 int(r.next_value or 0))
+                for r in recs
+            )
+            summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
+            return ApplyOutcome(plan.ref, "applied", summary, changes, attempt, tuple(notes + drift))
+        return ApplyOutcome(plan.ref, "failed", f"conflict persisted after {self.max_attempts} attempts",
+                            attempts=self.max_attempts)
+
+    def record(
+        self, plan: ObjectPlan, outcome: ApplyOutcome, policy: RecommendationPolicy,
+        window: tuple[datetime, datetime],
+    ) -> str | None:
+        """Apply the ``GPUQuotaRecommendation`` for ``plan`` (spec, then status); an error message or None."""
+        applied = (outcome.applied, "Applied" if outcome.applied else outcome.status.capitalize(), outcome.message)
+        obj = plan.recommendation_object(policy, window, self.clock(), applied)
+        name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        spec_body = {k: v for k, v in obj.items() if k != "status"}
+        status_body = {"apiVersion": obj["apiVersion"], "kind": CRD_KIND, "metadata": {"name": name, "namespace": ns},
+                       "status": obj["status"]}
+        try:
+            self.api.apply(recommendation_path(ns, name), spec_body, force=True)
+            self.api.apply(recommendation_path(ns, name, status=True), status_body, force=True)
+        except ForbiddenError as exc:
+            return forbidden_message(exc, f"{CRD_KIND} {ns}/{name}")
+        except KubeApiError as exc:
+            return str(exc)
+        return None

@@ -1,0 +1,108 @@
+"""The quota-object dialects the recommender can write, registered by name (not an if-chain)."""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from analytics.quota import QuotaEvidence
+
+EntryKey = tuple[str, str]
+"""(flavor, resource); flavor is '' where the object has none (ResourceQuota)."""
+
+AUTO_APPLY_ANNOTATION = "gpulens.io/auto-apply"
+AUDIT_FROM = "gpulens.io/applied-from"
+AUDIT_TO = "gpulens.io/applied-to"
+AUDIT_AT = "gpulens.io/applied-at"
+AUDIT_RECOMMENDATION = "gpulens.io/recommendation"
+
+
+@dataclass(frozen=True)
+class RbacRule:
+    """What a writer needs from the API server: verbs on a resource of an API group."""
+
+    api_group: str
+    resource: str
+    verbs: tuple[str, ...]
+    cluster_scoped: bool
+
+
+class QuotaTarget(ABC):
+    """How to read and write one kind of quota object."""
+
+    name: ClassVar[str]
+    object_kind: ClassVar[str]
+    rbac: ClassVar[tuple[RbacRule, ...]]
+
+    @property
+    @abstractmethod
+    def api_version(self) -> str: ...
+
+    @abstractmethod
+    def path(self, namespace: str, name: str) -> str:
+        """The object's URL path on the API server."""
+
+    @abstractmethod
+    def object_from_snapshot(self, entries: Sequence[QuotaEvidence]) -> dict[str, Any]:
+        """The object as the store last saw it (for dry runs, without a cluster)."""
+
+    @abstractmethod
+    def current_values(self, obj: Mapping[str, Any]) -> dict[EntryKey, float]:
+        """Quota value per (flavor, resource) in an object."""
+
+    @abstractmethod
+    def owned_spec(self, obj: Mapping[str, Any], values: Mapping[EntryKey, int]) -> dict[str, Any]:
+        """The part of ``spec`` gpulens applies, with ``values`` written in and everything else as it was."""
+
+    def apply_body(
+        self,
+        obj: Mapping[str, Any],
+        values: Mapping[EntryKey, int],
+        annotations: Mapping[str, str],
+        *,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        """The server-side apply body: identity, our annotations and our spec fields only."""
+        meta = obj.get("metadata", {})
+        metadata: dict[str, Any] = {"name": meta["name"]}
+        if meta.get("namespace"):
+            metadata["namespace"] = meta["namespace"]
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.object_kind,
+            "metadata": metadata,
+            "spec": self.owned_spec(copy.deepcopy(dict(obj)), values),
+        }
+
+
+TARGETS: dict[str, Callable[..., QuotaTarget]] = {}
+
+
+def register_target(name: str) -> Callable[[type[QuotaTarget]], type[QuotaTarget]]:
+    """Class decorator adding a target to ``TARGETS`` under ``name``."""
+
+    def add(cls: type[QuotaTarget]) -> type[QuotaTarget]:
+        TARGETS[name] = cls
+        return cls
+
+    return add
+
+
+def parse_quantity(value: Any) -> float:
+    """A Kubernetes quantity for countable resources: plain numbers, or milli units (``500m``)."""
+    text = str(value).strip()
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError as exc:
+        raise ValueError(f"unsupported quantity {value!r} for a device count") from exc
+
+
+def format_quantity(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)

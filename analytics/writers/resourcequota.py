@@ -1,0 +1,62 @@
+"""Core ResourceQuota: ``spec.hard["requests.nvidia.com/gpu"]`` and ``requests.nvidia.com/mig-<profile>``.
+
+``spec.hard`` is a map, so an apply carries only the keys gpulens recommends; other keys keep their
+owners. Extended resources are only allowed with the ``requests.`` prefix in a quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analytics.quota import QuotaEvidence
+from analytics.writers.base import (
+    EntryKey,
+    QuotaTarget,
+    RbacRule,
+    format_quantity,
+    parse_quantity,
+    register_target,
+)
+
+REQUESTS_PREFIX = "requests."
+
+
+def hard_key(resource: str) -> str:
+    return resource if resource.startswith(REQUESTS_PREFIX) else f"{REQUESTS_PREFIX}{resource}"
+
+
+@register_target("resourcequota")
+class ResourceQuotaTarget(QuotaTarget):
+    """Writes GPU and MIG request quotas of a namespace's ResourceQuota."""
+
+    name = "resourcequota"
+    object_kind = "ResourceQuota"
+    rbac = (RbacRule("", "resourcequotas", ("get", "list", "patch"), cluster_scoped=False),)
+
+    @property
+    def api_version(self) -> str:
+        return "v1"
+
+    def path(self, namespace: str, name: str) -> str:
+        return f"/api/v1/namespaces/{namespace}/resourcequotas/{name}"
+
+    def object_from_snapshot(self, entries: Sequence[QuotaEvidence]) -> dict[str, Any]:
+        first = entries[0].key
+        return {
+            "apiVersion": "v1",
+            "kind": self.object_kind,
+            "metadata": {"name": first.name, "namespace": first.namespace, "annotations": dict(entries[0].annotations)},
+            "spec": {"hard": {hard_key(e.key.resource): str(format_quantity(e.nominal or 0)) for e in entries}},
+        }
+
+    def current_values(self, obj: Mapping[str, Any]) -> dict[EntryKey, float]:
+        hard = obj.get("spec", {}).get("hard", {}) or {}
+        return {
+            ("", k.removeprefix(REQUESTS_PREFIX)): parse_quantity(v)
+            for k, v in hard.items()
+            if k.startswith(REQUESTS_PREFIX + "nvidia.com/")
+        }
+
+    def owned_spec(self, obj: Mapping[str, Any], values: Mapping[EntryKey, int]) -> dict[str, Any]:
+        return {"hard": {hard_key(resource): str(v) for (_, resource), v in sorted(values.items())}}
