@@ -262,7 +262,7 @@ def recommend_quota(ev: QuotaEvidence, s: QuotaSettings) -> QuotaRecommendation:
         reasons.append("quota usage not recorded: in-use units counted from device allocations")
     if ev.buckets < s.min_buckets:
         reasons.append(f"not enough data: {ev.buckets} buckets, needs {s.min_buckets}")
-        return QuotaRecommendation(ev, "insufficient_data", current, None, None, current, None, None, conf,
+        return QuotaRecommendation(ev, "insufficient_data", current, None, None, None, None, None, conf,
                                    tuple(reasons))
     uncapped = _ceil(ev.demand_target * (1 + s.headroom))
     recommended = uncapped
