@@ -1,0 +1,95 @@
+"""Fleet overview: capacity, allocation and activity of every GPU, in GPU-equivalents (GE)."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+
+from dashboards.grafana.builders import (
+    GE_UNIT,
+    bargauge_panel,
+    new_dashboard,
+    query,
+    stat_panel,
+    table_panel,
+    timeseries_panel,
+)
+
+UID = "gpulens-fleet"
+
+
+def build() -> dashboard.Dashboard:
+    return (
+        new_dashboard(
+            UID,
+            "gpulens / Fleet overview",
+            "Capacity, allocation and measured activity of the GPU fleet in GPU-equivalents "
+            "(1 per whole GPU, g/7 per MIG instance). Needs the gpulens recording rules.",
+        )
+        .with_row(dashboard.Row("Now"))
+        .with_panel(stat_panel(
+            "GPUs answering", "GPUs whose NVML readings work, of all GPUs known.", "none",
+            query("sum(cluster:gpulens_gpu_up:sum)", "up", instant=True),
+            query("sum(cluster:gpulens_gpus:count)", "known", instant=True),
+        ))
+        .with_panel(stat_panel(
+            "Capacity", "GPU-equivalents of all allocatable devices.", GE_UNIT,
+            query("sum(cluster:gpulens_device_gpu_equivalents:sum)", "capacity", instant=True),
+        ))
+        .with_panel(stat_panel(
+            "Allocated", "Share of the capacity held by pods.", "percentunit",
+            query(
+                "sum(cluster:gpulens_allocation_gpu_equivalents:sum) / sum(cluster:gpulens_device_gpu_equivalents:sum)",
+                "allocated", instant=True,
+            ),
+        ))
+        .with_panel(stat_panel(
+            "Active", "Allocated share x measured activity (a lower bound where activity is unmeasured).",
+            GE_UNIT,
+            query("sum(cluster:gpulens_tenant_active_gpu_equivalents:sum)", "active", instant=True),
+        ))
+        .with_panel(stat_panel(
+            "Unmeasured", "Allocated GE whose activity the hardware cannot report (A100 MIG).", GE_UNIT,
+            query("sum(cluster:gpulens_tenant_unmeasured_gpu_equivalents:sum)", "unmeasured", instant=True),
+        ))
+        .with_panel(stat_panel(
+            "Idle (allocated)", "Allocated GE with no measured activity: allocated - active - unmeasured.",
+            GE_UNIT,
+            query("sum(tenant:gpulens_idle_gpu_equivalents:sum)", "idle", instant=True),
+        ))
+        .with_row(dashboard.Row("Over time"))
+        .with_panel(timeseries_panel(
+            "Capacity, allocated and active", "Fleet GE over time.", GE_UNIT,
+            query("sum(cluster:gpulens_device_gpu_equivalents:sum)", "capacity"),
+            query("sum(cluster:gpulens_allocation_gpu_equivalents:sum)", "allocated"),
+            query("sum(cluster:gpulens_tenant_active_gpu_equivalents:sum)", "active"),
+            query("sum(cluster:gpulens_tenant_unmeasured_gpu_equivalents:sum)", "unmeasured"),
+        ))
+        .with_panel(timeseries_panel(
+            "Idle GE by tenant", "Allocated but measurably idle GE, stacked by tenant.", GE_UNIT,
+            query("sort_desc(tenant:gpulens_idle_gpu_equivalents:sum)", "{{tenant}}"),
+            stacked=True,
+        ))
+        .with_panel(timeseries_panel(
+            "Allocated GE by GPU model", "Allocated and total GE per GPU model.", GE_UNIT,
+            query("sum by (model) (model:gpulens_allocation_gpu_equivalents:sum)", "{{model}} allocated"),
+            query("sum by (model) (model:gpulens_device_gpu_equivalents:sum)", "{{model}} capacity"),
+        ))
+        .with_panel(bargauge_panel(
+            "Free devices by shape", "Devices nobody holds, per GPU model and profile (fragmentation input).",
+            "none",
+            query("sum by (model, profile) (model_profile:gpulens_unallocated_devices:count)",
+                  "{{model}} {{profile}}", instant=True),
+        ))
+        .with_row(dashboard.Row("Tenants and health"))
+        .with_panel(table_panel(
+            "Top tenants by allocated GE", "The ten tenants holding the most GE now.", GE_UNIT,
+            query("topk(10, sum by (tenant) (tenant:gpulens_allocation_gpu_equivalents:sum))", "",
+                  instant=True, as_table=True),
+            span=12,
+        ))
+        .with_panel(table_panel(
+            "Lost GPUs", "GPUs that stopped answering (gpulens_gpu_up == 0).", "none",
+            query("gpulens_gpu_up == 0", "", instant=True, as_table=True),
+            span=12,
+        ))
+    )
