@@ -43,8 +43,8 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
         for table in ALL_TABLES:
             if table not in present:
                 continue
-            count = con.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - schema names
-            rows[table] = int(count[0]) if count else 0
+            count = con.execute(f"SELECT count(*) FROM {table}").fetchall()  # noqa: S608 - schema names
+            rows[table] = int(count[0][0])
             if table in FACTS:
                 target = out / table
                 if rows[table] == 0:

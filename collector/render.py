@@ -103,9 +103,11 @@ def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         ):
             if column.meta.root_names()[0] in g.columns:
                 parts.append(_series(g, metric, column, ng))
-        for kind, column in (("corrected", "ecc_corrected_total"), ("uncorrected", "ecc_uncorrected_total")):
-            if column in g.columns:
-                parts.append(_series(g, "gpulens_gpu_ecc_errors_total", pl.col(column), {**ng, "type": pl.lit(kind)}))
+        for kind, ecc_column in (("corrected", "ecc_corrected_total"), ("uncorrected", "ecc_uncorrected_total")):
+            if ecc_column in g.columns:
+                parts.append(
+                    _series(g, "gpulens_gpu_ecc_errors_total", pl.col(ecc_column), {**ng, "type": pl.lit(kind)})
+                )
     al = frames.get("allocations")
     if al is not None and al.height:
         profile = pl.lit("gpu")

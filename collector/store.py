@@ -92,22 +92,22 @@ class Store:
 
     def watermark(self, source: str) -> float | None:
         """The source's high-water mark (Unix seconds), or ``None`` before its first window."""
-        row = self.con.execute("SELECT watermark FROM watermarks WHERE source = ?", [source]).fetchone()
-        return None if row is None else from_datetime(row[0])
+        rows = self.con.execute("SELECT watermark FROM watermarks WHERE source = ?", [source]).fetchall()
+        return from_datetime(rows[0][0]) if rows else None
 
     def window_done(self, source: str, start: float, end: float) -> bool:
         """True when this exact window of ``source`` is already committed."""
-        row = self.con.execute(
+        rows = self.con.execute(
             "SELECT 1 FROM ingest_batches WHERE source = ? AND window_start = ? AND window_end = ?",
             [source, to_datetime(start), to_datetime(end)],
-        ).fetchone()
-        return row is not None
+        ).fetchall()
+        return bool(rows)
 
     def count(self, table: str) -> int:
         if table not in self._table_columns and table not in ("ingest_batches", "gaps", "watermarks"):
             raise ValueError(f"unknown table {table!r}")
-        row = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - table is allow-listed
-        return int(row[0]) if row else 0
+        rows = self.con.execute(f"SELECT count(*) FROM {table}").fetchall()  # noqa: S608 - table is allow-listed
+        return int(rows[0][0])
 
     def record_gaps(self, source: str, gaps: tuple[Gap, ...] | list[Gap]) -> None:
         """Record gaps alone (a failed target): no window is marked done, no watermark moves."""

@@ -8,6 +8,8 @@ unallocated) and ``whole_gpus`` whole H100s; tenant strings can be made hostile 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -33,7 +35,8 @@ def synthetic_frames(
     rng = np.random.default_rng(seed)
     times = np.arange(start, end, step)
     ts_all = pl.from_epoch(pl.Series("ts", np.rint(times * 1000).astype(np.int64)), time_unit="ms")
-    devices, gpus = [], []
+    devices: list[tuple[Any, ...]] = []
+    gpus: list[tuple[Any, ...]] = []
     for n in range(nodes):
         node = f"gpu-node-{n}"
         mig_gpu = _uuid("GPU", n, 0)
