@@ -96,7 +96,12 @@ def query(expr: str, legend: str = "", *, instant: bool = False, as_table: bool 
     return built
 
 
-def _with_targets(panel: Any, targets: tuple[prometheus.Dataquery, ...]) -> Any:
+def _finish(
+    panel: Any, title: str, description: str, unit: str, span: int, height: int,
+    targets: tuple[prometheus.Dataquery, ...],
+) -> Any:
+    """Common panel fields, then the targets with ref ids A, B, C..."""
+    panel = panel.title(title).description(description).datasource(DATASOURCE).unit(unit).span(span).height(height)
     for index, target in enumerate(targets):
         panel = panel.with_target(target.ref_id(chr(ord("A") + index)))
     return panel
@@ -111,25 +116,15 @@ def timeseries_panel(
     height: int = 8,
     stacked: bool = False,
 ) -> timeseries.Panel:
-    panel = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .span(span)
-        .height(height)
-        .fill_opacity(10)
-        .legend(
-            common.VizLegendOptions()
-            .display_mode(common_models.LegendDisplayMode.LIST)
-            .placement(common_models.LegendPlacement.BOTTOM)
-            .show_legend(True)
-        )
+    panel = timeseries.Panel().fill_opacity(10).legend(
+        common.VizLegendOptions()
+        .display_mode(common_models.LegendDisplayMode.LIST)
+        .placement(common_models.LegendPlacement.BOTTOM)
+        .show_legend(True)
     )
     if stacked:
         panel = panel.stacking(common.StackingConfig().mode(common_models.StackingMode.NORMAL))
-    result: timeseries.Panel = _with_targets(panel, targets)
+    result: timeseries.Panel = _finish(panel, title, description, unit, span, height, targets)
     return result
 
 
@@ -138,26 +133,18 @@ def stat_panel(
 ) -> stat.Panel:
     panel = (
         stat.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .span(span)
-        .height(height)
         .graph_mode(common_models.BigValueGraphMode.NONE)
         .color_mode(common_models.BigValueColorMode.VALUE)
         .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
     )
-    result: stat.Panel = _with_targets(panel, targets)
+    result: stat.Panel = _finish(panel, title, description, unit, span, height, targets)
     return result
 
 
 def table_panel(
     title: str, description: str, unit: str, *targets: prometheus.Dataquery, span: int = 24, height: int = 8
 ) -> table.Panel:
-    panel = table.Panel().title(title).description(description).datasource(DATASOURCE).unit(unit)
-    panel = panel.span(span).height(height).show_header(True)
-    result: table.Panel = _with_targets(panel, targets)
+    result: table.Panel = _finish(table.Panel().show_header(True), title, description, unit, span, height, targets)
     return result
 
 
@@ -166,17 +153,11 @@ def bargauge_panel(
 ) -> bargauge.Panel:
     panel = (
         bargauge.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .span(span)
-        .height(height)
         .display_mode(common_models.BarGaugeDisplayMode.GRADIENT)
         .orientation(common_models.VizOrientation.HORIZONTAL)
         .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
     )
-    result: bargauge.Panel = _with_targets(panel, targets)
+    result: bargauge.Panel = _finish(panel, title, description, unit, span, height, targets)
     return result
 
 
