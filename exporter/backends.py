@@ -1,0 +1,58 @@
+"""Opening the real-node backend: NVML for devices, the kubelet (+ Kubernetes API) for allocations."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from exporter.kubelet.client import PodResourcesClient
+from exporter.kubelet.dra import ResourceSliceDirectory
+from exporter.model import AllocationSource, DeviceSource
+from exporter.nvml.source import NvmlDeviceSource
+from exporter.settings import ExporterSettings
+from exporter.tenancy.allocations import KubeletAllocationSource
+from exporter.tenancy.kube_api import HttpKubernetesApi, KubernetesApi
+from exporter.tenancy.resolver import TenantResolver
+from exporter.tenancy.rules import load_tenancy_config
+from gpulens.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def node_name(settings: ExporterSettings) -> str:
+    """``--node``, else ``$NODE_NAME`` (Downward API), else the host name."""
+    return settings.node or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def open_nvml_backend(
+    settings: ExporterSettings, *, nvml: Any = None, kube_api: KubernetesApi | None = None
+) -> tuple[DeviceSource, AllocationSource]:
+    """(NVML device source, kubelet allocation source); ``UserError`` when NVML cannot load.
+
+    ``nvml`` defaults to the real ``pynvml``; ``kube_api`` to the in-cluster API server (none outside a
+    cluster: tenants are then namespace names and DRA claims cannot be resolved).
+    """
+    config = load_tenancy_config(settings.tenancy_config)
+    if nvml is None:
+        import pynvml as nvml
+    node = node_name(settings)
+    try:
+        devices = NvmlDeviceSource(nvml, node, attribute_processes=settings.attribute_processes)
+    except nvml.NVMLError as exc:
+        raise UserError(
+            f"NVML cannot load ({exc}): is the NVIDIA driver installed and does the container see "
+            "libnvidia-ml.so.1 (NVIDIA container runtime)? Use --backend sim to run without GPUs"
+        ) from exc
+    api = kube_api if kube_api is not None else HttpKubernetesApi.in_cluster()
+    if api is None:
+        log.warning("no Kubernetes API (not in a cluster): tenants fall back to namespace names, no DRA")
+    client = PodResourcesClient(settings.kubelet_socket, timeout_seconds=settings.kubelet_timeout_seconds)
+    allocations = KubeletAllocationSource(
+        client,
+        directory=lambda: devices.directory,
+        tenants=TenantResolver(api, node, config) if api is not None else None,
+        slices=ResourceSliceDirectory(api, node, min_refresh=config.cache_seconds) if api is not None else None,
+    )
+    return devices, allocations
