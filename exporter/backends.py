@@ -36,7 +36,9 @@ def open_nvml_backend(
     """
     config = load_tenancy_config(settings.tenancy_config)
     if nvml is None:
-        import pynvml as nvml
+        import pynvml
+
+        nvml = pynvml
     node = node_name(settings)
     try:
         devices = NvmlDeviceSource(nvml, node, attribute_processes=settings.attribute_processes)

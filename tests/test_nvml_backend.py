@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.backends import open_nvml_backend
-from exporter.settings import ExporterSettings
+from exporter.settings import Backend, ExporterSettings
 from exporter.tenancy.kube_api import HttpKubernetesApi
 from gpulens.errors import UserError
 from tests.fakes.kubelet import FakeKubelet, container, pod
@@ -22,7 +22,7 @@ def test_no_driver_is_one_clear_user_error() -> None:
     fake = FakeNvml([])
     fake.driver_loaded = False
     with pytest.raises(UserError, match="NVML cannot load .*Driver Not Loaded.*--backend sim"):
-        open_nvml_backend(ExporterSettings(backend="nvml", node="n"), nvml=fake)
+        open_nvml_backend(ExporterSettings(backend=Backend.NVML, node="n"), nvml=fake)
 
 
 def test_a_bad_tenancy_file_fails_before_touching_nvml(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_a_bad_tenancy_file_fails_before_touching_nvml(tmp_path: Path) -> None:
     bad.write_text("rules: 3\n")
     fake = FakeNvml([])
     with pytest.raises(UserError, match="t.yaml"):
-        open_nvml_backend(ExporterSettings(backend="nvml", tenancy_config=bad), nvml=fake)
+        open_nvml_backend(ExporterSettings(backend=Backend.NVML, tenancy_config=bad), nvml=fake)
     assert fake.init_calls == 0
 
 
@@ -40,7 +40,7 @@ def test_the_backend_joins_nvml_devices_kubelet_pods_and_tenants(tmp_path: Path)
     with FakeKubelet(tmp_path) as kubelet, FakeKubernetesApi() as api:
         api.add_pod("vision", "infer-0", "node-a", labels={"gpulens.io/tenant": "vision-team"})
         kubelet.pods = [pod("vision", "infer-0", [container("c", "nvidia.com/mig-2g.35gb", [mig])])]
-        settings = ExporterSettings(backend="nvml", node="node-a", kubelet_socket=f"unix://{kubelet.socket}")
+        settings = ExporterSettings(backend=Backend.NVML, node="node-a", kubelet_socket=f"unix://{kubelet.socket}")
         devices, allocations = open_nvml_backend(settings, nvml=fake, kube_api=HttpKubernetesApi(api.url))
         try:
             readings = devices.read_devices(fake.now)
