@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from exporter.sim.noise import stable_key, stable_uuid
 from exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
 from exporter.sim.scenario import Scenario
 from gpulens.errors import UserError
+
+if TYPE_CHECKING:
+    from exporter.sim.history import SimulatedHistory
 
 
 def _opt(value: float) -> float | None:
@@ -93,7 +97,9 @@ class SimulatedFleet:
         """Tenants, namespaces, Kueue queues, pods and pending demand at time ``t``."""
         return build_cluster_state(self, t)
 
-    def history(self, start: float, end: float, step: float | None = None, nodes: list[str] | None = None):  # type: ignore[no-untyped-def]
+    def history(
+        self, start: float, end: float, step: float | None = None, nodes: list[str] | None = None
+    ) -> SimulatedHistory:
         """Samples in [start, end) every ``step`` seconds, as polars frames shaped like the store's tables."""
         from exporter.sim.history import build_history
 

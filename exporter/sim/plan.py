@@ -195,7 +195,9 @@ class _NodeBuilder:
 
     def take(self, shape: str, count: int) -> list[tuple[int, int]] | None:
         """Pick ``count`` distinct devices of ``shape`` with a free slot, first fit; None when short."""
-        picked = [(d.index, self.free[d.index][0]) for d in self.devices if d.shape == shape and self.free[d.index]]
+        candidates = [d for d in self.devices if d.shape == shape and self.free[d.index]]
+        candidates.sort(key=lambda d: -len(self.free[d.index]))  # stable: least-shared device first
+        picked = [(d.index, self.free[d.index][0]) for d in candidates]
         if len(picked) < count:
             return None
         for dev, replica in picked[:count]:
