@@ -184,13 +184,12 @@ class Store:
             raise ValueError(f"{table}: unknown columns {sorted(unknown)}")
         name = self._register(arrow)
         try:
-            before = self.count(table)
             col_list = ", ".join(cols)
             # Bulk insert from the registered Arrow table; duplicates of stored keys are ignored.
-            self.con.execute(
+            inserted = self.con.execute(
                 f"INSERT OR IGNORE INTO {table} ({col_list}) SELECT {col_list} FROM {name}"  # noqa: S608
-            )
-            return self.count(table) - before
+            ).fetchall()
+            return int(inserted[0][0]) if inserted else 0
         finally:
             self.con.unregister(name)
 
@@ -227,7 +226,7 @@ class Store:
             conflict = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
             self.con.execute(
                 f"INSERT INTO {table} ({col_list}) {dedup} ON CONFLICT ({key}) {conflict}"  # noqa: S608
-            )
+            ).fetchall()
             return self.count(table) - before
         finally:
             self.con.unregister(name)
@@ -235,3 +234,7 @@ class Store:
     def query(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a read query on the store (tests and summaries)."""
         return self.con.execute(sql, params or []).fetchall()
+
+    def frame(self, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
+        """Run a read query on the store and return a polars frame."""
+        return self.con.sql(sql, params=params or None).pl()

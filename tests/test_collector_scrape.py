@@ -1,0 +1,126 @@
+"""Scraping live /metrics endpoints (real HTTP servers): parallel targets, failures isolated per target."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import duckdb
+
+from collector.render import render_text, series_for
+from collector.scrape import scrape_once
+from collector.synthetic import synthetic_frames
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
+T0 = 1_790_000_000.0
+
+Responder = Callable[[BaseHTTPRequestHandler], tuple[int, str, bytes]]
+
+
+@contextmanager
+def http_stand_in(respond: Responder) -> Iterator[str]:
+    """A real HTTP server on a free loopback port; ``respond`` gives (status, content type, body)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            try:
+                status, ctype, body = respond(self)
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence the test log
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _static(body: str, status: int = 200) -> Responder:
+    return lambda _h: (status, "text/plain; version=0.0.4", body.encode())
+
+
+def _gpulens_text() -> str:
+    return render_text(series_for(synthetic_frames(T0, T0 + 60, 60.0, nodes=1), "gpulens"))
+
+
+def test_every_good_target_is_ingested_when_others_fail(tmp_path: Path) -> None:
+    malformed = "gpulens_gpu_up{node=\"n\",gpu=\"G\"} 1\n# TYPE x gauge\nbroken{gpu=\"G\" 1\n"
+
+    def slow(_h: BaseHTTPRequestHandler) -> tuple[int, str, bytes]:
+        time.sleep(3)
+        return 200, "text/plain", b"up 1\n"
+
+    db = tmp_path / "s.duckdb"
+    with (
+        http_stand_in(_static(_gpulens_text())) as good,
+        http_stand_in(_static((FIXTURES / "h100_whole_gpu.prom").read_text())) as dcgm,
+        http_stand_in(_static(malformed)) as bad,
+        http_stand_in(_static("oops", status=500)) as err,
+        http_stand_in(slow) as hung,
+    ):
+        urls = [f"{good}/metrics", f"{bad}/metrics", f"{dcgm}/metrics", f"{err}/metrics", f"{hung}/metrics"]
+        began = time.monotonic()
+        summary = scrape_once(str(db), urls, timeout=1.0, clock=lambda: T0)
+        elapsed = time.monotonic() - began
+    assert elapsed < 3.0, "targets are scraped in parallel, each with its own timeout"
+    by_url = {t.url: t for t in summary.targets}
+    assert by_url[urls[0]].error is None and by_url[urls[0]].rows > 0
+    assert by_url[urls[2]].error is None and by_url[urls[2]].rows > 0
+    assert by_url[urls[1]].error == f"{urls[1]}: line 3: not a valid sample line: 'broken{{gpu=\"G\" 1'"
+    assert by_url[urls[3]].error == f"{urls[3]}: HTTP 500"
+    assert "timed out" in (by_url[urls[4]].error or "")
+    con = duckdb.connect(str(db), read_only=True)
+    nodes = {r[0] for r in con.execute("SELECT DISTINCT node FROM device_samples").fetchall()}
+    assert nodes == {"gpu-node-0", "gpu-node-7"}
+    gaps = sorted(r[0] for r in con.execute("SELECT target FROM gaps").fetchall())
+    assert gaps == sorted([urls[1], urls[3], urls[4]])
+    done = {r[0] for r in con.execute("SELECT source FROM ingest_batches").fetchall()}
+    assert done == {f"scrape:{urls[0]}", f"scrape:{urls[2]}"}, "a failed target marks no window done"
+    ts = {r[0] for r in con.execute("SELECT DISTINCT epoch(ts) FROM device_samples").fetchall()}
+    assert ts == {T0}, "samples without a timestamp get the scrape time"
+
+
+def test_collect_once_cli_reports_the_bad_target_and_line_and_keeps_the_good(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    with (
+        http_stand_in(_static(_gpulens_text())) as good,
+        http_stand_in(_static("fine 1\nnot valid at all\n")) as bad,
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpulens.cli", "collect", "--scrape", f"{good}/metrics", f"{bad}/metrics",
+             "--once", "--db", str(db)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert f"gpulens: error: 1 of 2 targets failed (others ingested): {bad}/metrics: line 2:" in proc.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM device_samples").fetchall() == [(4,)]
+
+
+def test_scraping_twice_at_the_same_instant_adds_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    with http_stand_in(_static(_gpulens_text())) as good:
+        first = scrape_once(str(db), [f"{good}/metrics"], clock=lambda: T0)
+        second = scrape_once(str(db), [f"{good}/metrics"], clock=lambda: T0)
+    assert first.rows > 0 and second.rows == 0
