@@ -2,8 +2,82 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from gpulens.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `analyze` command to `app` (not written yet)."""
+    """Add the `analyze` command to `app`."""
+
+    @app.command("analyze")
+    def analyze(
+        db: Annotated[Path, typer.Option("--db", help="The store (DuckDB file) to analyse.")] = Path("gpulens.duckdb"),
+        window: Annotated[str, typer.Option(help="Length of the analysed window, e.g. 7d, 24h.")] = "14d",
+        bucket: Annotated[str, typer.Option(help="Time bucket; must divide a day (1m, 5m, 15m, 1h).")] = "5m",
+        end: Annotated[
+            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: just after the newest sample.")
+        ] = None,
+        activity_threshold: Annotated[
+            float, typer.Option(help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
+        ] = 0.05,
+        prices: Annotated[
+            Path | None,
+            typer.Option(help="Prices YAML (USD per GPU-hour per model); default: the store's prices over built-ins."),
+        ] = None,
+        mig_proration: Annotated[
+            str, typer.Option(help="Price a MIG instance by compute 'slices' or by 'memory'.")
+        ] = "slices",
+        unallocated: Annotated[
+            str, typer.Option(help="Unallocated cost: 'own-line', or shared 'even' / 'proportional' between tenants.")
+        ] = "own-line",
+        parquet: Annotated[
+            Path | None, typer.Option(help="Read fact tables from Hive-partitioned Parquet here (<dir>/<table>/...).")
+        ] = None,
+        out: Annotated[
+            Path | None, typer.Option(help="Write the FOCUS chargeback as CSV and Parquet into this folder.")
+        ] = None,
+        config: Annotated[
+            Path | None, typer.Option(help="YAML with further settings (risk weights, health rules); flags override it.")
+        ] = None,
+    ) -> None:
+        """Idle capacity, fragmentation, isolation risk, health and FOCUS chargeback for one window.
+
+        Writes the tables idle_capacity, fragmentation, isolation_risk, health and chargeback into
+        the store (the same window and parameters replace their earlier rows) and prints the
+        headline numbers. docs/analytics.md explains every column and default.
+        """
+        from pydantic import ValidationError
+
+        from analytics.run import analyze as run_analysis
+        from analytics.settings import AnalysisSettings
+        from gpulens.config import describe_validation_error, load_yaml_model
+
+        base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
+        try:
+            end_ts = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else None
+        except ValueError as exc:
+            raise UserError(f"--end {end!r} is not an ISO 8601 time") from exc
+        flags = {
+            "window_seconds": window,
+            "bucket_seconds": bucket,
+            "end": end_ts,
+            "activity_threshold": activity_threshold,
+            "prices_path": prices,
+            "mig_proration": mig_proration,
+            "unallocated": unallocated,
+            "parquet_dir": parquet,
+            "out_dir": out,
+        }
+        try:
+            settings = AnalysisSettings.model_validate({**base, **flags})
+        except ValidationError as exc:
+            raise UserError(describe_validation_error(exc)) from exc
+        summary = run_analysis(db, settings)
+        typer.echo(summary.render())
+        if out is not None:
+            typer.echo(f"FOCUS chargeback written to {out}/chargeback_focus.csv and .parquet")

@@ -1,0 +1,262 @@
+"""Chargeback per tenant and day with FOCUS 1.2 column names, reconciled to the cent with fleet cost.
+
+Lines come from this run's ``idle_capacity`` rows: a tenant pays its allocated GE-hours (active,
+idle and unmeasured, each its own line) at the model's price; unallocated capacity is its own
+``__unallocated__`` line or is shared between that day's tenants evenly or in proportion to their
+allocated cost (OpenCost's ``shareIdle``); time without data stays on an ``__unknown__`` line.
+Per day, lines are rounded to cents by largest remainder so that they sum exactly to the fleet's
+cost for that day: GPUs present x bucket hours x price, computed in ``Decimal``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from analytics.facts import Window
+from analytics.result_tables import column_names
+
+UNALLOCATED = "__unallocated__"
+UNKNOWN = "__unknown__"
+CENT = Decimal("0.01")
+_STATE = {
+    "allocated-active": "active",
+    "allocated-idle": "idle",
+    "allocated-unmeasured": "unmeasured",
+    "unallocated": "unallocated",
+    "unknown": "unknown",
+}
+
+
+@dataclass
+class Line:
+    """One chargeback line before rounding."""
+
+    day: date
+    account: str
+    tenant: str | None
+    state: str
+    model: str
+    ge_hours: float
+    gpu_hours: float
+    """Priced GPU-hours (cost / list price): equals ge_hours unless MIG is prorated by memory."""
+
+
+@dataclass(frozen=True)
+class FleetCost:
+    """The fleet's cost in the window, from capacity x price alone (exact decimals)."""
+
+    list_usd: Decimal
+    contracted_usd: Decimal
+    gpu_hours: Decimal
+
+
+def apportion(amounts: list[float], total: Decimal) -> list[Decimal]:
+    """Round ``amounts`` to cents so that they sum exactly to ``total`` (largest remainder)."""
+    if not amounts:
+        return []
+    target_cents = int((total / CENT).to_integral_value(ROUND_HALF_EVEN))
+    raw_sum = sum(amounts)
+    with localcontext() as ctx:
+        ctx.prec = 40
+        scaled = [
+            Decimal(repr(a)) * target_cents / Decimal(repr(raw_sum)) if raw_sum else Decimal(target_cents) / len(amounts)
+            for a in amounts
+        ]
+        floors = [int(s.to_integral_value(ROUND_FLOOR)) for s in scaled]
+        left = target_cents - sum(floors)
+        order = sorted(range(len(amounts)), key=lambda i: (scaled[i] - floors[i], -i), reverse=True)
+        for i in order[:left]:
+            floors[i] += 1
+    return [Decimal(c) * CENT for c in floors]
+
+
+def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCost, dict[date, tuple[Decimal, Decimal]]]:
+    """Fleet cost per day (list, contracted): each GPU present in a bucket costs bucket hours x price."""
+    rows = con.execute(
+        """
+        SELECT b.day, g.list_price, g.contracted_price, count(*) AS gpu_buckets
+        FROM (SELECT DISTINCT db.gpu_uuid, db.bucket_start FROM an_db db) x
+        JOIN (SELECT gpu_uuid, any_value(list_price) AS list_price, any_value(contracted_price) AS contracted_price
+              FROM an_dev GROUP BY gpu_uuid) g USING (gpu_uuid)
+        JOIN an_buckets b USING (bucket_start)
+        GROUP BY ALL
+        """
+    ).fetchall()
+    per_day: dict[date, tuple[Decimal, Decimal]] = defaultdict(lambda: (Decimal(0), Decimal(0)))
+    hours_total = Decimal(0)
+    with localcontext() as ctx:
+        ctx.prec = 50
+        bucket_hours = Decimal(window.bucket_seconds) / Decimal(3600)
+        for day, list_price, contracted_price, n in rows:
+            hours = bucket_hours * n
+            lp, cp = per_day[day]
+            per_day[day] = (lp + hours * Decimal(repr(list_price)), cp + hours * Decimal(repr(contracted_price)))
+            hours_total += hours
+    total = FleetCost(
+        list_usd=sum((v[0] for v in per_day.values()), Decimal(0)),
+        contracted_usd=sum((v[1] for v in per_day.values()), Decimal(0)),
+        gpu_hours=hours_total,
+    )
+    return total, dict(per_day)
+
+
+def _lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Line]:
+    rows = con.execute(
+        """
+        SELECT CAST(i.bucket_start AS DATE), i.tenant, i.state, coalesce(i.gpu_model, ''),
+               sum(i.ge_hours), sum(i.cost_usd) / any_value(d.list_price)
+        FROM idle_capacity i
+        JOIN (SELECT gpu_uuid, any_value(list_price) AS list_price FROM an_dev GROUP BY gpu_uuid) d USING (gpu_uuid)
+        WHERE i.run_id = ?
+        GROUP BY ALL
+        ORDER BY ALL
+        """,
+        [run_id],
+    ).fetchall()
+    lines = []
+    for day, tenant, state, model, ge_h, gpu_h in rows:
+        cost_state = _STATE[state]
+        account = tenant if tenant is not None else (UNKNOWN if cost_state == "unknown" else UNALLOCATED)
+        lines.append(Line(day, account, tenant, cost_state, model, float(ge_h), float(gpu_h or 0.0)))
+    return lines
+
+
+def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, float]) -> list[Line]:
+    """Spread each day's unallocated lines over that day's tenants: ``even``, or ``proportional`` to
+    each tenant's allocated cost that day (OpenCost's ShareWeighted)."""
+    if policy == "own-line":
+        return lines
+    out = [ln for ln in lines if ln.state != "unallocated"]
+    by_day: dict[date, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for ln in out:
+        if ln.tenant is not None:
+            by_day[ln.day][ln.tenant] += ln.gpu_hours * list_prices.get(ln.model, 0.0)
+    for ln in (x for x in lines if x.state == "unallocated"):
+        weights = by_day.get(ln.day)
+        if not weights:
+            out.append(ln)
+            continue
+        total = sum(weights.values())
+        for tenant, w in sorted(weights.items()):
+            share = 1.0 / len(weights) if policy == "even" or total == 0 else w / total
+            out.append(
+                Line(ln.day, tenant, tenant, "shared-unallocated", ln.model, ln.ge_hours * share, ln.gpu_hours * share)
+            )
+    return out
+
+
+def insert_chargeback(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    window: Window,
+    prices: dict[str, tuple[float, float]],
+    mig_proration: str,
+    policy: str,
+) -> FleetCost:
+    """Write this run's chargeback lines; returns the fleet cost they reconcile with."""
+    fleet, per_day = fleet_cost(con, window)
+    lines = share_unallocated(_lines(con, run_id), policy, {m: p[0] for m, p in prices.items()})
+    by_day: dict[date, list[Line]] = defaultdict(list)
+    for ln in lines:
+        by_day[ln.day].append(ln)
+    cols: dict[str, list[object]] = {c: [] for c in column_names("chargeback")}
+    for day, day_lines in sorted(by_day.items()):
+        list_target, contracted_target = per_day.get(day, (Decimal(0), Decimal(0)))
+        list_raw = [ln.gpu_hours * prices[ln.model][0] for ln in day_lines]
+        contracted_raw = [ln.gpu_hours * prices[ln.model][1] for ln in day_lines]
+        list_cents = apportion(list_raw, list_target)
+        contracted_cents = apportion(contracted_raw, contracted_target)
+        start = max(datetime.combine(day, datetime.min.time()), window.start)
+        end = min(datetime.combine(day, datetime.min.time()) + timedelta(days=1), window.end)
+        for ln, lc, cc, raw in zip(day_lines, list_cents, contracted_cents, contracted_raw, strict=True):
+            _append(cols, run_id, window, ln, start, end, lc, cc, raw, prices, mig_proration, policy)
+    table = pa.table(cols)
+    con.register("an_chargeback_arrow", table)
+    con.execute("INSERT INTO chargeback SELECT * FROM an_chargeback_arrow")
+    con.unregister("an_chargeback_arrow")
+    return fleet
+
+
+def _append(
+    cols: dict[str, list[object]],
+    run_id: str,
+    window: Window,
+    ln: Line,
+    start: datetime,
+    end: datetime,
+    list_cost: Decimal,
+    contracted_cost: Decimal,
+    raw: float,
+    prices: dict[str, tuple[float, float]],
+    mig_proration: str,
+    policy: str,
+) -> None:
+    who = ln.tenant if ln.tenant is not None else ("unallocated capacity" if ln.state == "unallocated" else "no data")
+    values: dict[str, object] = {
+        "run_id": run_id,
+        "window_start": window.start,
+        "window_end": window.end,
+        "BillingAccountId": "gpulens",
+        "BillingCurrency": "USD",
+        "BillingPeriodStart": window.start,
+        "BillingPeriodEnd": window.end,
+        "ChargePeriodStart": start,
+        "ChargePeriodEnd": end,
+        "ChargeCategory": "Usage",
+        "ChargeDescription": f"{ln.model or 'GPU'} GPU-hours, {ln.state}, {who}",
+        "BilledCost": contracted_cost,
+        "EffectiveCost": contracted_cost,
+        "ListCost": list_cost,
+        "ContractedCost": contracted_cost,
+        "PricingQuantity": ln.gpu_hours,
+        "PricingUnit": "GPU-Hour",
+        "ListUnitPrice": prices[ln.model][0],
+        "ContractedUnitPrice": prices[ln.model][1],
+        "ProviderName": "gpulens",
+        "PublisherName": "gpulens",
+        "InvoiceIssuerName": "gpulens",
+        "ServiceName": "GPU compute",
+        "ServiceCategory": "AI and Machine Learning",
+        "ResourceId": f"gpulens/gpu-model/{ln.model}",
+        "ResourceName": f"{ln.model} GPUs",
+        "ResourceType": "GPU",
+        "SubAccountId": ln.account,
+        "SubAccountName": ln.account,
+        "Tags": json.dumps({"gpulens/tenant": ln.tenant, "gpulens/state": ln.state, "gpulens/gpu-model": ln.model}),
+        "x_Tenant": ln.tenant,
+        "x_CostState": ln.state,
+        "x_GpuModel": ln.model,
+        "x_GeHours": ln.ge_hours,
+        "x_UnroundedCost": raw,
+        "x_MigProration": mig_proration,
+        "x_UnallocatedPolicy": policy,
+    }
+    for name, value in values.items():
+        cols[name].append(value)
+
+
+def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> list[Path]:
+    """Write this run's chargeback (FOCUS columns and x_ columns) as CSV and Parquet into ``out_dir``."""
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    focus_cols = [c for c in column_names("chargeback") if c not in ("run_id", "window_start", "window_end")]
+    select = ", ".join(f'"{c}"' for c in focus_cols)
+    table = con.sql(
+        f"SELECT {select}, run_id AS x_RunId FROM chargeback WHERE run_id = $run_id "  # noqa: S608 - fixed columns
+        'ORDER BY "ChargePeriodStart", "SubAccountId", "x_GpuModel", "x_CostState"',
+        params={"run_id": run_id},
+    ).to_arrow_table()
+    csv_path, parquet_path = out_dir / "chargeback_focus.csv", out_dir / "chargeback_focus.parquet"
+    pa_csv.write_csv(table, csv_path)
+    pq.write_table(table, parquet_path)
+    return [csv_path, parquet_path]

@@ -1,0 +1,86 @@
+"""Where the fact tables come from: the store itself, or Hive-partitioned Parquet exported from it.
+
+Analytics queries read the views ``f_<table>`` (e.g. ``f_device_samples``), never the store tables by
+name, so the same SQL runs on a laptop store and on long Parquet history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+
+from gpulens.errors import UserError
+
+FACT_TABLES = (
+    "device_samples",
+    "gpu_samples",
+    "allocations",
+    "events",
+    "pending_demand",
+    "namespace_snapshots",
+    "gaps",
+)
+
+
+def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> str:
+    """Create the ``f_*`` views; a table missing under ``parquet_dir`` falls back to the store's."""
+    if parquet_dir is not None and not parquet_dir.is_dir():
+        raise UserError(f"--parquet {parquet_dir}: not a directory")
+    for table in FACT_TABLES:
+        folder = parquet_dir / table if parquet_dir is not None else None
+        if folder is not None and any(folder.rglob("*.parquet")):
+            rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
+        else:
+            rel = con.table(table)
+        rel.create_view(f"f_{table}", replace=True)
+    return str(parquet_dir) if parquet_dir is not None else "store"
+
+
+@dataclass(frozen=True)
+class Window:
+    """The analysed window, aligned to whole buckets (start inclusive, end exclusive, naive UTC)."""
+
+    start: datetime
+    end: datetime
+    bucket_seconds: int
+
+    @property
+    def buckets(self) -> int:
+        return int((self.end - self.start).total_seconds()) // self.bucket_seconds
+
+    @property
+    def bucket_hours(self) -> float:
+        return self.bucket_seconds / 3600.0
+
+
+def resolve_window(
+    con: duckdb.DuckDBPyConnection, end: datetime | None, window_seconds: int, bucket_seconds: int
+) -> Window:
+    """Window ending at ``end`` (rounded up to a bucket), or just after the newest device sample."""
+    if end is None:
+        newest = con.execute("SELECT max(ts) FROM f_device_samples").fetchone()
+        if newest is None or newest[0] is None:
+            raise UserError("the store holds no device samples: run `gpulens collect` first, or pass --end")
+        end = newest[0] + timedelta(microseconds=1)
+    if end.tzinfo is not None:
+        end = end.astimezone(UTC).replace(tzinfo=None)
+    epoch = datetime(1970, 1, 1)
+    offset = (end - epoch).total_seconds()
+    aligned = epoch + timedelta(seconds=-(-offset // bucket_seconds) * bucket_seconds)
+    return Window(aligned - timedelta(seconds=window_seconds), aligned, bucket_seconds)
+
+
+def infer_sample_interval(con: duckdb.DuckDBPyConnection, window: Window) -> float:
+    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_known``)."""
+    row = con.execute(
+        """
+        SELECT median((epoch(last_ts) - epoch(first_ts)) / (n - 1)) FILTER (WHERE n > 1) FROM an_known
+        """
+    ).fetchone()
+    spacing = row[0] if row is not None else None
+    if spacing is None or spacing <= 0:
+        return float(window.bucket_seconds)
+    return float(min(spacing, window.bucket_seconds))

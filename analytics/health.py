@@ -1,0 +1,193 @@
+"""Health per GPU and node: ok / warn / drain from XID classes and DCGM-style thresholds, with evidence.
+
+A GPU drains on a drain-class XID, any double-bit ECC error in the window, retired pages at or
+above the limit, a row-remap failure, or a lost GPU (``up = false``); it warns on a warn-class or
+unclassified XID, an NVLink CRC error rate at or above the limit, or any thermal-violation time.
+Application XIDs (13, 31, 43, 45, 68 by default) are listed as ``info`` and never change the state.
+A node takes the worst state of its GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import pyarrow as pa
+
+from analytics.facts import Window
+from analytics.result_tables import column_names
+from analytics.settings import HealthRules
+
+_RANK = {"ok": 0, "warn": 1, "drain": 2}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    signal: str
+    value: float
+    threshold: float | None
+    severity: str
+    """info | warn | drain"""
+    reason: str
+    first_ts: datetime | None = None
+    last_ts: datetime | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "signal": self.signal,
+            "value": self.value,
+            "threshold": self.threshold,
+            "severity": self.severity,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    node: str
+    gpu_uuid: str
+    state: str
+    evidence: tuple[Evidence, ...]
+
+
+def classify_xid(code: int, rules: HealthRules) -> str:
+    """Severity of an XID: ``drain``, ``warn``, ``info`` (application error) or the unknown-XID default."""
+    if code in rules.application_xids:
+        return "info"
+    if code in rules.drain_xids:
+        return "drain"
+    if code in rules.warn_xids:
+        return "warn"
+    return rules.unknown_xid_state if rules.unknown_xid_state != "ok" else "info"
+
+
+def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[GpuHealth]:
+    """Health of every GPU in the inventory over the window."""
+    params = {"start": window.start, "end": window.end}
+    gpus = con.execute("SELECT DISTINCT gpu_uuid, node FROM an_dev ORDER BY ALL").fetchall()
+    counters = {
+        r[0]: r[1:]
+        for r in con.execute(
+            """
+            SELECT gpu_uuid,
+                   max(ecc_uncorrected_total) - min(ecc_uncorrected_total),
+                   max(retired_pages_total),
+                   bool_or(remapped_rows_failure), min(ts) FILTER (WHERE remapped_rows_failure),
+                   bool_or(NOT up), min(ts) FILTER (WHERE NOT up), max(ts) FILTER (WHERE NOT up),
+                   max(thermal_violation_seconds_total) - min(thermal_violation_seconds_total),
+                   max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total),
+                   min(ts), max(ts)
+            FROM f_gpu_samples WHERE ts >= $start AND ts < $end
+            GROUP BY gpu_uuid
+            """,
+            params,
+        ).fetchall()
+    }
+    crc_rates = _crc_rates(con, window, [g for g, c in counters.items() if (c[8] or 0) > 0])
+    xids: dict[str, list[tuple[int, int, datetime, datetime]]] = defaultdict(list)
+    for gpu, code, count, first, last in con.execute(
+        """
+        SELECT gpu_uuid, code, sum(count), min(ts), max(ts) FROM f_events
+        WHERE kind = 'xid' AND code IS NOT NULL AND ts >= $start AND ts < $end
+        GROUP BY ALL ORDER BY ALL
+        """,
+        params,
+    ).fetchall():
+        xids[gpu].append((int(code), int(count), first, last))
+    out = []
+    for gpu_uuid, node in gpus:
+        ev = _counter_evidence(counters.get(gpu_uuid), crc_rates.get(gpu_uuid), rules)
+        for code, count, first, last in xids.get(gpu_uuid, []):
+            sev = classify_xid(code, rules)
+            kind = {"info": "application error, never drains", "warn": "warn-class", "drain": "drain-class"}[sev]
+            ev.append(Evidence(f"xid_{code}", count, None, sev, f"XID {code} x{count}: {kind}", first, last))
+        state = max((e.severity for e in ev if e.severity in _RANK), key=_RANK.__getitem__, default="ok")
+        out.append(GpuHealth(node, gpu_uuid, state, tuple(ev)))
+    return out
+
+
+def _crc_rates(con: duckdb.DuckDBPyConnection, window: Window, gpus: list[str]) -> dict[str, float]:
+    """Highest per-bucket NVLink CRC error rate (errors/s), only for GPUs whose counter moved."""
+    if not gpus:
+        return {}
+    rows = con.execute(
+        """
+        SELECT gpu_uuid, max(rate) FROM (
+            SELECT gpu_uuid,
+                   (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
+                   / greatest(epoch(max(ts)) - epoch(min(ts)), 1) AS rate
+            FROM f_gpu_samples
+            WHERE ts >= $start AND ts < $end AND list_contains($gpus, gpu_uuid)
+            GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
+        ) GROUP BY gpu_uuid
+        """,
+        {"start": window.start, "end": window.end, "bs": window.bucket_seconds, "gpus": gpus},
+    ).fetchall()
+    return {g: float(r or 0.0) for g, r in rows}
+
+
+def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRules) -> list[Evidence]:
+    if row is None:
+        return []
+    dbe, retired, remap_fail, remap_ts, lost, lost_first, lost_last, thermal, _crc, first, last = row
+    ev: list[Evidence] = []
+    if dbe is not None and dbe > 0:
+        ev.append(Evidence("ecc_double_bit", dbe, 0, "drain", f"{dbe} new double-bit ECC error(s)", first, last))
+    if retired is not None and retired >= rules.retired_pages_drain:
+        ev.append(
+            Evidence(
+                "retired_pages", retired, rules.retired_pages_drain, "drain",
+                f"{retired} retired pages >= {rules.retired_pages_drain} (DCGM FAIL)", first, last,
+            )
+        )
+    if remap_fail:
+        ev.append(Evidence("row_remap_failure", 1, None, "drain", "row remapping failed", remap_ts, last))
+    if lost:
+        ev.append(Evidence("gpu_lost", 1, None, "drain", "GPU reported lost (up = false)", lost_first, lost_last))
+    if crc_rate is not None and crc_rate >= rules.nvlink_crc_per_second_warn:
+        ev.append(
+            Evidence(
+                "nvlink_crc_rate", round(crc_rate, 3), rules.nvlink_crc_per_second_warn, "warn",
+                f"NVLink CRC errors at {crc_rate:.1f}/s >= {rules.nvlink_crc_per_second_warn:g}/s", first, last,
+            )
+        )
+    if thermal is not None and thermal > rules.thermal_violation_seconds_warn:
+        ev.append(
+            Evidence(
+                "thermal_violation_seconds", round(thermal, 3), rules.thermal_violation_seconds_warn, "warn",
+                f"{thermal:.1f} s of thermal violation in the window", first, last,
+            )
+        )
+    return ev
+
+
+def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, gpus: list[GpuHealth]) -> None:
+    """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU)."""
+    rows: list[tuple[str, str, str | None, str, list[dict[str, object]], list[Evidence]]] = []
+    by_node: dict[str, list[GpuHealth]] = defaultdict(list)
+    for g in gpus:
+        rows.append(("gpu", g.node, g.gpu_uuid, g.state, [e.as_json() for e in g.evidence], list(g.evidence)))
+        by_node[g.node].append(g)
+    for node, members in sorted(by_node.items()):
+        state = max((g.state for g in members), key=_RANK.__getitem__)
+        tagged = [{**e.as_json(), "gpu_uuid": g.gpu_uuid} for g in members for e in g.evidence]
+        rows.append(("node", node, None, state, tagged, [e for g in members for e in g.evidence]))
+    cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
+    for scope, node, gpu_uuid, state, evidence, raw in rows:
+        flagged = [e for e in raw if e.severity in ("warn", "drain")]
+        firsts = [e.first_ts for e in flagged if e.first_ts is not None]
+        lasts = [e.last_ts for e in flagged if e.last_ts is not None]
+        for name, value in zip(
+            cols,
+            (run_id, window.start, window.end, scope, node, gpu_uuid, state, state == "drain",
+             json.dumps(evidence), min(firsts, default=None), max(lasts, default=None)),
+            strict=True,
+        ):
+            cols[name].append(value)
+    if rows:
+        con.register("an_health_arrow", pa.table(cols))
+        con.execute("INSERT INTO health SELECT * FROM an_health_arrow")
+        con.unregister("an_health_arrow")

@@ -1,0 +1,153 @@
+"""The fleet as analytics sees it: devices in the window with their price shares, and the MIG catalog.
+
+Creates temp tables ``an_profiles`` (MIG catalog), ``an_buckets`` (the bucket grid), ``an_dev``
+(devices present in the window, priced) and ``an_addable`` (MIG profiles a GPU's unpartitioned
+slices could still hold).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+
+from analytics.facts import Window
+from exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, MODELS, layout_problems, model_by_name
+
+if TYPE_CHECKING:
+    from analytics.prices import PriceBook
+
+
+def short_model(name: str | None) -> str:
+    """``NVIDIA H200`` -> ``H200``; unknown names pass through unchanged ('' for None)."""
+    if not name:
+        return ""
+    try:
+        return model_by_name(name).short_name
+    except ValueError:
+        return name
+
+
+def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:
+    """``an_profiles`` (model, profile, slices, memory slices), ``an_models`` (alias -> short, prices)."""
+    rows = [
+        (m.short_name, p.name, p.compute_slices, p.memory_slices, p.gpu_equivalents)
+        for m in MODELS.values()
+        for p in m.mig_profiles
+    ]
+    con.register(
+        "an_profiles_arrow",
+        pa.table(
+            list(zip(*rows, strict=True)),
+            names=["gpu_model", "profile", "compute_slices", "memory_slices", "ge"],
+        ),
+    )
+    con.execute("CREATE OR REPLACE TEMP TABLE an_profiles AS SELECT * FROM an_profiles_arrow")
+    con.unregister("an_profiles_arrow")
+    names = {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM devices").fetchall()}
+    names |= {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM gpus").fetchall()}
+    aliases = sorted({str(n) for n in names if n is not None} | set(MODELS))
+    shorts = [short_model(a) for a in aliases]
+    con.register(
+        "an_models_arrow",
+        pa.table(
+            {
+                "alias": aliases,
+                "short": shorts,
+                "list_price": [prices.list_for(s) for s in shorts],
+                "contracted_price": [prices.contracted_for(s) for s in shorts],
+            }
+        ),
+    )
+    con.execute("CREATE OR REPLACE TEMP TABLE an_models AS SELECT * FROM an_models_arrow")
+    con.unregister("an_models_arrow")
+
+
+def build_inventory(
+    con: duckdb.DuckDBPyConnection, window: Window, mig_proration: str, fallback_price: float
+) -> None:
+    """Create ``an_buckets``, ``an_dev`` and ``an_addable`` for the window."""
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE an_buckets AS
+        SELECT b AS bucket_start, b + to_seconds($bs) AS bucket_end, CAST(b AS DATE) AS day
+        FROM generate_series($start::TIMESTAMP, $end::TIMESTAMP - to_seconds($bs), to_seconds($bs)) t(b)
+        """,
+        {"start": window.start, "end": window.end, "bs": window.bucket_seconds},
+    )
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE an_dev AS
+        SELECT
+            d.device_id, d.gpu_uuid, d.node,
+            coalesce(m.short, d.gpu_model) AS gpu_model,
+            d.kind, d.profile,
+            coalesce(d.sharing_mode, g.sharing_mode, CASE WHEN d.kind = 'mig' THEN 'mig' ELSE 'exclusive' END)
+                AS sharing_mode,
+            d.gpu_equivalents AS ge,
+            coalesce(d.slices, p.compute_slices) AS slices,
+            CASE WHEN d.kind = 'mig' AND $proration = 'memory' AND p.memory_slices IS NOT NULL
+                 THEN p.memory_slices / $mem_slices ELSE d.gpu_equivalents END AS cost_share,
+            coalesce(m.list_price, $fallback) AS list_price,
+            coalesce(m.contracted_price, m.list_price, $fallback) AS contracted_price,
+            d.first_seen, d.last_seen, d.gpu_instance_id
+        FROM devices d
+        LEFT JOIN gpus g ON g.gpu_uuid = d.gpu_uuid
+        LEFT JOIN an_models m ON m.alias = d.gpu_model
+        LEFT JOIN an_profiles p ON p.gpu_model = coalesce(m.short, d.gpu_model) AND p.profile = d.profile
+        WHERE (d.first_seen IS NULL OR d.first_seen < $end)
+          AND (d.last_seen IS NULL OR d.last_seen >= $start)
+        """,
+        {
+            "start": window.start,
+            "end": window.end,
+            "proration": mig_proration,
+            "mem_slices": float(MEMORY_SLICES),
+            "fallback": fallback_price,
+        },
+    )
+    _build_addable(con)
+
+
+def _build_addable(con: duckdb.DuckDBPyConnection) -> None:
+    """Per MIG GPU: the profiles that still fit next to its GPU instances (placement ignored)."""
+    rows = con.execute(
+        """
+        SELECT gpu_uuid, any_value(gpu_model), list(profile ORDER BY profile)
+        FROM (SELECT DISTINCT gpu_uuid, gpu_model, gpu_instance_id, profile FROM an_dev WHERE kind = 'mig')
+        GROUP BY gpu_uuid
+        """
+    ).fetchall()
+    fits_cache: dict[tuple[str, tuple[str, ...]], list[tuple[str, float]]] = {}
+    out: dict[str, list] = defaultdict(list)
+    for gpu_uuid, model_name, layout in rows:
+        key = (str(model_name), tuple(layout))
+        if key not in fits_cache:
+            fits_cache[key] = _addable_profiles(*key)
+        for profile, ge in fits_cache[key]:
+            out["gpu_uuid"].append(gpu_uuid)
+            out["profile"].append(profile)
+            out["ge"].append(ge)
+    table = pa.table(
+        {"gpu_uuid": pa.array(out["gpu_uuid"], pa.string()), "profile": pa.array(out["profile"], pa.string()),
+         "ge": pa.array(out["ge"], pa.float64())}
+    )
+    con.register("an_addable_arrow", table)
+    con.execute("CREATE OR REPLACE TEMP TABLE an_addable AS SELECT * FROM an_addable_arrow")
+    con.unregister("an_addable_arrow")
+
+
+def _addable_profiles(model_name: str, layout: tuple[str, ...]) -> list[tuple[str, float]]:
+    try:
+        model = model_by_name(model_name)
+    except ValueError:
+        return []
+    if layout_problems(model, layout):
+        return []
+    return [
+        (p.name, p.compute_slices / COMPUTE_SLICES)
+        for p in model.mig_profiles
+        if not layout_problems(model, (*layout, p.name))
+    ]

@@ -1,0 +1,234 @@
+"""Isolation risk 0..100 per GPU and per tenant: an additive rubric whose every term is listed.
+
+Terms (weights in ``RiskWeights``): the GPU's sharing-mode base; other tenants on the same GPU;
+other tenants on the same node or NVLink domain; missing tenancy layers (no NetworkPolicy in a
+namespace, neither a dedicated pool nor a virtual cluster); a telemetry blind spot (a shared GPU
+whose use cannot be attributed per tenant); faults on a GPU shared by several tenants. When the sum
+passes 100 a ``cap`` term with negative points brings it to exactly 100. A tenant's score is its
+worst GPU seen from the tenant's side plus its own missing layers. All counts are over the window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from analytics.facts import Window
+from analytics.result_tables import column_names
+from analytics.settings import HealthRules, RiskWeights
+
+
+@dataclass(frozen=True)
+class Term:
+    term: str
+    points: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Risk:
+    scope: str
+    gpu_uuid: str | None
+    node: str | None
+    tenant: str | None
+    sharing_mode: str | None
+    terms: tuple[Term, ...]
+
+    @property
+    def score(self) -> float:
+        return sum(t.points for t in self.terms)
+
+
+def capped(terms: list[Term]) -> tuple[Term, ...]:
+    """Append a ``cap`` term when the points pass 100, so the listed terms still sum to the score."""
+    total = sum(t.points for t in terms)
+    if total > 100:
+        terms = [*terms, Term("cap", 100 - total, f"sum of {total:g} points capped at 100")]
+    return tuple(terms)
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    gpu_uuid: str
+    node: str
+    mode: str
+    domain: str | None
+    blind: bool
+    tenants: frozenset[str]
+    faults: int
+    fault_codes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Layers:
+    namespaces_without_policy: tuple[str, ...]
+    isolated: bool
+    """Has a dedicated pool or a virtual cluster."""
+
+
+def assess(
+    con: duckdb.DuckDBPyConnection, window: Window, weights: RiskWeights, health_rules: HealthRules
+) -> list[Risk]:
+    """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device."""
+    gpus = _gpus(con, window, health_rules)
+    layers = _layers(con, window)
+    by_place: dict[str, set[str]] = defaultdict(set)
+    for g in gpus.values():
+        by_place[f"node:{g.node}"] |= g.tenants
+        if g.domain:
+            by_place[f"nvlink:{g.domain}"] |= g.tenants
+    risks: list[Risk] = []
+    worst: dict[str, Risk] = {}
+    for g in gpus.values():
+        neighbours = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
+        risks.append(
+            Risk("device", g.gpu_uuid, g.node, None, g.mode,
+                 capped(_device_terms(g, None, neighbours, layers, weights)))
+        )
+        for tenant in sorted(g.tenants):
+            r = Risk("tenant", g.gpu_uuid, g.node, tenant, g.mode,
+                     capped(_device_terms(g, tenant, neighbours, layers, weights)))
+            if tenant not in worst or r.score > worst[tenant].score:
+                worst[tenant] = r
+    risks.extend(worst[t] for t in sorted(worst))
+    return risks
+
+
+def _device_terms(
+    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Layers], w: RiskWeights
+) -> list[Term]:
+    others = sorted(g.tenants - {tenant}) if tenant else sorted(g.tenants)[1:] if g.tenants else []
+    near = sorted(neighbours - g.tenants)
+    terms = [Term("sharing_mode", w.mode_base(g.mode), f"sharing mode {g.mode}")]
+    if others:
+        terms.append(
+            Term("gpu_cotenants", min(w.gpu_cotenant_max, w.per_gpu_cotenant * len(others)),
+                 f"{len(others)} other tenant(s) on this GPU: {_names(others)}")
+        )
+    if near:
+        terms.append(
+            Term("node_cotenants", min(w.node_cotenant_max, w.per_node_cotenant * len(near)),
+                 f"{len(near)} other tenant(s) on the node or NVLink domain: {_names(near)}")
+        )
+    if g.blind and len(g.tenants) > 0:
+        terms.append(
+            Term("telemetry_blind_spot", w.telemetry_blind_spot,
+                 f"shared {g.mode} GPU without per-tenant activity attribution")
+        )
+    if g.faults and len(g.tenants) > 1:
+        codes = ", ".join(str(c) for c in g.fault_codes)
+        terms.append(
+            Term("shared_faults", min(w.shared_fault_max, w.per_shared_fault * g.faults),
+                 f"{g.faults} fault event(s) (XID {codes}) on a GPU shared by {len(g.tenants)} tenants")
+        )
+    subjects = [tenant] if tenant else sorted(g.tenants)
+    no_policy = sorted({f"{t}/{ns}" for t in subjects for ns in layers.get(t, _EMPTY).namespaces_without_policy})
+    if no_policy:
+        terms.append(
+            Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
+        )
+    exposed = [t for t in subjects if not layers.get(t, _EMPTY).isolated]
+    if exposed:
+        terms.append(
+            Term("no_dedicated_pool_or_vcluster", w.no_dedicated_pool_or_vcluster,
+                 f"neither a dedicated pool nor a virtual cluster: {_names(exposed)}")
+        )
+    return terms
+
+
+_EMPTY = _Layers((), False)
+
+
+def _names(items: list[str], most: int = 5) -> str:
+    shown = ", ".join(items[:most])
+    return shown + (f" (+{len(items) - most} more)" if len(items) > most else "")
+
+
+def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> dict[str, _Gpu]:
+    tenants: dict[str, set[str]] = defaultdict(set)
+    for gpu, tenant in con.execute(
+        "SELECT DISTINCT d.gpu_uuid, a.tenant FROM an_alloc a JOIN an_dev d USING (device_id)"
+    ).fetchall():
+        tenants[gpu].add(tenant)
+    faults: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for gpu, code, count in con.execute(
+        """
+        SELECT gpu_uuid, code, sum(count) FROM f_events
+        WHERE kind = 'xid' AND code IS NOT NULL AND ts >= $start AND ts < $end GROUP BY ALL ORDER BY ALL
+        """,
+        {"start": window.start, "end": window.end},
+    ).fetchall():
+        faults[gpu].append((int(code), int(count)))
+    rows = con.execute(
+        """
+        SELECT d.gpu_uuid, any_value(d.node),
+               CASE WHEN bool_or(d.kind = 'mig') THEN 'mig' ELSE any_value(d.sharing_mode) END AS mode,
+               any_value(n.nvlink_domain),
+               bool_or(db.n > 0 AND db.n_activity = 0) AS unmeasured
+        FROM an_dev d
+        LEFT JOIN nodes n ON n.node = d.node
+        LEFT JOIN (SELECT device_id, sum(n) AS n, sum(n_activity) AS n_activity FROM an_known GROUP BY ALL) db
+               USING (device_id)
+        GROUP BY d.gpu_uuid ORDER BY d.gpu_uuid
+        """
+    ).fetchall()
+    out = {}
+    for gpu, node, mode, domain, unmeasured in rows:
+        mode = mode or "exclusive"
+        blind = mode in ("time-slicing", "mps") or (mode == "mig" and bool(unmeasured))
+        counted = [(c, n) for c, n in faults.get(gpu, []) if not (mode == "mig" and c in rules.application_xids)]
+        out[gpu] = _Gpu(
+            gpu, node, mode, domain, blind, frozenset(tenants.get(gpu, set())),
+            sum(n for _, n in counted), tuple(c for c, _ in counted),
+        )
+    return out
+
+
+def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers]:
+    """Per tenant: namespaces (used in the window) without NetworkPolicy; dedicated pool or vcluster."""
+    rows = con.execute(
+        """
+        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_alloc),
+        latest AS (
+            SELECT namespace, arg_max(network_policies, ts) AS policies, arg_max(virtual_cluster, ts) AS vcluster
+            FROM f_namespace_snapshots WHERE ts < $end GROUP BY namespace
+        ),
+        placed AS (
+            SELECT a.tenant, bool_and(n.dedicated_tenant IS NOT DISTINCT FROM a.tenant) AS on_own_nodes
+            FROM (SELECT DISTINCT tenant, device_id FROM an_alloc) a
+            JOIN an_dev d USING (device_id) LEFT JOIN nodes n ON n.node = d.node
+            GROUP BY a.tenant
+        )
+        SELECT u.tenant,
+               list(u.namespace ORDER BY u.namespace) FILTER (WHERE coalesce(l.policies, 0) = 0),
+               bool_or(l.vcluster IS NOT NULL) OR any_value(t.dedicated_pool) IS NOT NULL
+                 OR any_value(t.virtual_cluster) IS NOT NULL OR any_value(p.on_own_nodes)
+        FROM used u
+        LEFT JOIN latest l USING (namespace)
+        LEFT JOIN tenants t ON t.tenant = u.tenant
+        LEFT JOIN placed p ON p.tenant = u.tenant
+        GROUP BY u.tenant
+        """,
+        {"end": window.end},
+    ).fetchall()
+    return {t: _Layers(tuple(ns or ()), bool(iso)) for t, ns, iso in rows}
+
+
+def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, risks: list[Risk]) -> None:
+    """Write the device and tenant rows of this run."""
+    if not risks:
+        return
+    cols: dict[str, list[object]] = {c: [] for c in column_names("isolation_risk")}
+    for r in risks:
+        terms = json.dumps([{"term": t.term, "points": t.points, "reason": t.reason} for t in r.terms])
+        values = (run_id, window.start, window.end, r.scope, r.gpu_uuid, r.node, r.tenant, r.sharing_mode,
+                  r.score, terms)
+        for name, value in zip(cols, values, strict=True):
+            cols[name].append(value)
+    con.register("an_risk_arrow", pa.table(cols))
+    con.execute("INSERT INTO isolation_risk SELECT * FROM an_risk_arrow")
+    con.unregister("an_risk_arrow")

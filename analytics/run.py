@@ -1,0 +1,113 @@
+"""``analyze``: run every analysis over one window and write the five result tables in one transaction.
+
+Results of the same window and parameters replace the earlier ones (same ``run_id``), so running
+twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from analytics import chargeback, fragmentation, health, idle, isolation
+from analytics.facts import bind_facts, infer_sample_interval, resolve_window
+from analytics.inventory import build_inventory, register_catalog
+from analytics.prices import load_price_book
+from analytics.result_tables import RESULT_TABLES, create_result_tables
+from analytics.settings import AnalysisSettings
+from analytics.summary import AnalysisSummary, build_summary
+from collector.schema import create_schema
+from gpulens.errors import UserError
+
+_MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
+
+
+def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
+    """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run)."""
+    path = Path(db_path)
+    if not path.is_file():
+        raise UserError(f"--db {path}: no such store (run `gpulens collect` or `gpulens demo` first)")
+    if not _MEMORY.match(settings.memory_limit):
+        raise UserError(f"memory limit {settings.memory_limit!r} is not like 4GB or 512MiB")
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as exc:
+        raise UserError(f"--db {path}: cannot open the store: {exc}") from exc
+    try:
+        con.execute(f"SET memory_limit = '{settings.memory_limit}'")  # validated above
+        create_schema(con)
+        create_result_tables(con)
+        return _analyze(con, settings)
+    finally:
+        con.close()
+
+
+def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> AnalysisSummary:
+    source = bind_facts(con, settings.parquet_dir)
+    window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds)
+    prices = load_price_book(con, settings.prices_path)
+    register_catalog(con, prices)
+    build_inventory(con, window, settings.mig_proration, prices.fallback)
+    devices = con.execute("SELECT count(*) FROM an_dev").fetchone()
+    if not devices or not devices[0]:
+        raise UserError("the store lists no devices in the window: nothing to analyse")
+    idle.prepare_samples(con, window, settings.activity_threshold)
+    interval = settings.sample_interval_seconds or infer_sample_interval(con, window)
+    idle.build_device_buckets(con, window, interval)
+    gpu_health = health.assess(con, window, settings.health)
+    risks = isolation.assess(con, window, settings.risk, settings.health)
+    model_prices = {
+        str(m): (float(lp), float(cp))
+        for m, lp, cp in con.execute(
+            "SELECT DISTINCT coalesce(gpu_model, ''), list_price, contracted_price FROM an_dev"
+        ).fetchall()
+    }
+    parameters = {
+        **settings.parameters(),
+        "sample_interval_seconds": interval,
+        "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices, "fallback": prices.fallback},
+    }
+    run_id = _run_id(window.start, window.end, source, parameters)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in (*RESULT_TABLES, "analysis_runs"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+        idle.insert_idle(con, run_id, window, interval)
+        fragmentation.insert_fragmentation(con, run_id, window)
+        isolation.insert_risk(con, run_id, window, risks)
+        health.insert_health(con, run_id, window, gpu_health)
+        fleet = chargeback.insert_chargeback(
+            con, run_id, window, model_prices, settings.mig_proration, settings.unallocated
+        )
+        summary = build_summary(
+            con, run_id, window.start, window.end, window.bucket_seconds, interval, source, fleet
+        )
+        con.execute(
+            "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run_id, window.start, window.end, window.bucket_seconds, interval,
+                json.dumps(parameters, sort_keys=True, default=str), source,
+                json.dumps(summary.as_json(), default=str), datetime.now(UTC).replace(tzinfo=None),
+            ],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    if settings.out_dir is not None:
+        chargeback.write_focus(con, run_id, settings.out_dir)
+    return summary
+
+
+def _run_id(start: datetime, end: datetime, source: str, parameters: dict[str, object]) -> str:
+    key = json.dumps(
+        {"start": start.isoformat(), "end": end.isoformat(), "source": source, "parameters": parameters},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:16]

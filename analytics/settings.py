@@ -1,0 +1,129 @@
+"""Settings of one analysis run: window, thresholds, pricing choices, risk weights and health rules.
+
+Every default is explained in ``docs/analytics.md``; a YAML file can override any of them
+(``gpulens.config.load_yaml_model(path, AnalysisSettings)``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str | int) -> int:
+    """``90s``, ``5m``, ``1h``, ``14d``, ``2w`` (or a number of seconds) -> whole seconds."""
+    if isinstance(text, int):
+        seconds = text
+    else:
+        match = _DURATION.match(text)
+        if match is None:
+            raise ValueError(f"not a duration: {text!r} (use e.g. 5m, 1h, 14d)")
+        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+class RiskWeights(BaseModel):
+    """Points of each isolation-risk term (the score is their sum, capped at 100)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode_exclusive: float = 0
+    mode_mig: float = 10
+    mode_mps: float = 30
+    mode_time_slicing: float = 40
+    per_gpu_cotenant: float = 10
+    gpu_cotenant_max: float = 30
+    per_node_cotenant: float = 2
+    node_cotenant_max: float = 10
+    no_network_policy: float = 10
+    no_dedicated_pool_or_vcluster: float = 5
+    telemetry_blind_spot: float = 10
+    per_shared_fault: float = 5
+    shared_fault_max: float = 20
+
+    def mode_base(self, mode: str | None) -> float:
+        return {
+            "exclusive": self.mode_exclusive,
+            "mig": self.mode_mig,
+            "mps": self.mode_mps,
+            "time-slicing": self.mode_time_slicing,
+        }.get(mode or "exclusive", self.mode_exclusive)
+
+
+class HealthRules(BaseModel):
+    """Which signals make a GPU ``warn`` or ``drain`` (defaults from NVIDIA's XID catalog and DCGM)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    drain_xids: frozenset[int] = frozenset(
+        {46, 48, 62, 64, 74, 79, 95, 110, 119, 120, 136, 140, 143, 155, 156, 158}
+    )
+    warn_xids: frozenset[int] = frozenset({8, 61, 63, 92, 94, 109, 121, 154, *range(144, 151)})
+    application_xids: frozenset[int] = frozenset({13, 31, 43, 45, 68})
+    unknown_xid_state: Literal["ok", "warn", "drain"] = "warn"
+    retired_pages_drain: int = Field(default=63, ge=1)
+    nvlink_crc_per_second_warn: float = Field(default=100.0, gt=0)
+    thermal_violation_seconds_warn: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _application_errors_never_drain(self) -> HealthRules:
+        both = self.application_xids & (self.drain_xids | self.warn_xids)
+        if both:
+            raise ValueError(f"XIDs {sorted(both)} are both application errors and warn/drain XIDs")
+        overlap = self.drain_xids & self.warn_xids
+        if overlap:
+            raise ValueError(f"XIDs {sorted(overlap)} are in both drain_xids and warn_xids")
+        return self
+
+
+class AnalysisSettings(BaseModel):
+    """Parameters of ``analyze``: all of them are recorded with the results."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window_seconds: int = 14 * 86400
+    bucket_seconds: int = 300
+    end: datetime | None = None
+    """Window end (exclusive, UTC); default: the bucket after the newest device sample."""
+    activity_threshold: float = Field(0.05, ge=0, le=1)
+    """Allocated devices with activity below this ratio are ``allocated-idle``."""
+    sample_interval_seconds: float | None = Field(None, gt=0)
+    """Time one sample stands for; default: inferred from the samples."""
+    prices_path: Path | None = None
+    mig_proration: Literal["slices", "memory"] = "slices"
+    unallocated: Literal["own-line", "even", "proportional"] = "own-line"
+    parquet_dir: Path | None = None
+    """Read fact tables from Hive-partitioned Parquet here (``<dir>/<table>/...``) instead of the store."""
+    out_dir: Path | None = None
+    """Write the FOCUS chargeback as CSV and Parquet here."""
+    memory_limit: str = "4GB"
+    """DuckDB memory limit (it spills to disk beyond it)."""
+    risk: RiskWeights = RiskWeights()
+    health: HealthRules = HealthRules()
+
+    @field_validator("window_seconds", "bucket_seconds", mode="before")
+    @classmethod
+    def _duration(cls, value: str | int) -> int:
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _bucket_fits(self) -> AnalysisSettings:
+        if 86400 % self.bucket_seconds:
+            raise ValueError(f"bucket of {self.bucket_seconds}s does not divide a day (use e.g. 1m, 5m, 15m, 1h)")
+        if self.window_seconds % self.bucket_seconds:
+            raise ValueError("window must be a whole number of buckets")
+        return self
+
+    def parameters(self) -> dict[str, object]:
+        """The settings that shape the numbers, as JSON-able data (paths and output options left out)."""
+        data = self.model_dump(mode="json", exclude={"out_dir", "memory_limit", "end"})
+        return data

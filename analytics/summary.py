@@ -1,0 +1,207 @@
+"""The headline numbers of one analysis run, read back from its result rows, and their text form."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from decimal import Decimal
+
+import duckdb
+
+from analytics.chargeback import FleetCost
+
+STATES = ("allocated-active", "allocated-idle", "allocated-unmeasured", "unallocated", "unknown")
+
+
+@dataclass(frozen=True)
+class TenantIdle:
+    tenant: str
+    idle_ge_hours: float
+    idle_cost_usd: float
+    allocated_ge_hours: float
+    idle_memory_gib_hours: float
+    """Memory held while compute was idle (GiB x hours)."""
+
+
+@dataclass(frozen=True)
+class TenantRisk:
+    tenant: str
+    score: float
+    top_term: str
+
+
+@dataclass(frozen=True)
+class DrainCandidate:
+    node: str
+    gpu_uuid: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class AnalysisSummary:
+    """What ``gpulens analyze`` prints; also stored as JSON in ``analysis_runs.summary``."""
+
+    run_id: str
+    window_start: datetime
+    window_end: datetime
+    bucket_seconds: int
+    sample_interval_seconds: float
+    fact_source: str
+    ge_hours_by_state: dict[str, float]
+    cost_usd_by_state: dict[str, float]
+    idle_by_tenant: tuple[TenantIdle, ...]
+    stranded_ge_hours: float
+    top_risk_tenants: tuple[TenantRisk, ...]
+    drain_candidates: tuple[DrainCandidate, ...]
+    warn_gpus: int
+    fleet_cost_usd: Decimal
+    """Fleet capacity x price (contracted, else list), exact."""
+    chargeback_total_usd: Decimal
+    """Sum of BilledCost over the run's chargeback lines."""
+
+    @property
+    def capacity_ge_hours(self) -> float:
+        return sum(self.ge_hours_by_state.values())
+
+    @property
+    def reconciled(self) -> bool:
+        return self.chargeback_total_usd == self.fleet_cost_usd.quantize(Decimal("0.01"))
+
+    def as_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["fleet_cost_usd"] = str(self.fleet_cost_usd)
+        data["chargeback_total_usd"] = str(self.chargeback_total_usd)
+        data["window_start"] = self.window_start.isoformat()
+        data["window_end"] = self.window_end.isoformat()
+        data["reconciled"] = self.reconciled
+        return data
+
+    def render(self) -> str:
+        cap = self.capacity_ge_hours or 1.0
+        lines = [
+            f"gpulens analysis {self.run_id}: {self.window_start:%Y-%m-%d %H:%M} .. {self.window_end:%Y-%m-%d %H:%M} UTC"
+            f" ({self.bucket_seconds // 60} min buckets, samples every {self.sample_interval_seconds:g} s,"
+            f" facts from {self.fact_source})",
+            f"capacity {self.capacity_ge_hours:,.1f} GE-hours:",
+        ]
+        for state in STATES:
+            ge = self.ge_hours_by_state.get(state, 0.0)
+            lines.append(
+                f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  ${self.cost_usd_by_state.get(state, 0.0):>12,.2f}"
+            )
+        lines.append("allocated-idle by tenant (GE-hours, $, memory held while idle):")
+        if not self.idle_by_tenant:
+            lines.append("  (none)")
+        for t in self.idle_by_tenant:
+            pct = 100 * t.idle_ge_hours / t.allocated_ge_hours if t.allocated_ge_hours else 0.0
+            lines.append(
+                f"  {_safe(t.tenant):<24} {t.idle_ge_hours:>10,.1f} GE-h ({pct:4.1f}% of its allocation)"
+                f"  ${t.idle_cost_usd:>10,.2f}  {t.idle_memory_gib_hours:>10,.1f} GiB-h"
+            )
+        lines.append(f"stranded capacity (free, but no pending shape fits): {self.stranded_ge_hours:,.1f} GE-hours")
+        lines.append("highest isolation risk (tenant, score 0-100, largest term):")
+        if not self.top_risk_tenants:
+            lines.append("  (none)")
+        for r in self.top_risk_tenants:
+            lines.append(f"  {_safe(r.tenant):<24} {r.score:5.1f}  {r.top_term}")
+        lines.append(f"drain candidates: {len(self.drain_candidates)} GPU(s); {self.warn_gpus} GPU(s) warn")
+        for d in self.drain_candidates[:10]:
+            lines.append(f"  {_safe(d.node)} {d.gpu_uuid}: {d.evidence}")
+        if len(self.drain_candidates) > 10:
+            lines.append(f"  ... {len(self.drain_candidates) - 10} more in the health table")
+        verdict = "reconciled" if self.reconciled else "NOT RECONCILED"
+        lines.append(
+            f"chargeback ${self.chargeback_total_usd:,.2f} vs fleet capacity x price"
+            f" ${self.fleet_cost_usd.quantize(Decimal('0.01')):,.2f}: {verdict}"
+        )
+        return "\n".join(lines)
+
+
+def _safe(text: str) -> str:
+    """Tenant-controlled text printed on a terminal: no control characters."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def build_summary(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    window_start: datetime,
+    window_end: datetime,
+    bucket_seconds: int,
+    interval_s: float,
+    fact_source: str,
+    fleet: FleetCost,
+    top: int = 10,
+) -> AnalysisSummary:
+    """Read the run's rows back into headline numbers."""
+    by_state = con.execute(
+        "SELECT state, sum(ge_hours), sum(cost_usd) FROM idle_capacity WHERE run_id = ? GROUP BY state", [run_id]
+    ).fetchall()
+    idle = con.execute(
+        """
+        SELECT tenant,
+               coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_ge,
+               coalesce(sum(cost_usd) FILTER (WHERE state = 'allocated-idle'), 0),
+               sum(ge_hours),
+               coalesce(sum(memory_byte_hours) FILTER (WHERE state = 'allocated-idle'), 0) / 1073741824.0
+        FROM idle_capacity WHERE run_id = ? AND tenant IS NOT NULL
+        GROUP BY tenant ORDER BY idle_ge DESC, tenant LIMIT ?
+        """,
+        [run_id, top],
+    ).fetchall()
+    stranded = con.execute(
+        "SELECT coalesce(sum(stranded_ge_hours), 0) FROM fragmentation WHERE run_id = ?", [run_id]
+    ).fetchone()
+    risks = con.execute(
+        """
+        SELECT tenant, score, terms FROM isolation_risk WHERE run_id = ? AND scope = 'tenant'
+        ORDER BY score DESC, tenant LIMIT ?
+        """,
+        [run_id, min(top, 5)],
+    ).fetchall()
+    drains = con.execute(
+        """
+        SELECT node, gpu_uuid, evidence FROM health
+        WHERE run_id = ? AND scope = 'gpu' AND state = 'drain' ORDER BY node, gpu_uuid
+        """,
+        [run_id],
+    ).fetchall()
+    warn = con.execute(
+        "SELECT count(*) FROM health WHERE run_id = ? AND scope = 'gpu' AND state = 'warn'", [run_id]
+    ).fetchone()
+    billed = con.execute(
+        'SELECT coalesce(sum("BilledCost"), 0) FROM chargeback WHERE run_id = ?', [run_id]
+    ).fetchone()
+    return AnalysisSummary(
+        run_id=run_id,
+        window_start=window_start,
+        window_end=window_end,
+        bucket_seconds=bucket_seconds,
+        sample_interval_seconds=interval_s,
+        fact_source=fact_source,
+        ge_hours_by_state={s: float(g) for s, g, _ in by_state},
+        cost_usd_by_state={s: float(c) for s, _, c in by_state},
+        idle_by_tenant=tuple(TenantIdle(t, float(i), float(c), float(a), float(m)) for t, i, c, a, m in idle),
+        stranded_ge_hours=float(stranded[0]) if stranded else 0.0,
+        top_risk_tenants=tuple(TenantRisk(t, float(s), _top_term(terms)) for t, s, terms in risks),
+        drain_candidates=tuple(DrainCandidate(n, g, _drain_reasons(ev)) for n, g, ev in drains),
+        warn_gpus=int(warn[0]) if warn else 0,
+        fleet_cost_usd=fleet.contracted_usd,
+        chargeback_total_usd=Decimal(billed[0]) if billed else Decimal(0),
+    )
+
+
+def _top_term(terms_json: str) -> str:
+    import json
+
+    terms = [t for t in json.loads(terms_json) if t["term"] != "cap"]
+    if not terms:
+        return ""
+    t = max(terms, key=lambda x: x["points"])
+    return f"{t['term']} +{t['points']:g}: {t['reason']}"
+
+
+def _drain_reasons(evidence_json: str) -> str:
+    import json
+
+    return "; ".join(e["reason"] for e in json.loads(evidence_json) if e["severity"] == "drain")
