@@ -1,0 +1,122 @@
+"""Against a REAL Prometheus: TSDB blocks built with promtool from known history (gpulens and dcgm-exporter
+naming), collected through query_range, compared with the truth sample by sample."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.render import render_openmetrics, series_for
+from collector.store import Store
+from collector.synthetic import HOSTILE, synthetic_frames
+from tests.support.prometheus import promtool, running_prometheus
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+STEP = 60.0
+MINUTES = 90
+# Recent enough that Prometheus's retention keeps the blocks; aligned to the hour for clean windows.
+START = (time.time() // 3600) * 3600 - 4 * 3600
+END = START + MINUTES * 60
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict[str, pl.DataFrame]:
+    return synthetic_frames(START, END, STEP, nodes=2, whole_gpus=1, hostile_tenant=True)
+
+
+def _blocks(tmp: Path, truth: dict[str, pl.DataFrame], naming: str) -> Path:
+    source = tmp / f"{naming}.om"
+    source.write_text(render_openmetrics(series_for(truth, naming)), encoding="utf-8")  # type: ignore[arg-type]
+    out = tmp / f"tsdb-{naming}"
+    code, output = promtool("tsdb", "create-blocks-from", "openmetrics", str(source), str(out), timeout=120)
+    assert code == 0, output
+    return out
+
+
+def _select(store: Store, table: str, columns: list[str], key: str) -> pl.DataFrame:
+    return store.frame(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {key}, ts")  # noqa: S608 - test columns
+
+
+def _collect(tmp: Path, tsdb: Path, schema: str, **kw: object) -> Store:
+    args = ["--query.lookback-delta=30s", "--storage.tsdb.retention.time=100y"]
+    store = Store(str(tmp / f"{schema}.duckdb"))
+    with running_prometheus(data_dir=tmp / f"prom-{schema}", storage_path=tsdb, extra_args=args) as prom:
+        with PrometheusClient(HttpSettings(prom.url)) as client:
+            first = collect_range(store, client, start=START, end=END, step=STEP, schema=schema,  # type: ignore[arg-type]
+                                  max_points=40, **kw)  # type: ignore[arg-type]
+            assert len(first.windows) == 3
+            # The same windows again add nothing, even when the bookkeeping is forgotten.
+            store.con.execute("DELETE FROM ingest_batches")
+            again = collect_range(store, client, start=START, end=END, step=STEP, schema=schema,  # type: ignore[arg-type]
+                                  max_points=40, **kw)  # type: ignore[arg-type]
+            assert again.rows == 0
+    return store
+
+
+def test_gpulens_history_through_prometheus_equals_the_truth(
+    tmp_path: Path, truth: dict[str, pl.DataFrame], promtool_binary: str, prometheus_binary: str
+) -> None:
+    tsdb = _blocks(tmp_path, truth, "gpulens")
+    with _collect(tmp_path, tsdb, "gpulens") as store:
+        want = truth["device_samples"].drop("source").sort("device_id", "ts")
+        got = _select(store, "device_samples", want.columns, "device_id")
+        assert got.equals(want)
+        gcols = ["ts", "node", "gpu_uuid", "up", "power_watts", "energy_joules", "temperature_celsius",
+                 "sm_clock_hz", "memory_clock_hz", "pcie_replay_total", "remapped_rows_failure"]
+        want_g = truth["gpu_samples"].select(gcols).sort("gpu_uuid", "ts")
+        got_g = _select(store, "gpu_samples", gcols, "gpu_uuid")
+        assert got_g.equals(want_g)
+        acols = [c for c in truth["allocations"].columns if c != "source"]
+        want_a = truth["allocations"].select(acols).sort("device_id", "ts")
+        got_a = _select(store, "allocations", acols, "device_id")
+        assert got_a.equals(want_a)
+        assert set(got_a["tenant"]) == {HOSTILE}, "quotes, backslash, newline and SQL survive end to end"
+        assert store.count("gaps") == 0
+        devices = store.frame("SELECT device_id, profile, gpu_equivalents FROM devices ORDER BY device_id")
+        assert devices.equals(truth["devices"].select(devices.columns).sort("device_id"))
+
+
+def test_dcgm_history_through_prometheus_lands_in_the_same_tables(
+    tmp_path: Path, truth: dict[str, pl.DataFrame], promtool_binary: str, prometheus_binary: str
+) -> None:
+    tsdb = _blocks(tmp_path, truth, "dcgm")
+    with _collect(tmp_path, tsdb, "dcgm") as store:
+        mig_id = pl.when(pl.col("profile") != "gpu").then(
+            pl.format("{}/gi{}", pl.col("gpu_uuid"), pl.col("gpu_instance_id"))).otherwise(pl.col("device_id"))
+        id_map = truth["devices"].select("device_id", mig_id.alias("dcgm_id"))
+        want = (truth["device_samples"].join(id_map, on="device_id")
+                .with_columns(device_id=pl.col("dcgm_id")).drop("dcgm_id", "source").sort("device_id", "ts"))
+        got = _select(store, "device_samples", want.columns, "device_id")
+        assert got.equals(want)
+        want_g = truth["gpu_samples"].sort("gpu_uuid", "ts")
+        got_g = store.frame("SELECT * FROM gpu_samples ORDER BY gpu_uuid, ts")
+        assert got_g["ts"].equals(want_g["ts"]) and got_g["gpu_uuid"].equals(want_g["gpu_uuid"])
+        assert got_g["power_watts"].equals(want_g["power_watts"])
+        assert got_g["temperature_celsius"].equals(want_g["temperature_celsius"])
+        for col in ("energy_joules", "sm_clock_hz", "memory_clock_hz"):  # mJ and MHz back to J and Hz
+            assert got_g[col].to_list() == pytest.approx(want_g[col].to_list(), rel=1e-12), col
+        acols = ["ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container", "tenant",
+                 "gpu_equivalents"]
+        want_a = (truth["allocations"].join(id_map, on="device_id")
+                  .with_columns(device_id=pl.col("dcgm_id")).select(acols).sort("device_id", "ts"))
+        got_a = _select(store, "allocations", acols, "device_id")
+        assert got_a.equals(want_a)
+
+
+def test_a_hostile_label_filter_selects_exactly_its_series(
+    tmp_path: Path, truth: dict[str, pl.DataFrame], promtool_binary: str, prometheus_binary: str
+) -> None:
+    tsdb = _blocks(tmp_path, truth, "gpulens")
+    with _collect(tmp_path, tsdb, "gpulens", labels={"tenant": HOSTILE},
+                  metrics=["gpulens_allocation_gpu_equivalents"]) as store:
+        assert store.count("allocations") == truth["allocations"].height
+    other = tmp_path / "other"
+    other.mkdir()
+    with _collect(other, tsdb, "gpulens", labels={"tenant": HOSTILE.replace("\n", " ")},
+                  metrics=["gpulens_allocation_gpu_equivalents"]) as store:
+        assert store.count("allocations") == 0
