@@ -95,6 +95,14 @@ def register_target(name: str) -> Callable[[type[QuotaTarget]], type[QuotaTarget
     return add
 
 
+DEVICE_RESOURCE_PREFIX = "nvidia.com/"
+
+
+def is_device_resource(name: str) -> bool:
+    """GPU and MIG extended resources: the only quota entries gpulens reads or writes."""
+    return name.removeprefix("requests.").startswith(DEVICE_RESOURCE_PREFIX)
+
+
 def parse_quantity(value: Any) -> float:
     """A Kubernetes quantity for countable resources: plain numbers, or milli units (``500m``)."""
     text = str(value).strip()

@@ -19,6 +19,7 @@ from analytics.writers.base import (
     QuotaTarget,
     RbacRule,
     format_quantity,
+    is_device_resource,
     parse_quantity,
     register_target,
 )
@@ -81,7 +82,8 @@ class ClusterQueueTarget(QuotaTarget):
         for group in obj.get("spec", {}).get("resourceGroups", []):
             for flavor in group.get("flavors", []):
                 for res in flavor.get("resources", []):
-                    out[(flavor["name"], res["name"])] = parse_quantity(res.get("nominalQuota", 0))
+                    if is_device_resource(res["name"]):
+                        out[(flavor["name"], res["name"])] = parse_quantity(res.get("nominalQuota", 0))
         return out
 
     def owned_spec(self, obj: Mapping[str, Any], values: Mapping[EntryKey, int]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from analytics.writers.base import (
     QuotaTarget,
     RbacRule,
     format_quantity,
+    is_device_resource,
     parse_quantity,
     register_target,
 )
@@ -55,7 +56,7 @@ class ResourceQuotaTarget(QuotaTarget):
         return {
             ("", k.removeprefix(REQUESTS_PREFIX)): parse_quantity(v)
             for k, v in hard.items()
-            if k.startswith(REQUESTS_PREFIX + "nvidia.com/")
+            if k.startswith(REQUESTS_PREFIX) and is_device_resource(k)
         }
 
     def owned_spec(self, obj: Mapping[str, Any], values: Mapping[EntryKey, int]) -> dict[str, Any]:

@@ -1,9 +1,119 @@
-"""`gpulens recommend`."""
+"""`gpulens recommend`: rightsizing and quota recommendations, dry-run YAML, guarded server-side apply."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+from gpulens.errors import UserError
+
+if TYPE_CHECKING:
+    from analytics.recommend import RecommendationReport
+
+RECOMMEND_HELP = (
+    "Recommend device shapes per workload (the smallest MIG profile that fits P95 compute and P99/peak "
+    "memory plus headroom, or fewer GPUs) and quotas per queue, flavor and resource (P95 of in-use plus "
+    "pending demand plus headroom, never below usage plus pending, no cut while work is pending, at most "
+    "--max-step per apply), with the reasons and a confidence in days of data.\n\n"
+    "Dry run by default: prints a diff per quota object and writes the YAML it would apply to --out "
+    "(plus GPUQuotaRecommendation objects). --apply sends it with server-side apply (field manager "
+    "gpulens) to Kueue ClusterQueues and/or ResourceQuotas; objects annotated gpulens.io/auto-apply: "
+    "\"false\" are skipped, low-confidence changes are refused, and every applied object gets audit "
+    "annotations (from, to, when, recommendation).\n\n"
+    "Example: gpulens recommend --db gpulens.duckdb --target kueue --out recs/"
+)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `recommend` command to `app` (not written yet)."""
+    """Add the `recommend` command to `app`."""
+
+    @app.command("recommend", help=RECOMMEND_HELP)
+    def recommend_command(
+        db: Annotated[Path, typer.Option("--db", help="The DuckDB store (gpulens collect / demo).")],
+        target: Annotated[
+            str | None, typer.Option("--target", help="Quota objects to write: kueue or resourcequota (default both).")
+        ] = None,
+        apply: Annotated[bool, typer.Option("--apply", help="Apply with server-side apply (default: dry run).")] = False,
+        kubeconfig: Annotated[
+            Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
+        ] = None,
+        out: Annotated[
+            Path, typer.Option("--out", help="Directory for the YAML that would be applied.")
+        ] = Path("gpulens-recommendations"),
+        window_days: Annotated[float, typer.Option("--window-days", help="Evidence window in days.")] = 14.0,
+        percentile: Annotated[float, typer.Option("--percentile", help="Quota demand percentile, in %.")] = 95.0,
+        headroom: Annotated[float, typer.Option("--headroom", help="Headroom in % (workloads and quotas).")] = 15.0,
+        max_step: Annotated[float, typer.Option("--max-step", help="Largest quota change per apply, in %.")] = 25.0,
+        min_confidence_days: Annotated[
+            float, typer.Option("--min-confidence-days", help="Apply refuses changes with less confidence (days).")
+        ] = 2.0,
+        kueue_version: Annotated[
+            str, typer.Option("--kueue-version", help="ClusterQueue API version: v1beta1 or v1beta2.")
+        ] = "v1beta2",
+        namespace: Annotated[
+            str, typer.Option("--namespace", help="Namespace of the GPUQuotaRecommendation objects.")
+        ] = "gpulens",
+    ) -> None:
+        from pydantic import ValidationError
+
+        from analytics.quota import QuotaSettings
+        from analytics.recommend import RecommendSettings, recommend, write_dry_run
+        from analytics.rightsizing import MigFitSettings
+        from analytics.writers import TARGETS
+        from gpulens.config import describe_validation_error
+
+        if target is not None and target not in TARGETS:
+            raise UserError(f"invalid --target {target!r}: use one of {', '.join(sorted(TARGETS))}")
+        try:
+            settings = RecommendSettings(
+                window_days=window_days,
+                targets=(target,) if target else tuple(sorted(TARGETS)),
+                kueue_version=kueue_version,
+                record_namespace=namespace,
+                rightsizing=MigFitSettings(headroom=headroom / 100, low_confidence_days=min_confidence_days),
+                quota=QuotaSettings(percentile=percentile / 100, headroom=headroom / 100, max_step=max_step / 100,
+                                    low_confidence_days=min_confidence_days),
+            )
+            report = recommend(db, settings)
+        except ValidationError as exc:
+            raise UserError(f"invalid option: {describe_validation_error(exc)}") from exc
+        except (FileNotFoundError, ValueError) as exc:
+            raise UserError(str(exc)) from exc
+        except Exception as exc:  # duckdb errors: not a store, locked, wrong schema
+            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
+                raise UserError(f"cannot read the store {db}: {exc}") from exc
+            raise
+        try:
+            written = write_dry_run(report, out)
+        except OSError as exc:
+            raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+        if apply:
+            report = _apply(report, kubeconfig)
+        typer.echo(report.render())
+        typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
+        failed = [o for o in report.outcomes if o.status == "failed"]
+        if failed:
+            raise UserError(f"{len(failed)} object(s) not applied: {failed[0].ref}: {failed[0].message}")
+        forbidden = [n for n in report.notes if "forbidden" in n]
+        if forbidden:
+            raise UserError(forbidden[0])
+
+
+def _apply(report: RecommendationReport, kubeconfig: Path | None) -> RecommendationReport:
+    from analytics.recommend import apply_recommendations
+    from analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
+
+    try:
+        connection = connection_from_kubeconfig(kubeconfig)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    with KubeApi(connection) as api:
+        try:
+            return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
+        except Exception as exc:
+            if type(exc).__module__.startswith("httpx"):
+                raise UserError(f"cannot reach the API server {connection.server}: {exc}") from exc
+            raise

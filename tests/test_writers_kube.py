@@ -1,0 +1,234 @@
+"""Quota writers against FakeKubernetesWriteApi: server-side apply requests, guard rails, 409, 403, RBAC."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analytics.recommend import RecommendationReport, RecommendSettings, apply_recommendations, recommend
+from analytics.writers.kube_api import KubeApi, KubeConnection, connection_from_kubeconfig
+from tests.fakes.fake_kube_api import FakeKubernetesWriteApi, RecordedRequest
+from tests.support.recommend_cluster import (
+    CQ_V1BETA2,
+    RQ_PATH,
+    build_writer_store,
+    live_cluster_queue,
+    live_resource_quota,
+)
+
+NOW = datetime(2026, 11, 9, 12, 0)
+CR_PREFIX = "/apis/gpulens.io/v1alpha1/namespaces/gpulens/gpuquotarecommendations"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKubernetesWriteApi]:
+    with FakeKubernetesWriteApi() as api:
+        for name in ("team-a", "team-c"):
+            api.put(f"{CQ_V1BETA2}/{name}", live_cluster_queue(name))
+        api.put(f"{CQ_V1BETA2}/team-b", live_cluster_queue("team-b", annotations={"gpulens.io/auto-apply": "false"}))
+        api.put(RQ_PATH, live_resource_quota())
+        yield api
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> RecommendationReport:
+    store = build_writer_store(tmp_path_factory.mktemp("writers") / "store.duckdb")
+    return recommend(store, RecommendSettings(), clock=lambda: NOW)
+
+
+def run_apply(report: RecommendationReport, fake: FakeKubernetesWriteApi, record: bool = True) -> RecommendationReport:
+    with KubeApi(KubeConnection(server=fake.url, headers={"Authorization": "Bearer t"})) as api:
+        return apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None, record=record)
+
+
+def outcome(report: RecommendationReport, ref: str) -> str:
+    return next(f"{o.status}: {o.message}" for o in report.outcomes if o.ref == ref)
+
+
+def patches(fake: FakeKubernetesWriteApi, path: str) -> list[RecordedRequest]:
+    return [r for r in fake.requests_to("PATCH") if r.path == path]
+
+
+def test_apply_is_a_server_side_apply_of_only_the_fields_gpulens_owns(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    run_apply(report, fake, record=False)
+    (req,) = patches(fake, f"{CQ_V1BETA2}/team-a")
+    assert req.headers["content-type"] == "application/apply-patch+yaml"
+    assert req.query == {"fieldManager": "gpulens", "force": "true"}
+    body = req.body
+    assert set(body) == {"apiVersion", "kind", "metadata", "spec"}
+    assert (body["apiVersion"], body["kind"]) == ("kueue.x-k8s.io/v1beta2", "ClusterQueue")
+    assert set(body["spec"]) == {"resourceGroups"}  # cohortName, namespaceSelector: not ours
+    assert body["metadata"]["resourceVersion"]  # optimistic concurrency
+    gpu, spot = (
+        {r["name"]: r for r in f["resources"]} for f in body["spec"]["resourceGroups"][0]["flavors"]
+    )
+    assert gpu["nvidia.com/gpu"] == {"name": "nvidia.com/gpu", "nominalQuota": 12, "borrowingLimit": 4,
+                                     "lendingLimit": 2}
+    assert gpu["cpu"]["nominalQuota"] == 100 and gpu["memory"]["nominalQuota"] == "400Gi"
+    assert spot["nvidia.com/gpu"] == {"name": "nvidia.com/gpu", "nominalQuota": 2}
+    stored = fake.objects[f"{CQ_V1BETA2}/team-a"]
+    assert stored["spec"]["cohortName"] == "ai-factory"
+    assert stored["metadata"]["annotations"]["owner"] == "platform"
+
+
+def test_applied_objects_carry_audit_annotations(report: RecommendationReport, fake: FakeKubernetesWriteApi) -> None:
+    run_apply(report, fake, record=False)
+    notes = patches(fake, f"{CQ_V1BETA2}/team-a")[0].body["metadata"]["annotations"]
+    assert json.loads(notes["gpulens.io/applied-from"]) == {"h100/nvidia.com/gpu": 16}
+    assert json.loads(notes["gpulens.io/applied-to"]) == {"h100/nvidia.com/gpu": 12}
+    assert notes["gpulens.io/applied-at"] == "2026-11-09T12:00:00Z"
+    assert notes["gpulens.io/recommendation"].startswith("gpulens/clusterqueue-team-a (run ")
+
+
+def test_v1beta1_cluster_queues_are_written_at_their_own_path(tmp_path: Path) -> None:
+    report = recommend(build_writer_store(tmp_path / "s.duckdb"),
+                       RecommendSettings(kueue_version="v1beta1", targets=("kueue",)), clock=lambda: NOW)
+    path = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues/team-a"
+    with FakeKubernetesWriteApi() as fake:
+        obj = live_cluster_queue("team-a")
+        obj["apiVersion"] = "kueue.x-k8s.io/v1beta1"
+        fake.put(path, obj)
+        done = run_apply(report, fake, record=False)
+    assert outcome(done, "ClusterQueue team-a").startswith("applied")
+    assert patches(fake, path)[0].body["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert not fake.requests_to("GET", "/api/v1/")  # --target kueue: no ResourceQuota traffic
+
+
+def test_a_409_conflict_is_retried_after_reading_the_object_again(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    path = f"{CQ_V1BETA2}/team-a"
+    fake.fail("PATCH", path, 409, "Operation cannot be fulfilled: the object has been modified")
+    done = run_apply(report, fake, record=False)
+    assert outcome(done, "ClusterQueue team-a").startswith("applied")
+    assert len(patches(fake, path)) == 2
+    assert len([r for r in fake.requests_to("GET") if r.path == path]) == 2
+    assert fake.objects[path]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] == 12
+
+
+def test_a_403_is_reported_clearly_with_the_rbac_to_grant(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    path = f"{CQ_V1BETA2}/team-a"
+    fake.fail("PATCH", path, 403, 'clusterqueues.kueue.x-k8s.io "team-a" is forbidden: User "x" cannot patch')
+    done = run_apply(report, fake, record=False)
+    message = outcome(done, "ClusterQueue team-a")
+    assert message.startswith("failed: forbidden: the API server refused to patch ClusterQueue team-a")
+    assert "cannot patch" in message and "deploy/rbac/" in message
+    assert outcome(done, "ResourceQuota ns-c/gpu-quota").startswith("applied")  # the others go on
+
+
+def test_an_object_annotated_auto_apply_false_is_never_patched(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    done = run_apply(report, fake, record=False)
+    assert outcome(done, "ClusterQueue team-b").startswith("skipped: opted out")
+    assert patches(fake, f"{CQ_V1BETA2}/team-b") == []
+
+
+def test_low_confidence_changes_are_refused_and_nothing_is_sent(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    plan = next(p for p in report.plans if p.name == "team-c")
+    assert plan.changes and not plan.applicable
+    done = run_apply(report, fake, record=False)
+    assert outcome(done, "ClusterQueue team-c").startswith("refused: ")
+    assert "low confidence" in outcome(done, "ClusterQueue team-c")
+    assert not [r for r in fake.requests if r.path == f"{CQ_V1BETA2}/team-c"]
+
+
+def test_a_value_changed_since_the_evidence_is_not_overwritten(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    fake.put(f"{CQ_V1BETA2}/team-a", live_cluster_queue("team-a", gpus=30))
+    done = run_apply(report, fake, record=False)
+    assert "differs from the evidence" in outcome(done, "ClusterQueue team-a")
+    assert patches(fake, f"{CQ_V1BETA2}/team-a") == []
+
+
+def test_resourcequota_apply_writes_only_the_gpu_request_keys(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    done = run_apply(report, fake, record=False)
+    assert outcome(done, "ResourceQuota ns-c/gpu-quota") == "applied: nvidia.com/gpu 8 -> 6"
+    (req,) = patches(fake, RQ_PATH)
+    assert req.body["spec"] == {"hard": {"requests.nvidia.com/gpu": "6"}}
+    assert req.body["metadata"]["namespace"] == "ns-c"
+    assert fake.objects[RQ_PATH]["spec"]["hard"] == {"requests.nvidia.com/gpu": "6", "requests.cpu": "64",
+                                                     "pods": "100"}
+
+
+def test_recommendation_objects_are_recorded_spec_then_status(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    run_apply(report, fake)
+    name = f"{CR_PREFIX}/clusterqueue-team-a"
+    spec_req, status_req = [r for r in fake.requests_to("PATCH", CR_PREFIX) if r.path.startswith(name)]
+    assert (spec_req.path, status_req.path) == (name, f"{name}/status")
+    assert "status" not in spec_req.body and status_req.body["status"]["resources"][0]["nextStep"] == 12
+    stored = fake.objects[name]
+    conditions = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert conditions["Applied"]["status"] == "True"
+    assert conditions["LowConfidence"]["status"] == "False"
+    assert stored["spec"]["policy"]["autoApply"] is True
+    team_c = {c["type"]: c for c in fake.objects[f"{CR_PREFIX}/clusterqueue-team-c"]["status"]["conditions"]}
+    assert (team_c["Applied"]["status"], team_c["LowConfidence"]["status"]) == ("False", "True")
+
+
+def rbac_rules() -> list[dict[str, object]]:
+    docs = list(yaml.safe_load_all((Path(__file__).parents[1] / "deploy/rbac/gpulens-recommender.yaml").read_text()))
+    return [rule | {"namespace": d["metadata"].get("namespace")} for d in docs if d["kind"] in ("ClusterRole", "Role")
+            for rule in d["rules"]]
+
+
+def permission(req: RecordedRequest) -> tuple[str, str, str | None]:
+    """(api group, resource[/subresource], namespace) of a request path."""
+    parts = req.path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    namespace = None
+    if rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    return group, rest[0] + ("/" + rest[2] if len(rest) > 2 else ""), namespace
+
+
+def test_every_request_is_allowed_by_the_rbac_and_every_write_verb_is_needed(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    existing = set(fake.objects)
+    run_apply(report, fake)
+    rules = rbac_rules()
+    used = set()
+    for req in fake.requests:
+        group, resource, namespace = permission(req)
+        verbs = {"get"} if req.method == "GET" else {"patch"}
+        if req.method == "PATCH" and req.path not in existing and not req.path.endswith("/status"):
+            verbs.add("create")  # server-side apply that creates is authorised as create too
+            existing.add(req.path)
+        for verb in verbs:
+            allowing = [
+                i for i, r in enumerate(rules)
+                if group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]  # type: ignore[operator]
+                and (r["namespace"] is None or r["namespace"] == namespace)
+            ]
+            assert allowing, f"{req.method} {req.path} needs {verb}, not granted by deploy/rbac"
+            used.update((i, verb) for i in allowing)
+    for i, rule in enumerate(rules):
+        for verb in rule["verbs"]:  # type: ignore[attr-defined]
+            assert (i, verb) in used or verb in ("get", "list"), f"rule {rule} grants unused {verb}"
+    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in rules)  # type: ignore[operator]
+    assert all(v in ("get", "list", "create", "patch") for r in rules for v in r["verbs"])  # type: ignore[attr-defined]
+
+
+def test_a_kubeconfig_token_is_sent_as_a_bearer_header(tmp_path: Path) -> None:
+    with FakeKubernetesWriteApi() as fake:
+        fake.put(RQ_PATH, live_resource_quota())
+        with KubeApi(connection_from_kubeconfig(fake.kubeconfig(tmp_path, token="s3cret"))) as api:
+            assert api.get(RQ_PATH)["kind"] == "ResourceQuota"
+    assert fake.requests[0].headers["authorization"] == "Bearer s3cret"
