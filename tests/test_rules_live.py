@@ -1,0 +1,167 @@
+"""Rules and dashboard queries against a real Prometheus scraping real simulated exporters.
+
+promtool checks syntax and the unit tests check arithmetic on hand-written series; this checks that
+the rules fit what the exporter really emits (label names, joins that must stay one-to-one) and that
+every dashboard query runs without a runtime error (for example a many-to-many match).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards.grafana.generate import JSON_DIR
+from dashboards.grafana.promql import substitute_grafana_variables
+from tests.support.prometheus import PrometheusServer, free_port, require_binary, running_prometheus
+from tests.test_grafana import expressions
+from tests.test_rules import RULES_FILE
+
+ROOT = Path(__file__).resolve().parents[1]
+NODES = ("gpu-h200-mig-0", "gpu-a100-mig-0", "gpu-h100-ts-0")
+JOB = "gpulens-exporter"
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+
+def _wait_healthy(proc: subprocess.Popen[str], url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as response:  # noqa: S310 - loopback
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"exporter at {url} did not become healthy"
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _every_second(rules_file: Path, out: Path) -> Path:
+    """The shipped rules with each group's 1m interval removed, so they evaluate at the test's 1s."""
+    rules = yaml.safe_load(rules_file.read_text(encoding="utf-8"))
+    for group in rules["groups"]:
+        group.pop("interval", None)
+    out.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def _wait_for(server: PrometheusServer, promql: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = server.query(promql)
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"no result for {promql} after {timeout}s"
+        time.sleep(0.5)
+
+
+def _by(result: list[dict[str, Any]], label: str) -> dict[str, float]:
+    return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in result}
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    require_binary("prometheus")
+    tmp = tmp_path_factory.mktemp("live")
+    procs: list[subprocess.Popen[str]] = []
+    targets: list[str] = []
+    try:
+        for node in NODES:
+            port = free_port()
+            proc = subprocess.Popen(  # noqa: S603 - our own CLI
+                [sys.executable, "-m", "gpulens.cli", "exporter", "--backend", "sim", "--node", node,
+                 "--interval", "1s", "--listen", f"127.0.0.1:{port}"],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            procs.append(proc)
+            targets.append(f"127.0.0.1:{port}")
+        for proc, target in zip(procs, targets, strict=True):
+            _wait_healthy(proc, f"http://{target}")
+        rules = _every_second(RULES_FILE, tmp / "rules.yaml")
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{
+                "job_name": JOB, "scrape_interval": "1s", "scrape_timeout": "1s", "honor_labels": True,
+                "static_configs": [{"targets": targets}],
+            }],
+        }
+        with running_prometheus(data_dir=tmp / "prometheus", config=config, rule_files=[rules]) as server:
+            server.wait_for_targets_up(len(NODES))
+            _wait_for(server, "cluster:gpulens_gpu_up:sum")
+            _wait_for(server, "tenant:gpulens_idle_gpu_equivalents:sum")
+            yield server
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+
+def test_tenant_rules_agree_with_the_exporters_own_per_tenant_series(prometheus: PrometheusServer) -> None:
+    recorded = _by(prometheus.query("tenant:gpulens_allocation_gpu_equivalents:sum"), "tenant")
+    direct = _by(prometheus.query("sum by (tenant) (gpulens_tenant_allocated_gpu_equivalents)"), "tenant")
+    assert recorded, "no tenant holds a device in the simulated fleet"
+    assert recorded.keys() == direct.keys()
+    for tenant, value in recorded.items():
+        assert value == pytest.approx(direct[tenant], abs=1e-9), tenant
+
+
+def test_the_model_join_loses_no_allocation(prometheus: PrometheusServer) -> None:
+    by_model = sum(_by(prometheus.query("model:gpulens_allocation_gpu_equivalents:sum"), "model").values())
+    total = sum(_by(prometheus.query("cluster:gpulens_allocation_gpu_equivalents:sum"), "cluster").values())
+    assert total > 0
+    assert by_model == pytest.approx(total, abs=1e-9)
+
+
+def test_node_rules_count_every_gpu_of_every_exporter(prometheus: PrometheusServer) -> None:
+    gpus = _by(prometheus.query("node:gpulens_gpus:count"), "node")
+    assert set(gpus) == set(NODES)
+    assert gpus == _by(prometheus.query("count by (node) (gpulens_gpu_info)"), "node")
+
+
+def test_every_recording_rule_records_something_for_the_simulated_fleet(prometheus: PrometheusServer) -> None:
+    rules = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
+    records = [rule["record"] for group in rules["groups"] for rule in group["rules"] if "record" in rule]
+    empty = [record for record in records if not prometheus.query(record)]
+    assert empty == []
+
+
+def test_no_health_or_exporter_alert_fires_for_a_healthy_fleet(prometheus: PrometheusServer) -> None:
+    alerts = prometheus.api("alerts")["alerts"]
+    noisy = {alert["labels"]["alertname"] for alert in alerts} & {
+        "GpulensExporterDown", "GpulensExporterAbsent", "GpulensExporterStale", "GpuRowRemapFailed",
+    }
+    assert noisy == set()
+
+
+def test_every_dashboard_query_runs_on_prometheus_without_error(prometheus: PrometheusServer) -> None:
+    failures: list[str] = []
+    count = 0
+    for path in sorted(JSON_DIR.glob("*.json")):
+        for expr in expressions(json.loads(path.read_text(encoding="utf-8"))):
+            count += 1
+            try:
+                prometheus.query(substitute_grafana_variables(expr))
+            except AssertionError as error:
+                failures.append(f"{path.name}: {expr}: {error}")
+    assert count > 40
+    assert failures == []
