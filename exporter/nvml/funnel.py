@@ -74,6 +74,7 @@ class CallStats:
     calls: int = 0
     errors: int = 0
     seconds: float = 0.0
+    max_seconds: float = 0.0
     last_error: str | None = None
 
 
@@ -113,10 +114,7 @@ class NvmlFunnel:
                 raise GpuLifecycleError(function, code, str(exc)) from exc
             return None
         finally:
-            elapsed = self._timer() - start
-            with self._lock:
-                stats.calls += 1
-                stats.seconds += elapsed
+            self._record(stats, self._timer() - start)
 
     def probe(self, function: str, *args: Any) -> bool:
         """Call once to learn whether a family exists here: False when the answer is "absent"."""
@@ -141,10 +139,13 @@ class NvmlFunnel:
                 raise GpuLifecycleError(function, code, str(exc)) from exc
             raise
         finally:
-            elapsed = self._timer() - start
-            with self._lock:
-                stats.calls += 1
-                stats.seconds += elapsed
+            self._record(stats, self._timer() - start)
+
+    def _record(self, stats: CallStats, elapsed: float) -> None:
+        with self._lock:
+            stats.calls += 1
+            stats.seconds += elapsed
+            stats.max_seconds = max(stats.max_seconds, elapsed)
 
     def missing_functions(self) -> frozenset[str]:
         return frozenset(self._missing)
