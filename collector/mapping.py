@@ -8,6 +8,9 @@ like the store tables (``device_samples``, ``gpu_samples``, ``allocations``, ``e
 dcgm-exporter has no MIG UUID and no compute-instance label: a MIG GPU instance becomes the device
 ``<GPU UUID>/gi<GPU_I_ID>`` (or ``dra_mig_device_uuid`` when the exporter runs in DRA mode), and its
 tenant is its namespace. dcgm's MiB become bytes, % a ratio, mJ joules and MHz hertz.
+
+Memory of a MIG GPU instance stays on the row of the device that carries it (its first compute
+instance; the others have NULL), exactly as the exporter and the simulator report it.
 """
 
 from __future__ import annotations
@@ -172,19 +175,9 @@ def _gpulens_device_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
     grouped = dev.group_by("device", "ts").agg(
         node=pl.col("node").first(),
         gpu_uuid=pl.col("gpu").first(),
-        gpu_instance=pl.col("gpu_instance").drop_nulls().first(),
         activity_ratio=_first(f"{G}device_activity_ratio"),
         memory_used_bytes=_first(f"{G}device_memory_used_bytes"),
         memory_total_bytes=_first(f"{G}device_memory_total_bytes"),
-    )
-    # Compute instances of one GPU instance share its memory: the series sits on the first of them.
-    gi = ["gpu_uuid", "gpu_instance", "ts"]
-    shared = pl.col("gpu_instance").is_not_null() & (pl.col("gpu_instance") != "")
-    grouped = grouped.with_columns(
-        [
-            pl.when(pl.col(c).is_null() & shared).then(pl.col(c).max().over(gi)).otherwise(pl.col(c)).alias(c)
-            for c in ("memory_used_bytes", "memory_total_bytes")
-        ]
     )
     return grouped.select(
         "ts",

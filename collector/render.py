@@ -48,6 +48,18 @@ def _series(frame: pl.DataFrame, metric: str, value: pl.Expr, labels: dict[str, 
     return out.select("metric", "ts_ms", "value", _label_block(names).alias("labels"))
 
 
+BASE_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_power_cap", "sw_thermal_slowdown")
+
+
+def _throttle_series(g: pl.DataFrame, labels: dict[str, pl.Expr]) -> pl.DataFrame:
+    """``gpulens_gpu_throttle_active``: 0/1 per known reason wherever the reasons are known (not NULL)."""
+    seen = g["throttle_reasons"].explode().drop_nulls().unique().to_list()
+    reasons = pl.DataFrame({"reason": sorted(set(BASE_THROTTLE_REASONS) | set(seen))})
+    known = g.filter(pl.col("throttle_reasons").is_not_null()).join(reasons, how="cross")
+    active = pl.col("throttle_reasons").list.contains(pl.col("reason")).cast(pl.Float64)
+    return _series(known, "gpulens_gpu_throttle_active", active, {**labels, "reason": pl.col("reason")})
+
+
 def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """gpulens-named series of ``device_samples``, ``gpu_samples``, ``allocations`` (+ ``devices``, ``gpus``)."""
     parts = []
@@ -103,6 +115,8 @@ def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         ):
             if column.meta.root_names()[0] in g.columns:
                 parts.append(_series(g, metric, column, ng))
+        if "throttle_reasons" in g.columns:
+            parts.append(_throttle_series(g, ng))
         for kind, ecc_column in (("corrected", "ecc_corrected_total"), ("uncorrected", "ecc_uncorrected_total")):
             if ecc_column in g.columns:
                 parts.append(
