@@ -318,17 +318,28 @@ class StoreReader:
     # -- recommendations ----------------------------------------------------------------------------------
 
     def recommendations(self) -> pl.DataFrame:
-        """Rows of the ``recommendations`` table (newest run when it records runs), JSON columns as text."""
+        """Recommendations of the newest ``gpulens recommend`` run, workloads first, reasons joined by '; '.
+
+        Columns: ``scope`` (workload, quota, mig_conversion), ``tenant, target_kind, target_namespace,
+        target_name, flavor, resource, gpu_model, current_profile, recommended_profile, current_value,
+        recommended_value, next_value, action, confidence, confidence_label, history_days, reasons,
+        evidence`` (JSON text), and for reading: ``target`` (kind namespace/name resource) and ``change``
+        (``current → recommended`` profile, or value where the next apply is step-limited).
+        """
         self.require("recommendations")
-        columns = self.columns("recommendations")
-        where = ""
-        if "run_id" in columns and "created_at" in columns:
-            where = "WHERE run_id = (SELECT run_id FROM recommendations ORDER BY created_at DESC LIMIT 1)"
-        frame = self.frame(f"SELECT * FROM recommendations {where}")  # noqa: S608 (constant text)
-        return frame.with_columns(
-            pl.col(c).cast(pl.String) for c, t in frame.schema.items() if not t.is_numeric() and t != pl.String
-            and not t.is_temporal() and t != pl.Boolean
-        )
+        return _readable_recommendations(self.frame(
+            """
+            SELECT scope, tenant, target_kind, target_namespace, target_name, flavor, resource, gpu_model,
+                   current_profile, recommended_profile, current_value, recommended_value, next_value, action,
+                   confidence, confidence_label, history_days, array_to_string(reasons, '; ') AS reasons,
+                   CAST(evidence AS VARCHAR) AS evidence
+            FROM recommendations
+            WHERE run_id = (SELECT run_id FROM recommendations ORDER BY generated_at DESC LIMIT 1)
+            ORDER BY CASE scope WHEN 'workload' THEN 0 WHEN 'mig_conversion' THEN 1 ELSE 2 END,
+                     CASE WHEN action IN ('keep', 'hold', 'insufficient_data') THEN 1 ELSE 0 END,
+                     tenant, target_namespace, target_name, resource
+            """
+        ))
 
     def workload_series(self, namespace: str, kind: str, name: str, bucket_seconds: int = 3600) -> pl.DataFrame:
         """Evidence over time for one workload: ``bucket, compute_ge`` (mean activity x GE summed over
@@ -353,3 +364,21 @@ class StoreReader:
             """,
             [namespace, kind, name, bucket_seconds],
         )
+
+
+def _shown(value: pl.Expr) -> pl.Expr:
+    """A number as text without a needless '.0'; null as an en dash."""
+    return value.map_elements(lambda v: f"{v:g}", return_dtype=pl.String).fill_null("–")
+
+
+def _readable_recommendations(recs: pl.DataFrame) -> pl.DataFrame:
+    """Add ``target`` and ``change`` columns to recommendation rows."""
+    value = _shown(pl.col("current_value")) + " → " + _shown(pl.coalesce(pl.col("next_value"), pl.col("recommended_value")))
+    profile = pl.col("current_profile").fill_null("–") + " → " + pl.col("recommended_profile").fill_null("–")
+    return recs.with_columns(
+        target=pl.concat_str(
+            [pl.col("target_kind"), pl.lit(" "), pl.col("target_namespace"),
+             pl.when(pl.col("target_namespace") == "").then(pl.lit("")).otherwise(pl.lit("/")), pl.col("target_name")]
+        ) + pl.when(pl.col("resource") == "").then(pl.lit("")).otherwise(pl.lit(" ") + pl.col("resource")),
+        change=pl.when(pl.col("recommended_profile").is_not_null()).then(profile).otherwise(value),
+    )

@@ -50,12 +50,21 @@ def _text(x: float, y: float, text: str, *, anchor: str = "start", extra: str = 
     )
 
 
+_TITLE_H = 24
+"""Room above every chart for its visible title."""
+
+
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
     label = html.escape(title, quote=True)
+    total = height + _TITLE_H
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}">'
-        f"<title>{html.escape(title)}</title>" + "".join(body) + "</svg>"
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{total}" '
+        f'viewBox="0 0 {width} {total}" role="img" aria-label="{label}">'
+        f"<title>{html.escape(title)}</title>"
+        + _text(4, 16, title, extra='font-weight="600"')
+        + f'<g transform="translate(0,{_TITLE_H})">'
+        + "".join(body)
+        + "</g></svg>"
     )
 
 
@@ -242,7 +251,7 @@ def line_chart(
         return _svg(width, height, title, body)
     x0, x1 = min(xs), max(xs)
     span = (x1 - x0) or 1.0
-    top_value = y_max if y_max is not None else (max(finite) or 1.0)
+    top_value = y_max if y_max is not None else (max(finite) * 1.1 or 1.0)
     for s in series:
         points = [
             f"{left + (x - x0) / span * plot_w:.1f},{top + plot_h - min(v, top_value) / top_value * plot_h:.1f}"
@@ -251,7 +260,7 @@ def line_chart(
         ]
         body.append(
             f'<polyline class="line" points="{" ".join(points)}" fill="none" stroke="{s.color}" '
-            f'stroke-width="1.5"><title>{html.escape(s.name)}</title></polyline>'
+            f'stroke-width="2"><title>{html.escape(s.name)}</title></polyline>'
         )
     body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
     body.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#444"/>')

@@ -202,31 +202,48 @@ def _risk(b: _Build) -> str:
     return h.section("risk", "Isolation risk", "".join(parts), intro=intro)
 
 
-_RECOMMENDATION_COLUMNS = (
-    "kind", "tenant", "namespace", "workload_kind", "workload_name", "object_kind", "object_name", "resource",
-    "action", "current_profile", "recommended_profile", "current", "recommended", "next_value",
-    "confidence", "savings_usd", "monthly_savings_usd", "reasons", "reason",
-)
+QUIET_ACTIONS = ("keep", "hold", "insufficient_data")
+"""Recommendation actions that change nothing."""
+EVIDENCE_CHARTS = 3
+"""Workload recommendations that get an evidence chart in the report."""
 
 
 def _recommendations(b: _Build) -> str:
     recs = b.reader.recommendations()
-    shown = [c for c in _RECOMMENDATION_COLUMNS if c in recs.columns] or recs.columns[:10]
-    numeric = {c for c in shown if recs.schema[c].is_numeric()}
-    parts = []
-    saving = next((c for c in ("monthly_savings_usd", "savings_usd") if c in recs.columns), None)
-    label_cols = [c for c in ("tenant", "workload_name", "object_name", "namespace") if c in recs.columns][:2]
-    if saving and label_cols:
-        top = recs.filter(pl.col(saving) > 0).sort(saving, descending=True).head(MAX_ROWS)
-        labels = [" / ".join(str(r[c]) for c in label_cols if r[c] is not None) for r in top.iter_rows(named=True)]
-        parts.append(svg.stacked_bar_chart(
-            "Savings by recommendation (USD)", labels,
-            [svg.Series("savings", tuple(top[saving].to_list()), svg.PALETTE[3])], unit="USD",
+    counts = recs.group_by("scope", "action").len().sort("scope", "action")
+    scopes = sorted(set(counts["scope"].to_list()))
+    actions = sorted(set(counts["action"].to_list()))
+    lookup = {(r["scope"], r["action"]): r["len"] for r in counts.iter_rows(named=True)}
+    parts = [svg.stacked_bar_chart(
+        "Recommendations by kind and action", scopes,
+        [svg.Series(a, tuple(float(lookup.get((sc, a), 0)) for sc in scopes), svg.PALETTE[i % len(svg.PALETTE)])
+         for i, a in enumerate(actions)],
+    )]
+    movers = recs.filter((pl.col("scope") == "workload") & ~pl.col("action").is_in(QUIET_ACTIONS)).head(EVIDENCE_CHARTS)
+    for r in movers.iter_rows(named=True):
+        series = b.reader.workload_series(r["target_namespace"], r["target_kind"], r["target_name"])
+        xs = [t.timestamp() for t in series["bucket"].to_list()]
+        labels = [t.strftime("%m-%d %H:%M") for t in series["bucket"].to_list()]
+        parts.append(svg.line_chart(
+            f"Evidence: {r['target']} ({r['change']}): GPU-equivalents held vs used",
+            xs,
+            [svg.Series("held", tuple(series["held_ge"].fill_null(float("nan")).to_list()), svg.PALETTE[1]),
+             svg.Series("used (activity x GE)", tuple(series["compute_ge"].fill_null(float("nan")).to_list()),
+                        svg.PALETTE[0])],
+            x_labels=labels, unit="GPU-equivalents", y_max=None,
         ))
-    parts.append(h.table(recs, [h.Col(c, c.replace("_", " "), h.fmt_number if c in numeric else h.text,
-                                      numeric=c in numeric) for c in shown], limit=MAX_ROWS * 2))
-    return h.section("recommendations", "Recommendations", "".join(parts),
-                     intro="What to change (MIG profiles, quotas), with the evidence and confidence behind it.")
+    parts.append(h.table(recs, [
+        h.Col("scope", "kind", h.text, numeric=False), h.Col("tenant", "tenant", h.text, numeric=False),
+        h.Col("target", "target", h.text, numeric=False), h.Col("change", "change", h.text, numeric=False),
+        h.Col("action", "action", h.text, numeric=False),
+        h.Col("confidence_label", "confidence", h.text, numeric=False),
+        h.Col("reasons", "why", h.text, numeric=False),
+    ], limit=MAX_ROWS * 2))
+    intro = (
+        "What to change: MIG profiles for workloads, quotas per queue, MIG conversions; each with its "
+        "confidence and reasons. Evidence charts compare what a workload held with what it used."
+    )
+    return h.section("recommendations", "Recommendations", "".join(parts), intro=intro)
 
 
 def _health(b: _Build) -> str:

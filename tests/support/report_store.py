@@ -115,11 +115,39 @@ RUN_ID = "fixture-run-0001"
 WINDOW = (T0, T0 + SAMPLES * STEP)
 
 
+def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
+    """A ``recommendations`` table as ``gpulens recommend`` writes it: two workloads and one quota."""
+    from analytics.recommend import RESULT_TABLE_DDL
+
+    con.execute(RESULT_TABLE_DDL)
+    head = {"run_id": "rec-run-1", "generated_at": WINDOW[1], "window_start": WINDOW[0], "window_end": WINDOW[1],
+            "strategy": "mig-fit", "parameters": "{}"}
+    _insert(con, "recommendations", [
+        {**head, "scope": "workload", "tenant": "vision", "target_kind": "Job", "target_namespace": "vision-train",
+         "target_name": "trainer", "gpu_model": "A100", "current_profile": "gpu", "recommended_profile": "3g.40gb",
+         "current_value": 1, "recommended_value": 1, "action": "shrink", "confidence": 0.8,
+         "confidence_label": "medium", "history_days": 0.25, "sample_count": 72,
+         "evidence": json.dumps({"compute_p95_ge": 0.6, "memory_p99_bytes": 48 * 2**30}),
+         "reasons": ["p95 compute 0.60 GE fits 3g.40gb", "memory p99 48 GiB fits 3g.40gb"]},
+        {**head, "scope": "workload", "tenant": EVIL_TENANT, "target_kind": "Job", "target_namespace": "evil-ns",
+         "target_name": "evil", "gpu_model": "H200", "current_profile": "1g.18gb", "recommended_profile": "1g.18gb",
+         "current_value": 1, "recommended_value": 1, "action": "keep", "confidence": 0.8,
+         "confidence_label": "medium", "history_days": 0.25, "sample_count": 72, "evidence": "{}",
+         "reasons": [f"{EVIL_TENANT} already uses the smallest profile"]},
+        {**head, "scope": "quota", "tenant": "nlp", "target_kind": "ClusterQueue", "target_namespace": "",
+         "target_name": "nlp-cq", "flavor": "h200-mig", "resource": "nvidia.com/mig-1g.18gb",
+         "current_value": 4, "recommended_value": 2, "next_value": 3, "action": "decrease", "confidence": 0.5,
+         "confidence_label": "low", "history_days": 0.25, "sample_count": 72, "evidence": "{}",
+         "reasons": ["p95 demand 1 of 4 nominal"]},
+    ])
+
+
 def build_results(con: duckdb.DuckDBPyConnection) -> None:
     """Analytics result tables for the fixture, consistent with its facts (hourly buckets)."""
     from analytics.result_tables import create_result_tables
 
     create_result_tables(con)
+    build_recommendations(con)
     run = {"run_id": RUN_ID, "window_start": WINDOW[0], "window_end": WINDOW[1]}
     _insert(con, "analysis_runs", [{
         **run, "bucket_seconds": 3600, "sample_interval_seconds": 300.0,

@@ -1,0 +1,67 @@
+"""What every page shares: the store path, the cached read-only reader, cached queries, friendly errors.
+
+Tenant names are data: pages show them only through dataframes, charts and ``st.text`` (never
+markdown or HTML).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import polars as pl
+import streamlit as st
+
+from analytics.report.data import AnalysisMissing, StoreReader
+from dashboards.streamlit.launch import DB_ENV, db_path_from
+from gpulens.errors import UserError
+
+
+def db_path() -> str:
+    """The store this app shows; stops the page with a clear message when none was given."""
+    path = db_path_from(sys.argv[1:], os.environ)
+    if path is None:
+        st.error(f"No store given: start the app with `gpulens dashboard --db FILE` (or set {DB_ENV}).")
+        st.stop()
+    return path
+
+
+@st.cache_resource(show_spinner=False)
+def _reader(path: str) -> StoreReader:
+    """One read-only connection per store, shared by sessions (each query takes its own cursor)."""
+    return StoreReader.open(path)
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def query(path: str, query_name: str, /, **params: Any) -> pl.DataFrame:
+    """Run ``StoreReader.<query_name>(**params)`` on ``path``; cached per path, query and parameters."""
+    return getattr(_reader(path), query_name)(**params)
+
+
+def load(query_name: str, /, **params: Any) -> pl.DataFrame:
+    """A cached query result for this app's store; a missing analysis or bad store stops the page politely."""
+    frame = try_load(query_name, **params)
+    if frame is None:
+        st.stop()
+    assert frame is not None
+    return frame
+
+
+def try_load(query_name: str, /, **params: Any) -> pl.DataFrame | None:
+    """Like :func:`load`, but a missing analysis shows its message and returns None (the page goes on)."""
+    path = db_path()
+    try:
+        return query(path, query_name, **params)
+    except AnalysisMissing as exc:
+        st.info(f"{exc}.")
+    except UserError as exc:
+        st.error(str(exc))
+        st.stop()
+    return None
+
+
+def overview() -> dict[str, Any]:
+    """Fleet size and window (cached like queries)."""
+    frame = load("overview")
+    return frame.row(0, named=True)

@@ -1,0 +1,32 @@
+"""Fleet capacity: how many GPU-equivalents were active, idle, unmeasured or unallocated over time."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboards.streamlit import charts
+from dashboards.streamlit.support import load, overview
+
+st.title("Fleet capacity")
+info = overview()
+cols = st.columns(5)
+cols[0].metric("nodes", info["nodes"])
+cols[1].metric("GPUs", info["gpus"])
+cols[2].metric("devices (GPUs + MIG)", info["devices"])
+cols[3].metric("tenants", info["tenants"])
+cols[4].metric("GPU-equivalents", f"{info['total_ge'] or 0:.1f}")
+st.caption(f"Samples from {info['first_sample']} to {info['last_sample']} (UTC).")
+
+states = load("capacity_states")
+st.subheader("Capacity states over time")
+st.caption(
+    "Average GPU-equivalents (1 per GPU, g/7 per MIG slice) per state in each bucket. Idle = allocated with "
+    "activity below the analysis threshold; unmeasured = allocated without an activity reading."
+)
+st.altair_chart(charts.capacity_area(states), width="stretch")
+totals = states.drop("bucket").mean()
+st.dataframe(totals, hide_index=True)
+
+st.subheader("Stranded capacity by node")
+st.caption("Free GPU-equivalents that no pending request shape could use (fragmentation).")
+st.dataframe(load("fragmentation_by_node"), hide_index=True, width="stretch")

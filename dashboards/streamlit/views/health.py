@@ -1,0 +1,33 @@
+"""Health: GPUs and nodes to drain, warnings with their evidence, and the latest XID events."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from dashboards.streamlit.support import load, try_load
+
+st.title("Health and drain list")
+xids = load("recent_xids")
+health = try_load("health")
+if health is None:
+    st.subheader("Latest XID events")
+    st.dataframe(xids, hide_index=True, width="stretch")
+    st.stop()
+assert health is not None
+drain = health.filter(pl.col("drain_candidate"))
+gpus = health.filter(pl.col("scope") == "gpu")
+cols = st.columns(3)
+cols[0].metric("GPUs to drain", gpus.filter(pl.col("drain_candidate")).height)
+cols[1].metric("GPUs warned", gpus.filter(pl.col("state") == "warn").height)
+cols[2].metric("GPUs ok", gpus.filter(pl.col("state") == "ok").height)
+
+st.subheader("Drain list")
+if drain.height:
+    st.dataframe(drain, hide_index=True, width="stretch")
+else:
+    st.success("No GPU needs draining.")
+st.subheader("Warnings")
+st.dataframe(health.filter(pl.col("state") == "warn"), hide_index=True, width="stretch")
+st.subheader("Latest XID events")
+st.dataframe(xids, hide_index=True, width="stretch")
