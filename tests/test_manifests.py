@@ -269,3 +269,31 @@ def test_jobs_that_share_the_store_run_next_to_the_dashboard_that_mounts_it() ->
         assert term["topologyKey"] == "kubernetes.io/hostname"
         assert term["labelSelector"]["matchLabels"].items() <= dashboard_labels.items()
     assert one("CronJob", "gpulens-collect")["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_the_overlay_of_the_install_guide_renders_and_changes_what_it_says(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("SKIPPED LOUDLY: kubectl not on PATH; cannot render the overlay of docs/install.md")
+    guide = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    marker = "# deploy/overlays/my-cluster/kustomization.yaml\n"
+    block = guide[guide.index(marker):]
+    overlay_text = block[: block.index("```")]
+    shutil.copytree(ROOT / "deploy", tmp_path / "deploy", ignore=shutil.ignore_patterns("*.py", "tests"))
+    overlay = tmp_path / "deploy" / "overlays" / "my-cluster"
+    overlay.mkdir(parents=True)
+    (overlay / "kustomization.yaml").write_text(overlay_text, encoding="utf-8")
+    result = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    objects = {(obj["kind"], obj["metadata"]["name"]): obj for obj in yaml.safe_load_all(result.stdout) if obj}
+    assert objects[("ServiceMonitor", "gpulens-exporter")]["metadata"]["labels"]["release"] == "monitoring"
+    assert objects[("PrometheusRule", "gpulens")]["metadata"]["labels"]["release"] == "monitoring"
+    exporter = objects[("DaemonSet", "gpulens-exporter")]["spec"]["template"]["spec"]
+    assert exporter["runtimeClassName"] == "nvidia"
+    assert exporter["containers"][0]["image"] == "registry.example.com/platform/gpulens:0.1.0"
+    collect = objects[("CronJob", "gpulens-collect")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    prometheus_args = [arg for arg in collect["initContainers"][0]["args"] if arg.startswith("--prometheus=")]
+    assert prometheus_args == ["--prometheus=http://monitoring-kube-prometheus-prometheus.monitoring.svc:9090"]
+    for obj in objects.values():
+        if obj["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
