@@ -121,7 +121,10 @@ class ObjectPlan:
 
     def diff(self, when: datetime) -> str:
         """Unified diff of the owned spec, as stored vs as it would be applied."""
-        before = dump_yaml({"spec": self.target.owned_spec(_copy(self.snapshot), {})}).splitlines()
+        now = self.target.current_values(self.snapshot)
+        keys = [(r.key.flavor, r.key.resource) for r in self.applicable]
+        unchanged = {k: int(now[k]) for k in keys if k in now}
+        before = dump_yaml({"spec": self.target.owned_spec(_copy(self.snapshot), unchanged)}).splitlines()
         after = dump_yaml({"spec": self.body(when)["spec"]}).splitlines()
         return "\n".join(
             difflib.unified_diff(before, after, fromfile=f"{self.ref} (now)", tofile=f"{self.ref} (proposed)",

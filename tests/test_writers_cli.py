@@ -1,0 +1,111 @@
+"""`gpulens recommend` as a user runs it: the real CLI in a subprocess, against FakeKubernetesWriteApi."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes.fake_kube_api import FakeKubernetesWriteApi
+from tests.support.recommend_cluster import (
+    CQ_V1BETA2,
+    RQ_PATH,
+    build_writer_store,
+    live_cluster_queue,
+    live_resource_quota,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpulens(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulens: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_writer_store(tmp_path_factory.mktemp("cli") / "store.duckdb")
+
+
+def test_a_dry_run_explains_prints_a_diff_per_object_and_writes_yaml(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "recs"
+    proc = gpulens("recommend", "--db", str(store), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "--- ClusterQueue team-a (now)" in text and "+++ ClusterQueue team-a (proposed)" in text
+    assert "-        nominalQuota: 16" in text and "+        nominalQuota: 12" in text
+    assert "-    requests.nvidia.com/gpu: '8'" in text and "+    requests.nvidia.com/gpu: '6'" in text
+    assert "refused, low confidence" in text  # team-c
+    assert "pending" in text and "confidence" in text
+    assert "dry run: nothing applied" in text
+    body = yaml.safe_load((out / "clusterqueue-team-a.yaml").read_text())
+    assert body["metadata"]["annotations"]["gpulens.io/applied-to"] == '{"h100/nvidia.com/gpu": 12}'
+
+
+def test_apply_patches_through_the_kubeconfig(store: Path, tmp_path: Path) -> None:
+    with FakeKubernetesWriteApi() as fake:
+        for name in ("team-a", "team-b", "team-c"):
+            fake.put(f"{CQ_V1BETA2}/{name}", live_cluster_queue(name))
+        fake.put(RQ_PATH, live_resource_quota())
+        proc = gpulens("recommend", "--db", str(store), "--out", str(tmp_path / "o"), "--apply",
+                       "--kubeconfig", str(fake.kubeconfig(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert "=> APPLIED: h100/nvidia.com/gpu 16 -> 12" in proc.stdout
+    assert "=> REFUSED" in proc.stdout
+    patched = {r.path for r in fake.requests_to("PATCH")}
+    assert {f"{CQ_V1BETA2}/team-a", f"{CQ_V1BETA2}/team-b", RQ_PATH} <= patched
+    assert f"{CQ_V1BETA2}/team-c" not in patched
+
+
+def test_a_403_is_one_clear_line_and_exit_2(store: Path, tmp_path: Path) -> None:
+    with FakeKubernetesWriteApi() as fake:
+        fake.put(RQ_PATH, live_resource_quota())
+        fake.fail("PATCH", RQ_PATH, 403, 'resourcequotas "gpu-quota" is forbidden: User "bob" cannot patch')
+        proc = gpulens("recommend", "--db", str(store), "--target", "resourcequota", "--out", str(tmp_path / "o"),
+                       "--apply", "--kubeconfig", str(fake.kubeconfig(tmp_path)))
+    assert_one_line_error(proc, "forbidden", "ResourceQuota ns-c/gpu-quota", 'User "bob" cannot patch', "deploy/rbac/")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("--db", "/nonexistent/store.duckdb"), ("no store at /nonexistent/store.duckdb",)),
+        (("--target", "volcano"), ("invalid --target 'volcano'", "kueue", "resourcequota")),
+        (("--max-step", "-5"), ("invalid option", "max_step")),
+        (("--kueue-version", "v2"), ("unsupported Kueue API version 'v2'",)),
+    ],
+)
+def test_bad_input_is_one_line(store: Path, tmp_path: Path, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    full = ("--db", str(store), *args) if args[0] != "--db" else args
+    assert_one_line_error(gpulens("recommend", *full, "--out", str(tmp_path)), *fragments)
+
+
+def test_apply_without_a_reachable_cluster_is_one_line(store: Path, tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+    }))
+    proc = gpulens("recommend", "--db", str(store), "--out", str(tmp_path / "o"), "--apply", "--kubeconfig", str(config))
+    assert_one_line_error(proc, "cannot reach the API server http://127.0.0.1:9")
+
+
+def test_help_explains_the_guard_rails() -> None:
+    proc = gpulens("recommend", "--help")
+    assert proc.returncode == 0
+    for fragment in ("--apply", "--kubeconfig", "--target", "auto-apply", "server-side apply", "dry run"):
+        assert fragment in proc.stdout.replace("\n", " ") or fragment in proc.stdout
