@@ -7,6 +7,7 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards.grafana.builders import (
     GE_UNIT,
     new_dashboard,
+    node_variable,
     query,
     stat_panel,
     table_panel,
@@ -16,6 +17,7 @@ from dashboards.grafana.builders import (
 
 UID = "gpulens-tenant"
 T = 'tenant=~"$tenant"'
+TN = 'tenant=~"$tenant", node=~"$node"'
 
 
 def build() -> dashboard.Dashboard:
@@ -23,9 +25,10 @@ def build() -> dashboard.Dashboard:
         new_dashboard(
             UID,
             "gpulens / Tenant",
-            "GPU allocation and activity of the selected tenants, their pods, and their Kueue queues.",
+            "GPU allocation and activity of the selected tenants, their pods (on the selected nodes), and their Kueue queues.",
         )
         .with_variable(tenant_variable())
+        .with_variable(node_variable())
         .with_row(dashboard.Row("Now"))
         .with_panel(stat_panel(
             "Allocated", "GPU-equivalents held by the selected tenants.", GE_UNIT,
@@ -81,7 +84,7 @@ def build() -> dashboard.Dashboard:
             "Pods holding GPU devices", "Each container's share of a device (GE).", GE_UNIT,
             query(
                 "sum by (tenant, namespace, pod, container, workload_kind, workload, node, device, profile, sharing_mode)"
-                f" (gpulens_allocation_gpu_equivalents{{{T}}})",
+                f" (gpulens_allocation_gpu_equivalents{{{TN}}})",
                 "", instant=True, as_table=True,
             ),
         ))
@@ -90,9 +93,9 @@ def build() -> dashboard.Dashboard:
             "percentunit",
             query(
                 "(max by (cluster, node, device, tenant, namespace, pod)"
-                f" (gpulens_allocation_gpu_equivalents{{{T}}}) > bool 0)"
+                f" (gpulens_allocation_gpu_equivalents{{{TN}}}) > bool 0)"
                 " * on (cluster, node, device) group_left () max by (cluster, node, device)"
-                " (gpulens_device_activity_ratio)",
+                ' (gpulens_device_activity_ratio{node=~"$node"})',
                 "", instant=True, as_table=True,
             ),
         ))
