@@ -85,22 +85,24 @@ class NvmlFunnel:
         self.nvml = nvml
         self._timer = timer
         self._missing: set[str] = set()
+        self._functions: dict[str, Callable[..., Any] | None] = {}
         self._lock = threading.Lock()
         self.stats: dict[str, CallStats] = {}
         self.error_counts: dict[ErrorClass, int] = {c: 0 for c in ErrorClass}
 
     def has(self, function: str) -> bool:
         """False once the driver said it lacks ``function`` (or the binding does not define it)."""
-        return function not in self._missing and hasattr(self.nvml, function)
+        return function not in self._missing and self._function(function) is not None
 
     def call(self, function: str, *args: Any) -> Any:
         """``nvml.<function>(*args)``; ``None`` when absent or benign; lifecycle errors raise."""
-        if not self.has(function):
+        fn = self._function(function)
+        if fn is None or function in self._missing:
             return None
         stats = self._stats(function)
         start = self._timer()
         try:
-            return getattr(self.nvml, function)(*args)
+            return fn(*args)
         except self.nvml.NVMLError as exc:
             code = int(getattr(exc, "value", -1))
             kind = classify(code)
@@ -129,10 +131,13 @@ class NvmlFunnel:
 
         For callers that must tell "nothing happened" from "absent", e.g. the XID event wait.
         """
+        fn = self._function(function)
+        if fn is None:
+            raise AttributeError(f"the NVML binding has no {function}")
         stats = self._stats(function)
         start = self._timer()
         try:
-            return getattr(self.nvml, function)(*args)
+            return fn(*args)
         except self.nvml.NVMLError as exc:
             code = int(getattr(exc, "value", -1))
             if classify(code) is ErrorClass.LIFECYCLE:
@@ -150,9 +155,20 @@ class NvmlFunnel:
     def missing_functions(self) -> frozenset[str]:
         return frozenset(self._missing)
 
+    def _function(self, function: str) -> Callable[..., Any] | None:
+        try:
+            return self._functions[function]
+        except KeyError:
+            fn = getattr(self.nvml, function, None)
+            self._functions[function] = fn
+            return fn
+
     def _stats(self, function: str) -> CallStats:
-        with self._lock:
-            return self.stats.setdefault(function, CallStats())
+        stats = self.stats.get(function)
+        if stats is None:
+            with self._lock:
+                stats = self.stats.setdefault(function, CallStats())
+        return stats
 
 
 def nvml_error_code(exc: BaseException) -> int | None:

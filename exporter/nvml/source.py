@@ -66,6 +66,7 @@ class _GpuState:
     backoff: float = 0.0
     last_error: str | None = None
     process_ts_us: int = 0
+    mig_uuids: set[str] = field(default_factory=set)
 
 
 class NvmlDeviceSource:
@@ -96,6 +97,7 @@ class NvmlDeviceSource:
         self.driver_version = _text(self.funnel.call("nvmlSystemGetDriverVersion"))
         self.gpm = GpmSampler(self.funnel)
         self._gpus: dict[str, _GpuState] = {}
+        self._mig_static: dict[str, tuple[str, int, int, int]] = {}
         self._driver_down = False
         self._driver_retry_at = 0.0
         self._driver_backoff = backoff_initial
@@ -280,6 +282,7 @@ class NvmlDeviceSource:
         f, h = self.funnel, state.handle
         raw: list[MigInstance] = []
         processes: list[GpuProcess] = []
+        seen: set[str] = set()
         for slot in range(int(f.call("nvmlDeviceGetMaxMigDeviceCount", h) or 0)):
             mh = f.call("nvmlDeviceGetMigDeviceHandleByIndex", h, slot)  # NotFound on empty slots -> None
             if mh is None:
@@ -289,12 +292,13 @@ class NvmlDeviceSource:
             ci = f.call("nvmlDeviceGetComputeInstanceId", mh)
             if uuid is None or gi is None:
                 continue
-            attrs = f.call("nvmlDeviceGetAttributes_v2", mh)
-            profile = _mig_profile(_text(f.call("nvmlDeviceGetName", mh)), attrs)
-            gi_slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else profile_slices(profile)
-            ci_slices = int(attrs.computeInstanceSliceCount) if attrs is not None else gi_slices
+            static = self._mig_static.get(uuid)
+            if static is None:  # a MIG UUID's profile never changes: a recreated instance gets a new UUID
+                static = self._mig_static[uuid] = self._mig_identity(mh)
+            seen.add(uuid)
+            profile, gi_slices, ci_slices, memory_bytes = static
             mem = f.call("nvmlDeviceGetMemoryInfo", mh)
-            total = int(mem.total) if mem is not None else int(getattr(attrs, "memorySizeMB", 0)) * MIB
+            total = int(mem.total) if mem is not None else memory_bytes
             raw.append(MigInstance(
                 uuid=uuid,
                 parent_uuid=state.uuid,
@@ -307,6 +311,9 @@ class NvmlDeviceSource:
                 compute_instance_slices=ci_slices if ci_slices < gi_slices else None,
             ))
             processes.extend(self._processes(mh, uuid, None))
+        for gone in [u for u, _ in self._mig_static.items() if u not in seen and u in state.mig_uuids]:
+            del self._mig_static[gone]
+        state.mig_uuids = seen
         migs: list[MigInstance] = []
         for mig in sorted(raw, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
             activity = None
@@ -316,6 +323,15 @@ class NvmlDeviceSource:
                 activity = self.gpm.activity((state.uuid, mig.gpu_instance_id), h, "|".join(members), now)
             migs.append(_with_activity(mig, activity))
         return tuple(migs), processes
+
+    def _mig_identity(self, mh: Any) -> tuple[str, int, int, int]:
+        """(GPU-instance profile, GI slices, CI slices, memory bytes) of a MIG device handle."""
+        attrs = self.funnel.call("nvmlDeviceGetAttributes_v2", mh)
+        profile = _mig_profile(_text(self.funnel.call("nvmlDeviceGetName", mh)), attrs)
+        gi_slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else profile_slices(profile)
+        ci_slices = int(attrs.computeInstanceSliceCount) if attrs is not None else gi_slices
+        memory = int(getattr(attrs, "memorySizeMB", 0)) * MIB
+        return profile, gi_slices, ci_slices, memory
 
     def _processes(self, handle: Any, device_uuid: str, state: _GpuState | None) -> list[GpuProcess]:
         """Compute processes with their memory; per-process SM utilization on non-MIG GPUs only."""
