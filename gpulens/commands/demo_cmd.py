@@ -1,9 +1,179 @@
-"""`gpulens demo`."""
+"""`gpulens demo`: the whole pipeline on a simulated fleet, on this machine, in about a minute."""
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+if TYPE_CHECKING:
+    from exporter.server import ExporterHandle
+    from exporter.sim.fleet import SimulatedFleet
+
+DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster needed).
+
+Steps: start one live exporter per simulated node on loopback; scrape them once into
+DIR/gpulens.duckdb and print who holds what; backfill --days of history in virtual time; analyze
+idle capacity, fragmentation, isolation risk, health and chargeback; recommend quotas (dry-run YAML
+in DIR/recommendations/); write the HTML report to DIR/report/index.html.
+
+The store, report and recommendations in DIR are replaced on every run; nothing else there is touched.
+"""
+
+_OUTPUTS = ("gpulens.duckdb", "gpulens.duckdb.wal")
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _step(n: int, total: int, message: str) -> None:
+    _say(f"\n[{n}/{total}] {message}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `demo` command to `app` (not written yet)."""
+    @app.command(help=DEMO_HELP)
+    def demo(
+        out: Annotated[Path, typer.Option("--out", help="Folder for the store, report and YAML.")] = Path(
+            "gpulens-demo"
+        ),
+        scenario: Annotated[
+            Path | None, typer.Option("--scenario", help="Scenario YAML (default: the built-in fleet).")
+        ] = None,
+        days: Annotated[float, typer.Option("--days", min=0.1, max=90, help="Days of history to backfill.")] = 14,
+        step: Annotated[str, typer.Option("--step", help="Sample step of the backfill (e.g. 60s, 5m).")] = "5m",
+        serve: Annotated[
+            bool,
+            typer.Option("--serve/--no-serve", help="Keep the live exporters serving after the demo until Ctrl-C."),
+        ] = False,
+    ) -> None:
+        run_demo(out=out, scenario_path=scenario, days=days, step=step, serve=serve)
+
+
+def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:
+    """Run every stage of the pipeline, printing progress and the headline results."""
+    from collector.timeparse import parse_duration
+    from exporter.sim.fleet import SimulatedFleet
+    from exporter.sim.scenario import load_scenario
+
+    step_seconds = parse_duration(step, what="--step")
+    scenario = load_scenario(scenario_path)
+    fleet = SimulatedFleet(scenario)
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "gpulens.duckdb"
+    for name in _OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    total = 6
+    began = time.perf_counter()
+
+    _step(1, total, f"starting {len(fleet.node_names())} simulated exporters on loopback")
+    exporters = _start_exporters(fleet)
+    try:
+        for handle in exporters:
+            _say(f"  {handle.node:<24} {handle.url}/metrics")
+        _step(2, total, "scraping the live exporters into " + str(db))
+        _scrape_and_show(db, [h.url + "/metrics" for h in exporters])
+
+        _step(3, total, f"backfilling {days:g} days of history at {step} in virtual time")
+        _backfill(db, fleet, days, step_seconds)
+
+        _step(4, total, "analyzing idle capacity, fragmentation, isolation risk, health, chargeback")
+        _analyze(db, out)
+
+        _step(5, total, "recommending quotas (dry run)")
+        _recommend(db, out / "recommendations")
+
+        _step(6, total, "writing the report")
+        from analytics.report.writer import write_report
+
+        report = write_report(db, out / "report")
+        _say(f"\nDone in {time.perf_counter() - began:.0f} s.")
+        _say(f"  report:     {report.resolve()}  (open it in a browser)")
+        _say(f"  store:      {db.resolve()}")
+        _say(f"  dashboard:  gpulens dashboard --db {db}")
+        _say("  exporter:   gpulens exporter --backend sim --listen 127.0.0.1:9400   (then curl :9400/metrics)")
+        if serve:
+            _say("\nExporters keep serving (Ctrl-C to stop):")
+            for handle in exporters:
+                _say(f"  {handle.url}/metrics")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                _say("stopping")
+    finally:
+        for handle in exporters:
+            handle.stop()
+
+
+def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
+    from exporter.server import serve_in_thread
+    from exporter.settings import ExporterSettings
+
+    handles: list[ExporterHandle] = []
+    try:
+        for node in fleet.node_names():
+            source = fleet.source(node)
+            handles.append(
+                serve_in_thread(
+                    ExporterSettings(listen="127.0.0.1:0"),
+                    device_source=source,
+                    allocation_source=source,
+                    node=node,
+                    backend="sim",
+                )
+            )
+    except BaseException:
+        for h in handles:
+            h.stop()
+        raise
+    return handles
+
+
+def _scrape_and_show(db: Path, urls: list[str]) -> None:
+    import duckdb
+
+    from analytics.tenant_snapshot import current_holdings, render_holdings
+    from collector.scrape import scrape_once
+
+    summary = scrape_once(str(db), urls)
+    for error in summary.errors:
+        _say(f"  scrape error: {error}")
+    _say(f"  {summary.samples} samples from {len(urls)} exporters -> {summary.rows} rows")
+    with duckdb.connect(str(db), read_only=True) as con:
+        holdings = current_holdings(con)
+    _say("\nWho holds what right now (all nodes, latest scrape):\n")
+    print(render_holdings(holdings), flush=True)
+
+
+def _backfill(db: Path, fleet: SimulatedFleet, days: float, step_seconds: float) -> None:
+    from collector.backfill import ChunkProgress, backfill_simulated
+
+    end = (time.time() // step_seconds) * step_seconds
+    start = end - days * 86400
+
+    def progress(p: ChunkProgress) -> None:
+        _say(f"  chunk {p.index}/{p.total}: {p.rows:,} rows in {p.seconds:.1f} s")
+
+    summary = backfill_simulated(str(db), fleet=fleet, start=start, end=end, step=step_seconds, progress=progress)
+    _say(f"  {summary.total_rows:,} rows in {summary.seconds:.1f} s")
+
+
+def _analyze(db: Path, out: Path) -> None:
+    from analytics.run import analyze
+    from analytics.settings import AnalysisSettings
+
+    summary = analyze(db, AnalysisSettings(out_dir=out / "chargeback"))
+    print(summary.render(), flush=True)
+
+
+def _recommend(db: Path, out_dir: Path) -> None:
+    from analytics.recommend import recommend, write_dry_run
+
+    report = recommend(db)
+    print(report.render(), flush=True)
+    written = write_dry_run(report, out_dir)
+    _say(f"  {len(written)} YAML files in {out_dir} (apply with `gpulens recommend --db ... --apply`)")
