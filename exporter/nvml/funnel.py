@@ -96,9 +96,29 @@ class NvmlFunnel:
 
     def call(self, function: str, *args: Any) -> Any:
         """``nvml.<function>(*args)``; ``None`` when absent or benign; lifecycle errors raise."""
-        fn = self._function(function)
-        if fn is None or function in self._missing:
+        if not self.has(function):
             return None
+        try:
+            return self.call_raw(function, *args)
+        except self.nvml.NVMLError:
+            return None
+
+    def probe(self, function: str, *args: Any) -> bool:
+        """Call once to learn whether a family exists here: False when the answer is "absent"."""
+        if not self.has(function):
+            return False
+        before = self.error_counts[ErrorClass.ABSENT]
+        self.call(function, *args)
+        return self.error_counts[ErrorClass.ABSENT] == before
+
+    def call_raw(self, function: str, *args: Any) -> Any:
+        """Like :meth:`call` but lets non-lifecycle errors through as ``NVMLError`` (counted all the same).
+
+        For callers that must tell "nothing happened" from "absent", e.g. the XID event wait.
+        """
+        fn = self._function(function)
+        if fn is None:
+            raise AttributeError(f"the NVML binding has no {function}")
         stats = self._stats(function)
         start = self._timer()
         try:
@@ -113,34 +133,6 @@ class NvmlFunnel:
                 if code == FUNCTION_NOT_FOUND:
                     self._missing.add(function)
             if kind is ErrorClass.LIFECYCLE:
-                raise GpuLifecycleError(function, code, str(exc)) from exc
-            return None
-        finally:
-            self._record(stats, self._timer() - start)
-
-    def probe(self, function: str, *args: Any) -> bool:
-        """Call once to learn whether a family exists here: False when the answer is "absent"."""
-        if not self.has(function):
-            return False
-        before = self.error_counts[ErrorClass.ABSENT]
-        self.call(function, *args)
-        return self.error_counts[ErrorClass.ABSENT] == before
-
-    def call_raw(self, function: str, *args: Any) -> Any:
-        """Like :meth:`call` but lets benign errors (``Timeout``, ``NotFound``) through as ``NVMLError``.
-
-        For callers that must tell "nothing happened" from "absent", e.g. the XID event wait.
-        """
-        fn = self._function(function)
-        if fn is None:
-            raise AttributeError(f"the NVML binding has no {function}")
-        stats = self._stats(function)
-        start = self._timer()
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError as exc:
-            code = int(getattr(exc, "value", -1))
-            if classify(code) is ErrorClass.LIFECYCLE:
                 raise GpuLifecycleError(function, code, str(exc)) from exc
             raise
         finally:

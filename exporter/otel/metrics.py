@@ -56,15 +56,13 @@ def register_instruments(meter: Meter, snapshot: SnapshotProvider,
             if activity is not None:
                 yield Observation(activity, {**attrs, "hw.gpu.task": "general"})
 
-    def memory_usage(s: NodeSnapshot) -> Iterable[Observation]:
-        for attrs, _, used, _, first in _devices(s):
-            if first and used is not None:
-                yield Observation(used, attrs)
-
-    def memory_limit(s: NodeSnapshot) -> Iterable[Observation]:
-        for attrs, _, _, total, first in _devices(s):
-            if first:
-                yield Observation(total, attrs)
+    def memory(used_not_total: bool) -> Callable[[NodeSnapshot], Iterable[Observation]]:
+        def fn(s: NodeSnapshot) -> Iterable[Observation]:
+            for attrs, _, used, total, first in _devices(s):
+                value = used if used_not_total else total
+                if first and value is not None:  # once per GPU instance: its compute instances share it
+                    yield Observation(value, attrs)
+        return fn
 
     def per_gpu(read: Callable[[Gpu], float | None]) -> Callable[[NodeSnapshot], Iterable[Observation]]:
         def fn(s: NodeSnapshot) -> Iterable[Observation]:
@@ -110,9 +108,9 @@ def register_instruments(meter: Meter, snapshot: SnapshotProvider,
 
     meter.create_observable_gauge("hw.gpu.utilization", [each(utilization)], unit="1",
                                   description="Graphics-engine activity of a GPU or MIG instance")
-    meter.create_observable_up_down_counter("hw.gpu.memory.usage", [each(memory_usage)], unit="By",
+    meter.create_observable_up_down_counter("hw.gpu.memory.usage", [each(memory(True))], unit="By",
                                             description="GPU memory in use (once per GPU or MIG GPU instance)")
-    meter.create_observable_up_down_counter("hw.gpu.memory.limit", [each(memory_limit)], unit="By",
+    meter.create_observable_up_down_counter("hw.gpu.memory.limit", [each(memory(False))], unit="By",
                                             description="GPU memory size (once per GPU or MIG GPU instance)")
     meter.create_observable_gauge("hw.power", [each(per_gpu(lambda g: g.health.power_watts))], unit="W",
                                   description="Power draw of the physical GPU")
