@@ -135,3 +135,47 @@ def test_metrics_and_cycle_spans_arrive_over_otlp_http(receiver: OtlpReceiver, t
 def test_the_endpoint_is_a_base_url() -> None:
     assert otlp_urls("http://collector:4318/") == ("http://collector:4318/v1/metrics",
                                                    "http://collector:4318/v1/traces")
+
+
+def test_otlp_grpc_delivers_metrics_and_spans_to_a_grpc_collector(tmp_path: Path) -> None:
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    from exporter.settings import OtlpProtocol
+    from tests.support.fakes import FakeAllocationSource, FakeDeviceSource, every_family_readings
+
+    received: dict[str, list[Any]] = {"metrics": [], "spans": []}
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            received["metrics"].append(request)
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            received["spans"].append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        readings = every_family_readings()
+        cycle = CollectionCycle(FakeDeviceSource(readings), FakeAllocationSource(()), node=readings.node)
+        settings = ExporterSettings(otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol=OtlpProtocol.GRPC)
+        handle = start_otel(settings, cycle)
+        cycle.run_once()
+        handle.shutdown()
+    finally:
+        server.stop(grace=0)
+    names = {m.name for r in received["metrics"] for rm in r.resource_metrics for sm in rm.scope_metrics
+             for m in sm.metrics}
+    assert {"hw.power", "hw.gpu.memory.limit", "hw.status"} <= names
+    span_names = {s.name for r in received["spans"] for rs in r.resource_spans for ss in rs.scope_spans
+                  for s in ss.spans}
+    assert "gpulens.collect_cycle" in span_names
