@@ -48,7 +48,7 @@ def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:
     con.unregister("an_profiles_arrow")
     names = {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM devices").fetchall()}
     names |= {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM gpus").fetchall()}
-    aliases = sorted({str(n) for n in names if n is not None} | set(MODELS))
+    aliases = sorted({str(n) for n in names if n is not None} | set(MODELS) | {m.name for m in MODELS.values()})
     shorts = [short_model(a) for a in aliases]
     con.register(
         "an_models_arrow",

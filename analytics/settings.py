@@ -60,7 +60,10 @@ class RiskWeights(BaseModel):
 
 
 class HealthRules(BaseModel):
-    """Which signals make a GPU ``warn`` or ``drain`` (defaults from NVIDIA's XID catalog and DCGM)."""
+    """Which signals make a GPU ``warn`` or ``drain`` (defaults from NVIDIA's XID catalog and DCGM).
+
+    An XID in both ``drain_xids`` and ``warn_xids`` drains.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,9 +82,6 @@ class HealthRules(BaseModel):
         both = self.application_xids & (self.drain_xids | self.warn_xids)
         if both:
             raise ValueError(f"XIDs {sorted(both)} are both application errors and warn/drain XIDs")
-        overlap = self.drain_xids & self.warn_xids
-        if overlap:
-            raise ValueError(f"XIDs {sorted(overlap)} are in both drain_xids and warn_xids")
         return self
 
 
