@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from exporter.mig_catalog import model_by_name
 from exporter.sim.scenario import shape_resource
 from exporter.sim.workloads import batch_slots, pod_present
 
@@ -166,7 +167,7 @@ def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
         )
         local_queues.extend(LocalQueue(q, ns, ten.queue_name, ten.name) for q, ns in ten.local_queue_map().items())
     flavors = [
-        ResourceFlavor(p.flavor_name, p.model.short_name, str(p.sharing),
+        ResourceFlavor(p.flavor_name, p.model.name, str(p.sharing),
                        _frozen({"nvidia.com/gpu.product": p.model.name.replace(" ", "-"), **p.labels}))
         for p in s.pools
     ]
@@ -199,7 +200,7 @@ def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
         for p in ten.pending:
             pending.append(
                 PendingDemand(ten.name, cq, p.namespace or ten.namespaces[0].name, p.flavor, shape_resource(p.shape),
-                              p.shape, p.gpu_model, p.quantity * p.workloads, p.workloads)
+                              p.shape, model_by_name(p.gpu_model).name, p.quantity * p.workloads, p.workloads)
             )
         n_pending = sum(p.workloads for p in ten.pending)
         cluster_queues.append(ClusterQueue(cq, ten.name, ten.cohort, resources, len(admitted.get(cq, ())), n_pending))
