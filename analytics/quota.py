@@ -267,6 +267,11 @@ def recommend_quota(ev: QuotaEvidence, s: QuotaSettings) -> QuotaRecommendation:
     uncapped = _ceil(ev.demand_target * (1 + s.headroom))
     recommended = uncapped
     reasons.append(f"target = P{s.percentile * 100:g} x {1 + s.headroom:g} rounded up = {uncapped}")
+    if current is not None and recommended > current and ev.pending_buckets == 0 and ev.demand_max <= current:
+        recommended = current
+        reasons.append("demand never exceeded the quota and nothing was pending: no increase on headroom alone")
+    if ev.pending_buckets:
+        reasons.append(f"pending demand in {ev.pending_buckets} of {ev.buckets} buckets (up to {ev.pending_max:g})")
     floor = _ceil(ev.usage_now + ev.pending_now)
     if recommended < floor:
         recommended = floor
@@ -274,7 +279,7 @@ def recommend_quota(ev: QuotaEvidence, s: QuotaSettings) -> QuotaRecommendation:
     if current is not None and recommended < current and ev.pending_buckets > 0:
         recommended = current
         reasons.append(
-            f"pending demand in {ev.pending_buckets} of {ev.buckets} buckets (up to {ev.pending_max:g}): no cut"
+            "pending demand in the window: no cut"
         )
     lower = min(_ceil(ev.demand_lower), recommended)
     widen = 1 + 1 / max(conf.value, 1 / 24)

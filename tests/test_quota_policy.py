@@ -209,3 +209,11 @@ def test_low_confidence_workloads_are_not_proposed_for_conversion(tmp_path: Path
 def test_invalid_settings_are_rejected(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         QuotaSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_no_increase_on_headroom_alone_when_nothing_waited() -> None:
+    full = recommend_quota(evidence(nominal=10, demand_target=10, demand_max=10, usage_now=10), SETTINGS)
+    assert (full.uncapped_target, full.recommended, full.action) == (12, 10, "hold")
+    assert any("no increase on headroom alone" in r for r in full.reasons)
+    borrowing = recommend_quota(evidence(nominal=10, demand_target=12, demand_max=13, usage_now=12), SETTINGS)
+    assert borrowing.action == "increase"

@@ -155,3 +155,17 @@ def test_replicas_are_counted_and_mig_can_be_switched_off(store: StoreBuilder) -
     assert rec.recommended_profile == "1g.18gb"
     whole_only = rightsize(path, MigFitSettings(allow_mig=False))["api"]
     assert (whole_only.recommended_profile, whole_only.action) == ("gpu", "keep")
+
+
+def test_a_workload_that_fits_its_shape_is_not_grown_on_headroom_alone(store: StoreBuilder) -> None:
+    store.device("m0", "H200", "1g.18gb")
+    store.device("m1", "H200", "1g.18gb", node="node-2")
+    store.workload("team-a", "Deployment", "tight", {"tight-0": ["m0"]}, samples=WEEK,
+                   activity=lambda i: 0.5, memory=lambda i: gib(14.5))  # 0.5 of 1/7 GE, 14.5 of 16 GiB
+    store.workload("team-a", "Deployment", "over", {"over-0": ["m1"]}, samples=WEEK,
+                   activity=lambda i: 1.0, memory=lambda i: gib(15.9))
+    recs = rightsize(store.save())
+    assert (recs["tight"].recommended_profile, recs["tight"].action) == ("1g.18gb", "keep")
+    assert any("not growing on headroom alone" in r for r in recs["tight"].reasons)
+    assert recs["over"].action == "grow"  # saturated compute: P95 = its whole slice
+    assert recs["over"].recommended_profile == "2g.35gb"

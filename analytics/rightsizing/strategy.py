@@ -36,6 +36,10 @@ class RightsizingSettings(BaseModel):
     low_confidence_days: float = Field(
         default=2.0, ge=0, description="Confidence (VPA-style, in days) below which a recommendation is low-confidence."
     )
+    saturation: float = Field(
+        default=0.95, gt=0, le=1,
+        description="A shape whose P95 compute or peak memory reaches this share of it is saturated and may grow.",
+    )
     memory_only_confidence_factor: float = Field(
         default=0.5, gt=0, le=1, description="Confidence multiplier when compute activity is not measured."
     )
@@ -53,7 +57,7 @@ class WorkloadRecommendation:
 
     usage: WorkloadUsage
     action: str
-    """``shrink``, ``grow``, ``keep`` or ``insufficient_data``."""
+    """``shrink``, ``grow``, ``keep``, ``reshape`` (current shape unknown) or ``insufficient_data``."""
     recommended_profile: str | None
     """``gpu`` or a MIG profile name; ``None`` when there is not enough data."""
     recommended_devices_per_pod: int | None
@@ -137,6 +141,23 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
             f"memory P{s.memory_percentile * 100:g} is {usage.memory_p99_bytes / GIB:.1f} GiB, "
             f"peak {usage.memory_peak_bytes / GIB:.1f} GiB, need {memory_need / GIB:.1f} GiB"
         )
+        name, per_pod = self._smallest_shape(model, usage, compute_need, memory_need, reasons)
+        current = _capacity(model, usage.current_profile, usage.devices_per_pod)
+        proposed = _capacity(model, name, per_pod)
+        action = _compare(current, proposed) if name != usage.current_profile or per_pod != usage.devices_per_pod else "keep"
+        if action == "grow" and current is not None and _holds(current, usage, s.saturation):
+            reasons.append(
+                f"the current {usage.current_profile} x{usage.devices_per_pod} holds the observed peak memory and "
+                f"P{s.compute_percentile * 100:g} compute below {s.saturation:.0%}: not growing on headroom alone"
+            )
+            return result("keep", usage.current_profile, usage.devices_per_pod)
+        return result(action, name, per_pod)
+
+    def _smallest_shape(
+        self, model: GpuModel, usage: WorkloadUsage, compute_need: float | None, memory_need: float,
+        reasons: list[str],
+    ) -> tuple[str, int]:
+        """(profile or ``gpu``, devices per pod) of the smallest shape covering the need."""
         gpus = max(
             math.ceil(compute_need - 1e-9) if compute_need is not None else 1,
             math.ceil(memory_need / model.memory_bytes - 1e-9),
@@ -144,19 +165,19 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
         )
         if gpus > 1:
             reasons.append(f"needs {gpus} whole GPU(s) per pod")
-            return result(_compare_gpus(usage, gpus), WHOLE_GPU_PROFILE, gpus)
-        profile = _smallest_fit(model, compute_need, memory_need) if s.allow_mig else None
+            return WHOLE_GPU_PROFILE, gpus
+        profile = _smallest_fit(model, compute_need, memory_need) if self.settings.allow_mig else None
         if profile is None or profile.compute_slices == COMPUTE_SLICES:
             if usage.devices_per_pod > 1:
                 reasons.append(f"one whole GPU per pod covers the need instead of {usage.devices_per_pod}")
-            elif s.allow_mig:
+            elif self.settings.allow_mig:
                 reasons.append("no MIG profile smaller than a whole GPU covers the need")
-            return result(_compare_gpus(usage, 1), WHOLE_GPU_PROFILE, 1)
+            return WHOLE_GPU_PROFILE, 1
         reasons.append(
             f"{profile.name} ({profile.compute_slices}/{COMPUTE_SLICES} compute, "
             f"{profile.memory_bytes / GIB:.1f} GiB) is the smallest {model.short_name} profile that fits"
         )
-        return result(_compare_profile(usage, model, profile), profile.name, 1)
+        return profile.name, 1
 
 
 def _smallest_fit(model: GpuModel, compute_need: float | None, memory_need: float) -> MigProfile | None:
@@ -167,35 +188,40 @@ def _smallest_fit(model: GpuModel, compute_need: float | None, memory_need: floa
     return None
 
 
-def _current_ge(usage: WorkloadUsage, model: GpuModel | None = None) -> float | None:
-    if usage.current_profile == WHOLE_GPU_PROFILE:
-        return float(usage.devices_per_pod)
-    if model is not None:
-        try:
-            return model.profile(usage.current_profile).gpu_equivalents * usage.devices_per_pod
-        except ValueError:
-            return None
-    return None
+def _capacity(model: GpuModel, profile: str, count: int) -> tuple[float, int] | None:
+    """(GPU-equivalents, memory bytes) of ``count`` devices of ``profile``; ``None`` when unknown.
+
+    Compute-instance profiles (``1c.3g.71gb``) have the compute of their ``c`` slices and the memory of
+    their GPU instance.
+    """
+    if profile == WHOLE_GPU_PROFILE:
+        return float(count), count * model.memory_bytes
+    parts = profile.split(".")
+    ci_slices = None
+    if len(parts) == 3 and parts[0].endswith("c") and parts[0][:-1].isdigit():
+        ci_slices, profile = int(parts[0][:-1]), ".".join(parts[1:])
+    try:
+        p = model.profile(profile)
+    except ValueError:
+        return None
+    slices = p.compute_slices if ci_slices is None else ci_slices
+    return count * slices / COMPUTE_SLICES, count * p.memory_bytes
 
 
-def _compare_gpus(usage: WorkloadUsage, gpus: int) -> str:
-    if usage.current_profile != WHOLE_GPU_PROFILE:
-        return "grow"
-    return "keep" if gpus == usage.devices_per_pod else "shrink" if gpus < usage.devices_per_pod else "grow"
-
-
-def _compare_profile(usage: WorkloadUsage, model: GpuModel, profile: MigProfile) -> str:
-    if usage.current_profile == profile.name and usage.devices_per_pod == 1:
-        return "keep"
-    current = _current_ge(usage, model)
-    if current is None:
-        return "shrink" if usage.current_profile == WHOLE_GPU_PROFILE else "keep"
-    if profile.gpu_equivalents < current:
+def _compare(current: tuple[float, int] | None, proposed: tuple[float, int] | None) -> str:
+    if current is None or proposed is None:
+        return "reshape"
+    if proposed[0] < current[0] - 1e-9 or (abs(proposed[0] - current[0]) < 1e-9 and proposed[1] < current[1]):
         return "shrink"
-    if profile.gpu_equivalents > current:
+    if proposed[0] > current[0] + 1e-9 or proposed[1] > current[1]:
         return "grow"
-    current_memory = model.profile(usage.current_profile).memory_bytes if usage.current_profile != "gpu" else 0
-    return "shrink" if profile.memory_bytes < current_memory else "grow"
+    return "keep"
+
+
+def _holds(current: tuple[float, int], usage: WorkloadUsage, saturation: float) -> bool:
+    """The current shape covers the observed need (without headroom) and is not saturated."""
+    compute_ok = usage.compute_p95_ge is None or usage.compute_p95_ge < current[0] * saturation
+    return compute_ok and usage.memory_peak_bytes < current[1] * saturation
 
 
 def _evidence_sentence(usage: WorkloadUsage, confidence: Confidence) -> str:
