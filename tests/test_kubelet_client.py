@@ -83,7 +83,10 @@ def test_time_slicing_replicas_share_the_gpu_by_advertised_replicas(
                                                     device_ids=[f"{H100}::{i}" for i in range(4)])]
     kubelet.pods = [pod("a", "p1", [container("c", "nvidia.com/gpu", [f"{H100}::0"])]),
                     pod("b", "p2", [container("c", "nvidia.com/gpu", [f"{H100}::3"])])]
-    got = sorted(allocations_source(kubelet, nvml_source).read_allocations(0.0), key=lambda a: a.pod)
+    source = allocations_source(kubelet, nvml_source)
+    got = sorted(source.read_allocations(0.0), key=lambda a: a.pod)
+    source.read_allocations(0.0)
+    assert kubelet.allocatable_calls == 1, "advertised replicas are cached between cycles"
     assert [(a.device_uuid, a.replica, a.sharing_mode) for a in got] == [
         (H100, 0, SharingMode.TIME_SLICING), (H100, 3, SharingMode.TIME_SLICING)]
     assert [a.gpu_equivalents for a in got] == [0.25, 0.25]

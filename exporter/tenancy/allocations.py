@@ -10,11 +10,13 @@ name and are counted under ``tenants`` through ``take_errors()``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from opentelemetry import trace
 
 from exporter.kubelet.client import (
+    DeviceGrant,
     KubeletUnavailableError,
     PodResourcesClient,
     parse_list_response,
@@ -39,8 +41,14 @@ class KubeletAllocationSource:
         directory: Callable[[], DeviceDirectory] = DeviceDirectory,
         tenants: TenantResolver | None = None,
         slices: ResourceSliceDirectory | None = None,
+        allocatable_refresh_seconds: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self._allocatable_refresh = allocatable_refresh_seconds
+        self._monotonic = monotonic
+        self._replica_counts: dict[str, int] = {}
+        self._replicas_at: float | None = None
         self._directory = directory
         self._tenants = tenants
         self._slices = slices
@@ -51,10 +59,7 @@ class KubeletAllocationSource:
             view = parse_list_response(self.client.list())
             span.set_attribute("gpulens.device_grants", len(view.devices))
             span.set_attribute("gpulens.claim_grants", len(view.claims))
-            try:
-                replicas = replicas_per_device(self.client.allocatable())
-            except KubeletUnavailableError:
-                replicas = {}
+            replicas = self._replicas(view.devices)
         directory = self._directory()
         pods = {(g.namespace, g.pod) for g in view.devices} | {(c.namespace, c.pod) for c in view.claims}
         with tracer.start_as_current_span("gpulens.resolve_tenants") as span:
@@ -87,6 +92,21 @@ class KubeletAllocationSource:
             self._count("dra", self._slices.errors)
             self._slices.errors = 0
         return tuple(allocations)
+
+    def _replicas(self, grants: tuple[DeviceGrant, ...]) -> dict[str, int]:
+        """Advertised replicas per shared device, from ``GetAllocatableResources`` (refreshed when stale or
+        when a replica of a device not seen before shows up)."""
+        now = self._monotonic()
+        unknown = any("::" in g.device_id and g.device_id.partition("::")[0] not in self._replica_counts
+                      for g in grants)
+        since = None if self._replicas_at is None else now - self._replicas_at
+        if since is None or since >= self._allocatable_refresh or (unknown and since >= 1.0):
+            self._replicas_at = now
+            try:
+                self._replica_counts = replicas_per_device(self.client.allocatable())
+            except KubeletUnavailableError:
+                self._count("kubelet")
+        return self._replica_counts
 
     def take_errors(self) -> dict[str, int]:
         """Errors counted since the previous call, by source (``tenants``, ``dra``)."""

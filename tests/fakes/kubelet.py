@@ -39,6 +39,7 @@ class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
         return api_pb2.ListPodResourcesResponse(pod_resources=self.kubelet.pods)
 
     def GetAllocatableResources(self, request: Any, context: Any) -> api_pb2.AllocatableResourcesResponse:  # noqa: N802
+        self.kubelet.allocatable_calls += 1
         return api_pb2.AllocatableResourcesResponse(devices=self.kubelet.allocatable)
 
 
@@ -52,6 +53,7 @@ class FakeKubelet:
         self.hang_seconds = 0.0
         self.release = threading.Event()
         self.list_calls = 0
+        self.allocatable_calls = 0
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                                    options=[("grpc.max_send_message_length", 64 << 20)])
         api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), self._server)
