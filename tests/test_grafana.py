@@ -144,6 +144,7 @@ def test_chargeback_prices_allocated_ge_hours_with_the_price_variable() -> None:
     assert any("tenant:gpulens_idle_gpu_equivalents:sum" in expr for expr in costs)
 
 
+@pytest.mark.prometheus
 def test_every_dashboard_query_is_valid_promql_for_promtool(tmp_path: Path) -> None:
     exprs = [substitute_grafana_variables(expr) for _, expr in all_expressions()]
     assert len(exprs) > 40
@@ -154,6 +155,7 @@ def test_every_dashboard_query_is_valid_promql_for_promtool(tmp_path: Path) -> N
     assert f"SUCCESS: {len(exprs)} rules found" in output
 
 
+@pytest.mark.prometheus
 def test_promtool_rejects_a_broken_dashboard_query(tmp_path: Path) -> None:
     """The check above can fail: an unbalanced expression is reported."""
     rules = tmp_path / "broken.yaml"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from dashboards.grafana.promql import metric_names
@@ -60,12 +61,14 @@ def rule_test_cases() -> list[dict[str, Any]]:
     return cases
 
 
+@pytest.mark.prometheus
 def test_promtool_check_rules_finds_the_rules_file_clean() -> None:
     code, output = promtool("check", "rules", str(RULES_FILE))
     assert code == 0, output
     assert f"SUCCESS: {len(all_rules())} rules found" in output
 
 
+@pytest.mark.prometheus
 def test_every_promtool_unit_test_passes() -> None:
     assert RULE_TESTS, "no promtool unit tests in deploy/prometheus/tests/"
     code, output = promtool("test", "rules", *(str(path) for path in RULE_TESTS))
@@ -73,6 +76,7 @@ def test_every_promtool_unit_test_passes() -> None:
     assert "FAILED" not in output
 
 
+@pytest.mark.prometheus
 def test_the_unit_tests_catch_a_rule_that_stops_matching_a_drain_class_xid(tmp_path: Path) -> None:
     """Mutation check: dropping XID 79 from the drain list must make the alert tests fail."""
     broken = RULES_FILE.read_text(encoding="utf-8").replace("74|79|95", "74|95")
