@@ -71,7 +71,7 @@ def test_promtool_check_rules_finds_the_rules_file_clean() -> None:
 @pytest.mark.prometheus
 def test_every_promtool_unit_test_passes() -> None:
     assert RULE_TESTS, "no promtool unit tests in deploy/prometheus/tests/"
-    code, output = promtool("test", "rules", *(str(path) for path in RULE_TESTS))
+    code, output = promtool("test", "rules", *(str(path) for path in RULE_TESTS), timeout=300)
     assert code == 0, output
     assert "FAILED" not in output
 
@@ -85,7 +85,7 @@ def test_the_unit_tests_catch_a_rule_that_stops_matching_a_drain_class_xid(tmp_p
     (tmp_path / "tests").mkdir()
     alert_tests = RULES_DIR / "tests" / "alerts_test.yaml"
     (tmp_path / "tests" / alert_tests.name).write_text(alert_tests.read_text(encoding="utf-8"), encoding="utf-8")
-    code, output = promtool("test", "rules", str(tmp_path / "tests" / alert_tests.name))
+    code, output = promtool("test", "rules", str(tmp_path / "tests" / alert_tests.name), timeout=300)
     assert code != 0
     assert "GpuDrainClassXid" in output
 
