@@ -148,6 +148,7 @@ class ExporterHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the default 5 makes a burst of scrapers wait for SYN retransmits (1 s)
 
     def __init__(
         self,

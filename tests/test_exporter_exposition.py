@@ -6,12 +6,18 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from exporter.cycle import ExporterState
 from exporter.exposition import ExpositionCache, SnapshotCollector
+from exporter.exposition import render_text as render_fast
 from tests.support.exporter import fake_cycle, render_text
 from tests.support.fakes import every_family_allocations, every_family_readings
 
@@ -162,3 +168,34 @@ def test_the_render_cache_renders_once_per_state_and_again_after_a_cycle() -> No
     cycle.run_once()
     assert cache.render() is not first
     assert len(calls) == 2
+
+
+def test_the_fast_text_renderer_is_byte_identical_to_prometheus_client() -> None:
+    state = every_family_state()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: state, backend="sim", version="0.1.0"))
+    assert render_fast(registry.collect()) == generate_latest(registry)
+
+
+def test_families_the_fast_path_does_not_handle_are_rendered_by_prometheus_client() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    histogram = Histogram("lat_seconds", "Latency.", ["path"], registry=registry, buckets=(0.1, 1.0))
+    histogram.labels(path="/metrics").observe(0.05)
+    info = InfoMetricFamily("build", "Build.", value={"version": "1"})
+    registry.register(type("InfoCollector", (), {"collect": lambda self: [info]})())
+    assert render_fast(registry.collect()) == generate_latest(registry)
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=st.text(), help_text=st.text(min_size=1))
+def test_any_label_value_renders_like_prometheus_client(value: str, help_text: str) -> None:
+    family = GaugeMetricFamily("gpulens_x", help_text, labels=["pod", "a"])
+    family.add_metric([value, "v"], 1.5)
+    counter = CounterMetricFamily("gpulens_y", "Y.", labels=["pod"])
+    counter.add_metric([value], 3.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(type("C", (), {"collect": lambda self: [family, counter]})())
+    assert render_fast(registry.collect()) == generate_latest(registry)
+    parsed = {s.name: s.labels["pod"] for f in text_string_to_metric_families(render_fast([family, counter]).decode())
+              for s in f.samples}
+    assert parsed == {"gpulens_x": value, "gpulens_y_total": value}
