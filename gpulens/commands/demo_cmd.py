@@ -56,10 +56,11 @@ def register(app: typer.Typer) -> None:
 def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:
     """Run every stage of the pipeline, printing progress and the headline results."""
     from collector.timeparse import parse_duration
+
+    step_seconds = parse_duration(step, what="--step")
     from exporter.sim.fleet import SimulatedFleet
     from exporter.sim.scenario import load_scenario
 
-    step_seconds = parse_duration(step, what="--step")
     scenario = load_scenario(scenario_path)
     fleet = SimulatedFleet(scenario)
     out.mkdir(parents=True, exist_ok=True)
