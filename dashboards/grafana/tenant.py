@@ -51,7 +51,7 @@ def build() -> dashboard.Dashboard:
             query(
                 f"sum(tenant:gpulens_tenant_active_gpu_equivalents:sum{{{T}}}) / "
                 f"(sum(tenant:gpulens_allocation_gpu_equivalents:sum{{{T}}}) - "
-                f"sum(tenant:gpulens_tenant_unmeasured_gpu_equivalents:sum{{{T}}}))",
+                f"(sum(tenant:gpulens_tenant_unmeasured_gpu_equivalents:sum{{{T}}}) or vector(0)))",
                 "activity", instant=True,
             ),
             span=8,
