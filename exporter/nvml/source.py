@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -314,14 +314,16 @@ class NvmlDeviceSource:
         for gone in [u for u, _ in self._mig_static.items() if u not in seen and u in state.mig_uuids]:
             del self._mig_static[gone]
         state.mig_uuids = seen
-        migs: list[MigInstance] = []
+        by_gi: dict[int, list[MigInstance]] = {}
         for mig in sorted(raw, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
+            by_gi.setdefault(mig.gpu_instance_id, []).append(mig)
+        migs: list[MigInstance] = []
+        for gi, members in by_gi.items():
             activity = None
-            if state.gpm:
-                members = sorted(f"{m.uuid}:{m.profile}:{m.compute_instance_id}"
-                                 for m in raw if m.gpu_instance_id == mig.gpu_instance_id)
-                activity = self.gpm.activity((state.uuid, mig.gpu_instance_id), h, "|".join(members), now)
-            migs.append(_with_activity(mig, activity))
+            if state.gpm:  # one GPM sample per GPU instance; the fingerprint detects a recreated instance
+                fingerprint = "|".join(f"{m.uuid}:{m.profile}:{m.compute_instance_id}" for m in members)
+                activity = self.gpm.activity((state.uuid, gi), h, fingerprint, now)
+            migs.extend(_with_activity(m, activity) for m in members)
         return tuple(migs), processes
 
     def _mig_identity(self, mh: Any) -> tuple[str, int, int, int]:
@@ -406,9 +408,7 @@ class NvmlDeviceSource:
 
 
 def _with_activity(mig: MigInstance, activity: float | None) -> MigInstance:
-    if activity is None:
-        return mig
-    return MigInstance(**{**mig.__dict__, "activity_ratio": activity})
+    return mig if activity is None else replace(mig, activity_ratio=activity)
 
 
 def _reasons(mask: Any) -> frozenset[str]:
