@@ -208,7 +208,7 @@ class CollectionCycle:
         )
 
     def start(self) -> None:
-        """Start the background thread (the first cycle runs at once)."""
+        """Start the background thread: a cycle runs at once unless one already ran (then after an interval)."""
         if self._thread is not None:
             return
         self._stop.clear()
@@ -216,6 +216,8 @@ class CollectionCycle:
         self._thread.start()
 
     def _loop(self) -> None:
+        if self._state.cycles_total > 0 and self._stop.wait(self._interval):
+            return
         while not self._stop.is_set():
             started = time.monotonic()
             try:
