@@ -21,12 +21,13 @@ from exporter.sim.plan import NodePlan
 from exporter.sim.scenario import FaultKind, Scenario
 from exporter.sim.workloads import (
     NOISE_SLOT,
-    activity_integral,
-    batch_slots,
-    holding_activity,
-    holding_memory,
-    pod_levels,
-    pod_present,
+    HoldingTable,
+    holding_table,
+    table_activity,
+    table_activity_integral,
+    table_memory,
+    table_present,
+    table_slots,
 )
 
 MHZ = 1e6
@@ -89,43 +90,77 @@ class NodeArrays:
     """Which GPU indexes have a scheduled fault of each code (others do not report that code)."""
 
 
-def evaluate(s: Scenario, node: NodePlan, t_in: np.ndarray | list[float]) -> NodeArrays:
+@dataclass(frozen=True)
+class NodeConstants:
+    """Everything about a node that does not depend on time, computed once (``node_constants``)."""
+
+    holdings: HoldingTable
+    pod_first_holding: np.ndarray  # (P,) row of each pod's first holding
+    batch_pods: np.ndarray  # (P,) bool
+    gpu_key: np.ndarray  # (G, 1) uint64
+    sbe_per_day: np.ndarray  # (G, 1) corrected ECC errors per day (0 for most GPUs)
+    device_gpu: np.ndarray  # (D,) GPU index of each device
+    device_share: np.ndarray  # (D, 1) compute share of each device
+    device_base: np.ndarray  # (D, 1) driver base memory of the device's GI (bytes)
+    device_total: np.ndarray  # (D, 1) memory of the device's GI (bytes)
+    device_gi_first: np.ndarray  # (D,) first device of the same GI
+    mig_no_gpm: np.ndarray  # (D,) devices whose activity the hardware cannot report
+
+
+def node_constants(s: Scenario, node: NodePlan) -> NodeConstants:
+    seed = s.seed
+    tab = holding_table(seed, node)
+    first = np.array([p.holdings[0] for p in node.pods], dtype=np.int64)
+    rates = [stable_unit(seed, "sbe", g.uuid) for g in node.gpus]
+    hopper = node.model.has_gpm
+    return NodeConstants(
+        holdings=tab,
+        pod_first_holding=first,
+        batch_pods=np.array([p.archetype == "batch" for p in node.pods], dtype=bool),
+        gpu_key=np.array([stable_key(seed, "phys", g.uuid) for g in node.gpus], dtype=np.uint64).reshape(-1, 1),
+        sbe_per_day=np.array([max(0.0, r - 0.75) * 40 for r in rates]).reshape(-1, 1),
+        device_gpu=np.array([d.gpu_index for d in node.devices], dtype=np.int64),
+        device_share=np.array([d.compute_share for d in node.devices]).reshape(-1, 1),
+        device_base=np.array(
+            [(GI_BASE_MIB.get(d.slices or 7, GPU_BASE_MIB) if d.kind == "mig" else GPU_BASE_MIB) * MIB
+             for d in node.devices], dtype=np.int64).reshape(-1, 1),
+        device_total=np.array([d.memory_total_bytes for d in node.devices], dtype=np.int64).reshape(-1, 1),
+        device_gi_first=np.array([d.gi_first for d in node.devices], dtype=np.int64),
+        mig_no_gpm=np.array([d.kind == "mig" and not hopper for d in node.devices], dtype=bool),
+    )
+
+
+def _sum_rows(values: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
+    """Row sums into ``n`` groups, in row order (the same result whatever the number of columns)."""
+    out = np.zeros((n, values.shape[1]), dtype=values.dtype)
+    np.add.at(out, index, values)
+    return out
+
+
+def evaluate(
+    s: Scenario, node: NodePlan, t_in: np.ndarray | list[float], constants: NodeConstants | None = None
+) -> NodeArrays:
     """Evaluate every reading of ``node`` at the times ``t`` (float Unix seconds)."""
     t = np.asarray(t_in, dtype=np.float64).reshape(-1)
-    seed = s.seed
+    c = constants or node_constants(s, node)
+    tab = c.holdings
     n_t = t.shape[0]
     hw = HARDWARE[node.model.short_name]
     hopper = node.model.has_gpm
     mig = node.pool.sharing is SharingMode.MIG
     rel = t - s.epoch_seconds
+    n_d, n_g = len(node.devices), len(node.gpus)
 
-    n_p, n_h, n_d, n_g = len(node.pods), len(node.holdings), len(node.devices), len(node.gpus)
-    pod_pres = np.zeros((n_p, n_t), dtype=bool)
-    pod_slot = np.full((n_p, n_t), -1, dtype=np.int64)
-    hold_act = np.zeros((n_h, n_t))
-    hold_mem = np.zeros((n_h, n_t), dtype=np.int64)
-    dev_busy: np.ndarray = np.zeros((n_d, n_t))
-    gi_mem = np.zeros((n_d, n_t), dtype=np.int64)  # indexed by the GI's first device
-    expected_integral = np.zeros((n_g, n_t))
-    for pod in node.pods:
-        levels = pod_levels(seed, pod)
-        present = pod_present(seed, pod, t)
-        pod_pres[pod.index] = present
-        if pod.archetype == "batch":
-            pod_slot[pod.index] = batch_slots(pod, t)
-        for h_index in pod.holdings:
-            h = node.holdings[h_index]
-            dev = node.devices[h.device]
-            act = np.where(present, holding_activity(seed, pod, h, levels, t), 0.0)
-            mem = np.where(present, holding_memory(seed, pod, h, dev, levels, t), 0)
-            hold_act[h_index] = act
-            hold_mem[h_index] = mem
-            dev_busy[h.device] += act
-            gi_mem[dev.gi_first] += mem
-            expected_integral[dev.gpu_index] += dev.compute_share * activity_integral(
-                pod, levels, s.epoch_seconds, t
-            ) / dev.replicas
-    dev_busy = np.round(np.minimum(dev_busy, 1.0), 4)
+    # Holdings and pods.
+    slots = table_slots(tab, t)
+    present = table_present(tab, t, slots)
+    hold_act = np.where(present, table_activity(tab, t, slots), 0.0)
+    hold_mem = np.where(present, table_memory(tab, t, slots), 0)
+    pod_pres = present[c.pod_first_holding]
+    pod_slot = np.where(c.batch_pods[:, None], slots[c.pod_first_holding], -1)
+    dev_busy = np.round(np.minimum(_sum_rows(hold_act, tab.device, n_d), 1.0), 4)
+    gi_mem = _sum_rows(hold_mem, tab.gi_first, n_d)
+    expected_integral = _sum_rows(tab.weight * table_activity_integral(tab, s.epoch_seconds, t), tab.gpu, n_g)
 
     # Faults per GPU.
     gpu_up = np.ones((n_g, n_t), dtype=bool)
@@ -155,51 +190,33 @@ def evaluate(s: Scenario, node: NodePlan, t_in: np.ndarray | list[float]) -> Nod
                 ecc_unc[g.index] += n * f.count
 
     # Devices and GPUs.
-    dev_activity = dev_busy.copy()
-    dev_memory = np.zeros((n_d, n_t), dtype=np.int64)
-    gpu_true = np.zeros((n_g, n_t))
-    gpu_memory = np.zeros((n_g, n_t), dtype=np.int64)
-    for d in node.devices:
-        base = GI_BASE_MIB.get(d.slices or 7, GPU_BASE_MIB) if d.kind == "mig" else GPU_BASE_MIB
-        dev_memory[d.index] = np.minimum(gi_mem[d.gi_first] + base * MIB, d.memory_total_bytes)
-        gpu_true[d.gpu_index] += d.compute_share * dev_busy[d.index]
-        if d.gi_first == d.index:
-            gpu_memory[d.gpu_index] += dev_memory[d.index]
-        if d.kind == "mig" and not hopper:
-            dev_activity[d.index] = np.nan
-        dev_activity[d.index] = np.where(gpu_up[d.gpu_index], dev_activity[d.index], np.nan)
-    gpu_true = np.minimum(gpu_true, 1.0)
+    dev_up = gpu_up[c.device_gpu]
+    dev_memory = np.minimum(gi_mem[c.device_gi_first] + c.device_base, c.device_total)
+    dev_activity = np.where(dev_up & ~c.mig_no_gpm[:, None], dev_busy, np.nan)
+    gpu_true = np.minimum(_sum_rows(c.device_share * dev_busy, c.device_gpu, n_g), 1.0)
+    is_first = c.device_gi_first == np.arange(n_d)
+    gpu_memory = _sum_rows(dev_memory[is_first], c.device_gpu[is_first], n_g)
     gpu_activity = np.round(gpu_true, 4) if (hopper or not mig) else np.full((n_g, n_t), np.nan)
     gpu_activity = np.where(gpu_up, gpu_activity, np.nan)
 
-    minute = np.floor(t / NOISE_SLOT).astype(np.int64)
-    power = np.zeros((n_g, n_t))
-    temperature = np.zeros((n_g, n_t))
-    sm_clock = np.zeros((n_g, n_t))
-    energy = np.zeros((n_g, n_t))
-    ecc_corr = np.zeros((n_g, n_t), dtype=np.int64)
+    minute = np.floor(t / NOISE_SLOT).astype(np.int64)[None, :]
     span = hw.peak_watts - hw.idle_watts
-    for g in node.gpus:
-        key = stable_key(seed, "phys", g.uuid)
-        p = hw.idle_watts + span * gpu_true[g.index] + 4.0 * centered_noise(key, minute)
-        p = np.where(throttled[g.index], np.minimum(p, THERMAL_POWER_FACTOR * hw.peak_watts), p)
-        power[g.index] = np.round(p, 2)
-        heat = (p - hw.idle_watts) / span
-        temp = hw.idle_celsius + (hw.peak_celsius - hw.idle_celsius) * heat + centered_noise(key ^ 0x7E, minute)
-        temperature[g.index] = np.round(np.where(throttled[g.index], THERMAL_CELSIUS + centered_noise(key ^ 0x7F, minute), temp))
-        clock = np.where(gpu_true[g.index] >= BUSY_THRESHOLD, hw.max_sm_mhz, hw.idle_sm_mhz)
-        clock = np.where(throttled[g.index], np.round(hw.max_sm_mhz * THERMAL_CLOCK_FACTOR / 15.0) * 15.0, clock)
-        sm_clock[g.index] = clock * MHZ
-        mean_idle = hw.idle_watts * np.maximum(rel, 0.0)
-        energy[g.index] = np.round(mean_idle + span * expected_integral[g.index], 1)
-        # A few GPUs accumulate corrected (single-bit) ECC errors slowly, as real fleets do.
-        rate = stable_unit(seed, "sbe", g.uuid)
-        if rate > 0.75:
-            ecc_corr[g.index] = np.floor(np.maximum(rel, 0.0) / 86400.0 * (rate - 0.75) * 40).astype(np.int64)
+    p = hw.idle_watts + span * gpu_true + 4.0 * centered_noise(c.gpu_key, minute)
+    p = np.where(throttled, np.minimum(p, THERMAL_POWER_FACTOR * hw.peak_watts), p)
+    power = np.round(p, 2)
+    heat = (p - hw.idle_watts) / span
+    temp = hw.idle_celsius + (hw.peak_celsius - hw.idle_celsius) * heat + centered_noise(c.gpu_key ^ np.uint64(0x7E), minute)
+    hot = THERMAL_CELSIUS + centered_noise(c.gpu_key ^ np.uint64(0x7F), minute)
+    temperature = np.round(np.where(throttled, hot, temp))
+    clock = np.where(gpu_true >= BUSY_THRESHOLD, hw.max_sm_mhz, hw.idle_sm_mhz)
+    clock = np.where(throttled, np.round(hw.max_sm_mhz * THERMAL_CLOCK_FACTOR / 15.0) * 15.0, clock)
+    sm_clock = clock * MHZ
+    since = np.maximum(rel, 0.0)[None, :]
+    energy = np.round(hw.idle_watts * since + span * expected_integral, 1)
+    ecc_corr = np.floor(since / 86400.0 * c.sbe_per_day).astype(np.int64)
 
     down = ~gpu_up
-    nan_when_down = [power, temperature, sm_clock, energy, thermal_seconds]
-    for arr in nan_when_down:
+    for arr in (power, temperature, sm_clock, energy, thermal_seconds):
         arr[down] = np.nan
     memory_clock = np.where(down, np.nan, hw.memory_mhz * MHZ)
     retired = ecc_unc.copy() if hw.has_retired_pages else None

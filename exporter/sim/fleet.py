@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,7 +25,7 @@ from exporter.model import (
     SharingMode,
 )
 from exporter.sim.cluster import ClusterState, build_cluster_state
-from exporter.sim.evaluate import NodeArrays, evaluate
+from exporter.sim.evaluate import NodeArrays, NodeConstants, evaluate, node_constants
 from exporter.sim.faults import THERMAL_REASONS
 from exporter.sim.noise import stable_key, stable_uuid
 from exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
@@ -41,13 +42,18 @@ def _opt(value: float) -> float | None:
 
 def pod_identity(seed: int, pod: PodPlan, slot: int) -> tuple[str, str]:
     """(name, uid) of a pod; batch pods get a new name and uid in every slot."""
+    return _identity(seed, pod.key, pod.base_name, pod.workload.name, pod.workload.slot_seconds, slot)
+
+
+@lru_cache(maxsize=65536)
+def _identity(seed: int, key: int, base_name: str, workload: str, slot_seconds: float, slot: int) -> tuple[str, str]:
     if slot < 0:
-        return pod.base_name, stable_uuid(seed, "uid", pod.key)
-    start_min = int(slot * pod.workload.slot_seconds // 60)
-    job = f"{pod.workload.name}-{start_min}"
-    return f"{job}-{stable_uuid(seed, 'slotpod', pod.key, slot)[:5]}", stable_uuid(seed, "uid", pod.key, slot)
+        return base_name, stable_uuid(seed, "uid", key)
+    job = f"{workload}-{int(slot * slot_seconds // 60)}"
+    return f"{job}-{stable_uuid(seed, 'slotpod', key, slot)[:5]}", stable_uuid(seed, "uid", key, slot)
 
 
+@lru_cache(maxsize=65536)
 def process_pid(pod_key: int, slot: int, holding: int) -> int:
     """A deterministic PID for a holding's process."""
     return 1000 + stable_key(0, "pid", pod_key, slot, holding) % 4_000_000
@@ -62,6 +68,13 @@ class SimulatedFleet:
             self.plan: FleetPlan = build_plan(scenario)
         except ValueError as exc:
             raise UserError(f"scenario {scenario.name!r}: {exc}") from None
+        self._constants: dict[str, NodeConstants] = {}
+
+    def _node_constants(self, node: str) -> NodeConstants:
+        found = self._constants.get(node)
+        if found is None:  # a race only builds the same immutable value twice
+            found = self._constants[node] = node_constants(self.scenario, self.node_plan(node))
+        return found
 
     def node_names(self) -> list[str]:
         """Node names in scenario order; the first is the scenario's default node."""
@@ -76,12 +89,12 @@ class SimulatedFleet:
 
     def arrays(self, node: str, times: np.ndarray | list[float]) -> NodeArrays:
         """Raw readings of ``node`` over many times (what ``history`` is built from)."""
-        return evaluate(self.scenario, self.node_plan(node), times)
+        return evaluate(self.scenario, self.node_plan(node), times, self._node_constants(node))
 
     def node_snapshot(self, node: str, t: float) -> NodeSnapshot:
         """The node at time ``t``: GPUs with MIG instances and health, allocations, processes."""
         plan = self.node_plan(node)
-        a = evaluate(self.scenario, plan, [t])
+        a = evaluate(self.scenario, plan, [t], self._node_constants(node))
         gpus = self._gpus(plan, a)
         return NodeSnapshot(
             node=node, timestamp=float(t), gpus=gpus, allocations=self._allocations(plan, a),

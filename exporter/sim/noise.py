@@ -41,14 +41,16 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def unit_noise(key: int, slots: np.ndarray) -> np.ndarray:
-    """Uniform [0, 1) per integer slot for one key (splitmix64), as float64, same shape as ``slots``."""
+def unit_noise(key: int | np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Uniform [0, 1) per integer slot (splitmix64), as float64; ``key`` may be an array that broadcasts."""
     s = np.asarray(slots, dtype=np.int64).astype(np.uint64)
+    k = np.asarray(key, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        x = _mix(s * _GOLDEN + np.uint64(key))
+        x = _mix(s * _GOLDEN + k)
     return (x >> np.uint64(11)).astype(np.float64) * _TO_UNIT
 
 
-def centered_noise(key: int, slots: np.ndarray) -> np.ndarray:
+def centered_noise(key: int | np.ndarray, slots: np.ndarray) -> np.ndarray:
     """Noise in [-1, 1) per slot (sum of two uniforms, so it clusters near 0)."""
-    return unit_noise(key, slots) + unit_noise(key ^ 0x5DEECE66D, slots) - 1.0
+    other = np.asarray(key, dtype=np.uint64) ^ np.uint64(0x5DEECE66D)
+    return unit_noise(key, slots) + unit_noise(other, slots) - 1.0

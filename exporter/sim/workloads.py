@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from exporter.sim.noise import centered_noise, stable_unit, unit_noise
-from exporter.sim.plan import DevicePlan, HoldingPlan, PodPlan
+from exporter.sim.plan import NodePlan, PodPlan
 from exporter.sim.scenario import Archetype
 
 MIB = 1024 * 1024
@@ -73,7 +73,7 @@ def pod_present(seed: int, pod: PodPlan, t: np.ndarray) -> np.ndarray:
     return unit_noise(pod.key, batch_slots(pod, t)) < pod.workload.duty
 
 
-def _daily_load(t: np.ndarray, phase: float) -> np.ndarray:
+def _daily_load(t: np.ndarray, phase: np.ndarray) -> np.ndarray:
     return 0.5 + 0.5 * np.cos(2 * math.pi * (t - INFERENCE_PEAK_HOUR * 3600.0 - phase) / DAY)
 
 
@@ -84,36 +84,7 @@ def _work_hours(t: np.ndarray) -> np.ndarray:
     return (weekday < 5) & (hour >= WORK_HOURS[0]) & (hour < WORK_HOURS[1])
 
 
-def holding_activity(seed: int, pod: PodPlan, holding: HoldingPlan, levels: PodLevels, t: np.ndarray) -> np.ndarray:
-    """Activity 0..1 of one holding (rounded to 1e-4), whether or not the hardware can report it."""
-    minute = np.floor(t / NOISE_SLOT).astype(np.int64)
-    jitter = centered_noise(holding.key, minute)
-    a = pod.archetype
-    if a is Archetype.TRAINING:
-        dip = ((t - levels.phase) % CHECKPOINT_EVERY) < CHECKPOINT_SECONDS
-        act = np.where(dip, levels.low + 0.03 * jitter, levels.busy + 0.04 * jitter)
-    elif a is Archetype.INFERENCE:
-        act = levels.low + (levels.busy - levels.low) * _daily_load(t, levels.phase) + 0.03 * jitter
-    elif a is Archetype.NOTEBOOK:
-        slot = np.floor(t / NOTEBOOK_SLOT).astype(np.int64)
-        burst = _work_hours(t) & (unit_noise(pod.key ^ 0xB0B, slot) < NOTEBOOK_BURST_PROBABILITY)
-        act = np.where(burst, levels.busy + 0.1 * jitter, levels.low + 0.005 * jitter)
-    else:
-        act = levels.busy + 0.08 * jitter
-    return np.round(np.clip(act, 0.0, 1.0), 4)
-
-
-def holding_memory(
-    seed: int, pod: PodPlan, holding: HoldingPlan, device: DevicePlan, levels: PodLevels, t: np.ndarray
-) -> np.ndarray:
-    """Memory in bytes (whole MiB) one holding uses on its device."""
-    capacity = device.memory_total_bytes * device.memory_share / device.replicas
-    minute = np.floor(t / NOISE_SLOT).astype(np.int64)
-    frac = levels.memory_fraction + 0.005 * centered_noise(holding.key ^ 0x3E3, minute)
-    if pod.archetype is Archetype.BATCH:
-        frac = frac + 0.1 * centered_noise(pod.key ^ 0x51, batch_slots(pod, t))
-    frac = np.clip(frac, 0.01, 0.97)
-    return (np.floor(frac * (capacity / MIB)) * MIB).astype(np.int64)
+ARCHETYPE_CODES = {a: i for i, a in enumerate(Archetype)}
 
 
 def expected_activity(pod: PodPlan, levels: PodLevels) -> float:
@@ -131,14 +102,126 @@ def expected_activity(pod: PodPlan, levels: PodLevels) -> float:
     return levels.busy * pod.workload.duty
 
 
-def activity_integral(pod: PodPlan, levels: PodLevels, t0: float, t: np.ndarray) -> np.ndarray:
-    """Integral of the expected activity from ``t0`` to ``t`` (activity-seconds), in closed form."""
-    span = np.maximum(t - t0, 0.0)
-    base = expected_activity(pod, levels) * span
-    if pod.archetype is not Archetype.INFERENCE:
-        return base
-    omega = 2 * math.pi / DAY
-    shift = INFERENCE_PEAK_HOUR * 3600.0 + levels.phase
-    end = np.maximum(t, t0)
-    wave = (np.sin(omega * (end - shift)) - math.sin(omega * (t0 - shift))) / omega
-    return base + (levels.busy - levels.low) * 0.5 * wave
+@dataclass(frozen=True)
+class HoldingTable:
+    """Per-holding constants of one node as arrays (rows follow ``NodePlan.holdings``); built once per node.
+
+    Column arrays have shape (H, 1) so that they broadcast against a row of times.
+    """
+
+    pod: np.ndarray
+    archetype: np.ndarray
+    key: np.ndarray
+    pod_key: np.ndarray
+    busy: np.ndarray
+    low: np.ndarray
+    memory_fraction: np.ndarray
+    phase: np.ndarray
+    slot_seconds: np.ndarray
+    duty: np.ndarray
+    capacity_mib: np.ndarray
+    weight: np.ndarray
+    """Compute share of the GPU per unit of activity (device share / replicas)."""
+    expected: np.ndarray
+    device: np.ndarray
+    gpu: np.ndarray
+    gi_first: np.ndarray
+
+    def rows(self, archetype: Archetype) -> np.ndarray:
+        return np.nonzero(self.archetype == ARCHETYPE_CODES[archetype])[0]
+
+
+def holding_table(seed: int, node: NodePlan) -> HoldingTable:
+    """The constants of every holding of ``node``."""
+    cols: dict[str, list[float]] = {k: [] for k in (
+        "pod", "archetype", "busy", "low", "memory_fraction", "phase", "slot_seconds", "duty", "capacity_mib",
+        "weight", "expected", "device", "gpu", "gi_first")}
+    keys: list[int] = []
+    pod_keys: list[int] = []
+    levels = {p.index: pod_levels(seed, p) for p in node.pods}
+    for h in node.holdings:
+        pod = node.pods[h.pod]
+        d = node.devices[h.device]
+        lv = levels[pod.index]
+        batch = pod.archetype is Archetype.BATCH
+        values = {
+            "pod": pod.index, "archetype": ARCHETYPE_CODES[pod.archetype], "busy": lv.busy, "low": lv.low,
+            "memory_fraction": lv.memory_fraction, "phase": lv.phase,
+            "slot_seconds": pod.workload.slot_seconds if batch else 1.0, "duty": pod.workload.duty if batch else 1.0,
+            "capacity_mib": d.memory_total_bytes * d.memory_share / d.replicas / MIB,
+            "weight": d.compute_share / d.replicas, "expected": expected_activity(pod, lv), "device": d.index,
+            "gpu": d.gpu_index, "gi_first": d.gi_first,
+        }
+        for k, v in values.items():
+            cols[k].append(v)
+        keys.append(h.key)
+        pod_keys.append(pod.key)
+    ints = ("pod", "archetype", "device", "gpu", "gi_first")
+    arrays = {k: (np.array(v, dtype=np.int64) if k in ints else np.array(v, dtype=np.float64).reshape(-1, 1))
+              for k, v in cols.items()}
+    return HoldingTable(
+        key=np.array(keys, dtype=np.uint64).reshape(-1, 1), pod_key=np.array(pod_keys, dtype=np.uint64).reshape(-1, 1),
+        **arrays,
+    )
+
+
+def table_slots(tab: HoldingTable, t: np.ndarray) -> np.ndarray:
+    """(H, T) slot numbers (meaningful for batch rows only)."""
+    return np.floor(t[None, :] / tab.slot_seconds).astype(np.int64)
+
+
+def table_present(tab: HoldingTable, t: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """(H, T) whether each holding's pod exists (same rule as ``pod_present``)."""
+    present = np.ones(slots.shape, dtype=bool)
+    rows = tab.rows(Archetype.BATCH)
+    if len(rows):
+        present[rows] = unit_noise(tab.pod_key[rows], slots[rows]) < tab.duty[rows]
+    return present
+
+
+def table_activity(tab: HoldingTable, t: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """(H, T) activity 0..1 of each holding (rounded to 1e-4), ignoring presence."""
+    minute = np.floor(t / NOISE_SLOT).astype(np.int64)[None, :]
+    jitter = centered_noise(tab.key, minute)
+    act = np.zeros(jitter.shape)
+    r = tab.rows(Archetype.TRAINING)
+    if len(r):
+        dip = ((t[None, :] - tab.phase[r]) % CHECKPOINT_EVERY) < CHECKPOINT_SECONDS
+        act[r] = np.where(dip, tab.low[r] + 0.03 * jitter[r], tab.busy[r] + 0.04 * jitter[r])
+    r = tab.rows(Archetype.INFERENCE)
+    if len(r):
+        act[r] = tab.low[r] + (tab.busy[r] - tab.low[r]) * _daily_load(t[None, :], tab.phase[r]) + 0.03 * jitter[r]
+    r = tab.rows(Archetype.NOTEBOOK)
+    if len(r):
+        slot = np.floor(t / NOTEBOOK_SLOT).astype(np.int64)[None, :]
+        burst = _work_hours(t)[None, :] & (unit_noise(tab.pod_key[r] ^ np.uint64(0xB0B), slot) < NOTEBOOK_BURST_PROBABILITY)
+        act[r] = np.where(burst, tab.busy[r] + 0.1 * jitter[r], tab.low[r] + 0.005 * jitter[r])
+    r = tab.rows(Archetype.BATCH)
+    if len(r):
+        act[r] = tab.busy[r] + 0.08 * jitter[r]
+    return np.round(np.clip(act, 0.0, 1.0), 4)
+
+
+def table_memory(tab: HoldingTable, t: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """(H, T) memory in bytes (whole MiB) of each holding, ignoring presence."""
+    minute = np.floor(t / NOISE_SLOT).astype(np.int64)[None, :]
+    frac = tab.memory_fraction + 0.005 * centered_noise(tab.key ^ np.uint64(0x3E3), minute)
+    r = tab.rows(Archetype.BATCH)
+    if len(r):
+        frac[r] = frac[r] + 0.1 * centered_noise(tab.pod_key[r] ^ np.uint64(0x51), slots[r])
+    frac = np.clip(frac, 0.01, 0.97)
+    return (np.floor(frac * tab.capacity_mib) * MIB).astype(np.int64)
+
+
+def table_activity_integral(tab: HoldingTable, t0: float, t: np.ndarray) -> np.ndarray:
+    """(H, T) integral of the expected activity from ``t0`` to ``t`` (activity-seconds), in closed form."""
+    span = np.maximum(t - t0, 0.0)[None, :]
+    out = tab.expected * span
+    r = tab.rows(Archetype.INFERENCE)
+    if len(r):
+        omega = 2 * math.pi / DAY
+        shift = INFERENCE_PEAK_HOUR * 3600.0 + tab.phase[r]
+        end = np.maximum(t, t0)[None, :]
+        wave = (np.sin(omega * (end - shift)) - np.sin(omega * (t0 - shift))) / omega
+        out[r] = out[r] + (tab.busy[r] - tab.low[r]) * 0.5 * wave
+    return out
