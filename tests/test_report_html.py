@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import html
 import re
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 from analytics.report import write_report
 from gpulens.cli import app
 from gpulens.errors import UserError
-from tests.support.report_store import EVIL_TENANT, build_store
+from tests.support.report_store import EVIL_TENANT, WINDOW, build_store
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def test_the_cost_split_reconciles_with_the_chargeback_table(store: Path, report
 
 
 def test_the_focus_csv_has_the_focus_columns_and_one_row_per_chargeback_line(store: Path, report_dir: Path) -> None:
-    with (report_dir / "focus_chargeback.csv").open(newline="", encoding="utf-8") as fh:
+    with (report_dir / "chargeback_focus.csv").open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     mandatory = {
         "BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "PricingQuantity", "PricingUnit",
@@ -75,9 +76,9 @@ def test_the_focus_csv_has_the_focus_columns_and_one_row_per_chargeback_line(sto
     with duckdb.connect(str(store), read_only=True) as con:
         count = con.execute("SELECT count(*) FROM chargeback").fetchone()
     assert count is not None and len(rows) == count[0]
-    assert rows[0]["ChargePeriodStart"].endswith("Z")
+    assert datetime.fromisoformat(rows[0]["ChargePeriodStart"].rstrip("Z")) == WINDOW[0]
     assert EVIL_TENANT in {r["SubAccountId"] for r in rows}  # data files keep the name as data
-    parquet = pl.read_parquet(report_dir / "focus_chargeback.parquet")
+    parquet = pl.read_parquet(report_dir / "chargeback_focus.parquet")
     assert parquet.height == len(rows) and mandatory <= set(parquet.columns)
 
 
@@ -98,7 +99,7 @@ def test_a_store_without_analysis_gives_a_report_that_says_which_command_to_run(
     page = index.read_text(encoding="utf-8")
     assert "run `gpulens analyze --db" in page
     assert "run `gpulens recommend --db" in page
-    assert not (tmp_path / "out" / "focus_chargeback.csv").exists()
+    assert not (tmp_path / "out" / "chargeback_focus.csv").exists()
 
 
 def test_a_missing_store_is_one_clear_error(tmp_path: Path) -> None:

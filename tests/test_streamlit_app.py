@@ -9,8 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from dashboards.streamlit.app import PAGES
-from dashboards.streamlit.launch import DB_ENV, db_path_from, streamlit_command
+from dashboards.streamlit.launch import DB_ENV, PAGES, db_path_from, streamlit_command
 from tests.support.report_store import EVIL_TENANT, build_store
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"

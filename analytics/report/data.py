@@ -166,14 +166,15 @@ class StoreReader:
             raise AnalysisMissing(table, self.db_path)
         return str(row[0])
 
-    def capacity_states(self) -> pl.DataFrame:
+    def capacity_states(self, max_points: int | None = None) -> pl.DataFrame:
         """Average GPU-equivalents per state in each time bucket, fleet-wide (from ``idle_capacity``).
 
         Columns: ``bucket`` (start, UTC) and one column per state: ``allocated-active``,
-        ``allocated-idle``, ``allocated-unmeasured``, ``unallocated``, ``unknown``.
+        ``allocated-idle``, ``allocated-unmeasured``, ``unallocated``, ``unknown``. With ``max_points``,
+        neighbouring buckets are averaged into wider ones so that at most that many rows remain.
         """
         run_id = self._run_id("idle_capacity")
-        return self.frame(
+        frame = self.frame(
             """
             SELECT bucket_start AS bucket,
                    sum(ge_hours) FILTER (WHERE state = 'allocated-active') / any_value(h) AS "allocated-active",
@@ -187,6 +188,15 @@ class StoreReader:
             """,
             [run_id],
         ).fill_null(0.0)
+        if max_points is None or frame.height <= max_points:
+            return frame
+        bucket_seconds = int(self.latest_run()["bucket_seconds"][0])
+        per_point = -(-frame.height // max_points)  # ceil: buckets averaged into one point
+        return (
+            frame.group_by_dynamic("bucket", every=f"{per_point * bucket_seconds}s", start_by="datapoint")
+            .agg(pl.exclude("bucket").mean())
+            .sort("bucket")
+        )
 
     def tenant_usage(self) -> pl.DataFrame:
         """Per tenant over the window: GE-hours and cost by state, and the idle share of what it held.
@@ -240,11 +250,18 @@ class StoreReader:
             [run_id],
         )
 
-    def focus_chargeback(self) -> pl.DataFrame:
-        """The FOCUS chargeback rows of the newest run, FOCUS and ``x_`` columns only (no run bookkeeping)."""
-        run_id = self._run_id("chargeback")
-        frame = self.frame("SELECT * FROM chargeback WHERE run_id = ? ORDER BY ChargePeriodStart, SubAccountId", [run_id])
-        return frame.drop([c for c in ("run_id", "window_start", "window_end") if c in frame.columns])
+    def write_focus(self, out_dir: Path) -> list[Path]:
+        """Write the newest run's FOCUS chargeback as CSV and Parquet into ``out_dir`` (analytics' exporter)."""
+        from analytics.chargeback import write_focus
+
+        return write_focus(self._con.cursor(), self._run_id("chargeback"), out_dir)
+
+    def focus_rows(self) -> int:
+        """Number of chargeback lines of the newest run."""
+        row = self._con.cursor().execute(
+            "SELECT count(*) FROM chargeback WHERE run_id = ?", [self._run_id("chargeback")]
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def isolation_terms(self, scope: str) -> pl.DataFrame:
         """Isolation-risk terms, one row per subject and term: ``subject, score, term, points, reason``.

@@ -87,12 +87,18 @@ def format_number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _truncate(label: str, limit: int = 28) -> str:
+LABEL_CHARS = 30
+"""Longest row label drawn in full; longer ones are cut with an ellipsis (tooltips keep them whole)."""
+_LABEL_MARGIN = 8 + 7 * LABEL_CHARS
+"""Room left of the plot for row labels (about 7 px per character at 12 px)."""
+
+
+def _truncate(label: str, limit: int = LABEL_CHARS) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
 def stacked_bar_chart(
-    title: str, categories: Sequence[str], series: Sequence[Series], *, unit: str = "", width: int = 720
+    title: str, categories: Sequence[str], series: Sequence[Series], *, unit: str = "", width: int = 820
 ) -> str:
     """Horizontal bars, one per category, each split into the series' values (stacked left to right).
 
@@ -101,7 +107,7 @@ def stacked_bar_chart(
     for s in series:
         if len(s.values) != len(categories):
             raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(categories)} categories")
-    row_h, top, left, right = 22, 36, 190, 80
+    row_h, top, left, right = 22, 36, _LABEL_MARGIN, 80
     height = top + row_h * max(len(categories), 1) + 20
     totals = [sum(max(s.values[i], 0.0) for s in series) for i in range(len(categories))]
     scale_max = max(totals, default=0.0) or 1.0
@@ -133,7 +139,7 @@ def heat_map(
     values: Sequence[Sequence[float | None]],
     *,
     cell_text: Sequence[Sequence[str]] | None = None,
-    width: int = 720,
+    width: int = 820,
 ) -> str:
     """A grid of cells shaded by value in 0..1 (white to red); ``None`` cells are grey.
 
@@ -141,13 +147,15 @@ def heat_map(
     """
     if len(values) != len(rows) or any(len(r) != len(columns) for r in values):
         raise ValueError("heat map values must be rows x columns")
-    top, left, cell_h = 70, 190, 22
-    cell_w = (width - left - 10) / max(len(columns), 1)
+    top, left, cell_h = 76, _LABEL_MARGIN, 22
+    cell_w = (width - left - 70) / max(len(columns), 1)
     height = top + cell_h * max(len(rows), 1) + 10
     body: list[str] = []
     for j, column in enumerate(columns):
         cx = left + j * cell_w + cell_w / 2
-        body.append(_text(cx, top - 8, _truncate(column, 18), anchor="start", extra=f'transform="rotate(-30 {cx:.1f} {top - 8})"'))
+        body.append(
+            _text(cx, top - 8, _truncate(column, 22), extra=f'transform="rotate(-30 {cx:.1f} {top - 8})"')
+        )
     if not rows:
         body.append(_text(left, top + 14, "no data"))
     for i, row in enumerate(rows):
@@ -182,7 +190,7 @@ def _heat_colour(v: float) -> str:
 
 def stacked_area_chart(
     title: str, xs: Sequence[float], series: Sequence[Series], *, x_labels: Sequence[str] = (), unit: str = "",
-    width: int = 720, height: int = 260,
+    width: int = 820, height: int = 260,
 ) -> str:
     """Series stacked over an x axis (e.g. time): the band of each series is filled in its colour.
 
@@ -236,7 +244,7 @@ def stacked_area_chart(
 
 def line_chart(
     title: str, xs: Sequence[float], series: Sequence[Series], *, x_labels: Sequence[str] = (), unit: str = "",
-    width: int = 720, height: int = 220, y_max: float | None = None,
+    width: int = 820, height: int = 220, y_max: float | None = None,
 ) -> str:
     """Unstacked lines over an x axis (evidence such as activity or memory over time)."""
     for s in series:

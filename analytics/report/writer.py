@@ -19,10 +19,9 @@ from analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.errors import UserError
 
 INDEX = "index.html"
-FOCUS_CSV = "focus_chargeback.csv"
-FOCUS_PARQUET = "focus_chargeback.parquet"
 TENANTS_CSV = "tenants.csv"
-ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
+CHART_POINTS = 400
+"""Most x positions in a time chart; longer windows average neighbouring buckets."""
 MAX_ROWS = 25
 """Longest list shown in a chart or table; the CSV files hold every row."""
 
@@ -113,7 +112,7 @@ def _summary(b: _Build) -> str:
 
 
 def _capacity(b: _Build) -> str:
-    frame = b.reader.capacity_states()
+    frame = b.reader.capacity_states(max_points=CHART_POINTS)
     states = [c for c in frame.columns if c != "bucket" and frame[c].sum() > 0]
     xs = [t.timestamp() for t in frame["bucket"].to_list()]
     labels = [t.strftime("%m-%d %H:%M") for t in frame["bucket"].to_list()]
@@ -179,6 +178,16 @@ def _cost_split(b: _Build) -> str:
     return h.section("cost", "Cost split: active, idle, unallocated", totals + per_account + table, intro=intro)
 
 
+RISK_TABLE_SUBJECTS = {"tenant": MAX_ROWS, "device": 5}
+"""How many of the riskiest subjects list their terms in a table under the heat map."""
+
+
+def _short_subject(subject: str) -> str:
+    """``node/GPU-1234abcd-...`` -> ``node/GPU-1234abcd`` for chart labels (tables keep the full id)."""
+    node, sep, gpu = subject.partition("/")
+    return f"{node}/{gpu[:12]}" if sep and len(gpu) > 12 else subject
+
+
 def _risk(b: _Build) -> str:
     parts = []
     for scope, title in (("tenant", "tenants"), ("device", "GPUs")):
@@ -190,14 +199,18 @@ def _risk(b: _Build) -> str:
         top = max([abs(p) for p in points.values()], default=0.0) or 1.0
         values = [[points.get((s, t), 0.0) / top for t in names] for s in subjects]
         text = [[h.fmt_number(points.get((s, t), 0.0), 0) for t in names] for s in subjects]
-        parts.append(svg.heat_map(f"Isolation-risk points by term, {title}", subjects, names, values, cell_text=text))
-        parts.append(h.table(terms.filter(pl.col("subject").is_in(subjects)), [
+        labels = [_short_subject(s) for s in subjects]
+        parts.append(svg.heat_map(f"Isolation-risk points by term, {title}", labels, names, values, cell_text=text))
+        listed = subjects[: RISK_TABLE_SUBJECTS[scope]]
+        parts.append(h.table(terms.filter(pl.col("subject").is_in(listed)), [
             h.Col("subject", "tenant" if scope == "tenant" else "node/GPU", h.text, numeric=False),
             h.Col("score", "score", lambda v: h.fmt_number(v, 0)),
             h.Col("term", "term", h.text, numeric=False),
             h.Col("points", "points", lambda v: h.fmt_number(v, 0)),
             h.Col("reason", "reason", h.text, numeric=False),
-        ], limit=MAX_ROWS * 3))
+        ]))
+        if len(subjects) > len(listed):
+            parts.append(f'<p class="note">Terms of the {len(listed)} riskiest {h.esc(title)}; the heat map shows all.</p>')
     intro = "Score 0..100 is the sum of the points of its terms; each term says why it counts."
     return h.section("risk", "Isolation risk", "".join(parts), intro=intro)
 
@@ -311,14 +324,12 @@ def _files_section(b: _Build) -> str:
 
 
 def _write_focus(b: _Build) -> None:
-    focus = b.reader.focus_chargeback()
-    csv_frame = focus.with_columns(
-        pl.col(c).dt.strftime(ISO_UTC) for c, t in focus.schema.items() if t.is_temporal()
-    )
-    csv_frame.write_csv(b.out_dir / FOCUS_CSV)
-    focus.write_parquet(b.out_dir / FOCUS_PARQUET)
-    b.files.append((FOCUS_CSV, f"FOCUS 1.2 cost and usage rows ({focus.height} rows; x_ columns are gpulens extensions)"))
-    b.files.append((FOCUS_PARQUET, "the same rows as Parquet"))
+    """The analytics engineer's FOCUS export (``analytics.chargeback.write_focus``) of the newest run."""
+    paths = b.reader.write_focus(b.out_dir)
+    rows = b.reader.focus_rows()
+    for path in paths:
+        what = "FOCUS 1.2 cost and usage rows" if path.suffix == ".csv" else "the same rows as Parquet"
+        b.files.append((path.name, f"{what} ({rows} rows; x_ columns are gpulens extensions)"))
 
 
 def _write_tenants(b: _Build) -> None:

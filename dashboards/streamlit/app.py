@@ -6,16 +6,9 @@ from pathlib import Path
 
 import streamlit as st
 
-HERE = Path(__file__).parent
+from dashboards.streamlit.launch import PAGES
 
-PAGES = (
-    ("views/fleet.py", "Fleet capacity", ":material/monitoring:"),
-    ("views/tenants.py", "Tenants", ":material/groups:"),
-    ("views/risk.py", "Isolation risk", ":material/shield:"),
-    ("views/recommendations.py", "Recommendations", ":material/tune:"),
-    ("views/health.py", "Health", ":material/health_and_safety:"),
-)
-"""Page script (relative to this file), title and icon, in navigation order."""
+HERE = Path(__file__).parent
 
 st.set_page_config(page_title="gpulens", page_icon=":material/memory:", layout="wide")
 navigation = st.navigation(

@@ -9,6 +9,14 @@ from pathlib import Path
 
 APP_PATH = Path(__file__).with_name("app.py")
 DB_ENV = "GPULENS_DB"
+PAGES = (
+    ("views/fleet.py", "Fleet capacity", ":material/monitoring:"),
+    ("views/tenants.py", "Tenants", ":material/groups:"),
+    ("views/risk.py", "Isolation risk", ":material/shield:"),
+    ("views/recommendations.py", "Recommendations", ":material/tune:"),
+    ("views/health.py", "Health", ":material/health_and_safety:"),
+)
+"""The app's pages: script (relative to app.py), title and icon, in navigation order."""
 
 
 def streamlit_command(db: Path, *, port: int, host: str) -> list[str]:
@@ -19,6 +27,7 @@ def streamlit_command(db: Path, *, port: int, host: str) -> list[str]:
         "--server.address", host,
         "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", "viewer",
         "--",
         "--db", str(db.resolve()),
     ]

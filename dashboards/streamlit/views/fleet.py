@@ -7,6 +7,8 @@ import streamlit as st
 from dashboards.streamlit import charts
 from dashboards.streamlit.support import load, overview
 
+CHART_POINTS = 1000  # most time buckets drawn; longer windows average neighbouring buckets
+
 st.title("Fleet capacity")
 info = overview()
 cols = st.columns(5)
@@ -17,7 +19,7 @@ cols[3].metric("tenants", info["tenants"])
 cols[4].metric("GPU-equivalents", f"{info['total_ge'] or 0:.1f}")
 st.caption(f"Samples from {info['first_sample']} to {info['last_sample']} (UTC).")
 
-states = load("capacity_states")
+states = load("capacity_states", max_points=CHART_POINTS)
 st.subheader("Capacity states over time")
 st.caption(
     "Average GPU-equivalents (1 per GPU, g/7 per MIG slice) per state in each bucket. Idle = allocated with "

@@ -1,0 +1,148 @@
+"""Real browser: the Streamlit app served by `streamlit run` and the HTML report, in headless Chromium.
+
+Skips loudly without Chromium, fails under CI=true. Set GPULENS_SCREENSHOT_DIR to keep the PNGs
+(that is how docs/screenshots/ is made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from analytics.report import write_report
+from dashboards.streamlit.launch import streamlit_command
+from tests.support.prometheus import free_port, in_ci
+from tests.support.report_store import build_store
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path:
+        return path
+    reason = "'chromium' not found on PATH: install it (Debian: apt-get install chromium) to run browser tests"
+    if in_ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(f"SKIPPED LOUDLY: {reason}")
+
+
+def _browse(url: str, tmp: Path, *, screenshot: Path | None = None, size: str = "1400,900") -> str:
+    """Load ``url`` in headless Chromium; return the DOM after load, and save a screenshot if asked."""
+    chromium = _chromium()
+    common = [*CHROMIUM_FLAGS, f"--window-size={size}", "--virtual-time-budget=15000"]
+    if screenshot is not None:
+        subprocess.run(
+            [chromium, *common, f"--user-data-dir={tmp / 'shot'}", f"--screenshot={screenshot}", url],
+            capture_output=True, timeout=120, check=True,
+        )
+    dom = subprocess.run(
+        [chromium, *common, f"--user-data-dir={tmp / 'dom'}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    return dom.stdout
+
+
+def _assert_non_trivial_png(path: Path) -> None:
+    assert path.stat().st_size > 20_000, f"{path} is suspiciously small"
+    image = Image.open(path).convert("RGB")
+    colours = image.getcolors(1 << 24) or []
+    assert len(colours) > 200, "screenshot has too few colours (blank page?)"
+    dominant = max(count for count, _ in colours) / (image.width * image.height)
+    assert dominant < 0.9, "screenshot is nearly one colour"
+
+
+def _keep(path: Path, name: str) -> None:
+    target = os.environ.get("GPULENS_SCREENSHOT_DIR")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(target) / name)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_store(tmp_path_factory.mktemp("store") / "gpulens.duckdb")
+
+
+@pytest.fixture(scope="module")
+def app_url(store: Path) -> Iterator[str]:
+    _chromium()
+    port = free_port()
+    proc = subprocess.Popen(
+        streamlit_command(store, port=port, host="127.0.0.1"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited early:\n{proc.stdout.read() if proc.stdout else ''}")
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as resp:
+                    if resp.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("streamlit did not become healthy within 90 s")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_the_running_app_renders_the_fleet_page_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
+    shot = tmp_path / "app.png"
+    dom = ""
+    for _attempt in range(3):  # the first load also warms the server's imports and caches
+        dom = _browse(app_url, tmp_path, screenshot=shot)
+        if "Capacity states over time" in dom:
+            break
+    assert "Capacity states over time" in dom, dom[-2000:]
+    assert "Traceback" not in dom
+    _assert_non_trivial_png(shot)
+    _keep(shot, "streamlit-fleet.png")
+
+
+@pytest.mark.parametrize(("path", "marker"), [
+    ("tenants", "Chargeback by account and cost state"),
+    ("risk", "Terms and reasons"),
+    ("recommendations", "Evidence"),
+    ("health", "Drain list"),
+])
+def test_every_other_page_renders_in_a_real_browser(app_url: str, tmp_path: Path, path: str, marker: str) -> None:
+    dom = ""
+    for _attempt in range(3):
+        dom = _browse(f"{app_url}/{path}", tmp_path)
+        if marker in dom:
+            break
+    assert marker in dom, dom[-2000:]
+    assert "Traceback" not in dom
+
+
+def test_the_report_opens_with_charts_in_a_real_browser(store: Path, tmp_path: Path) -> None:
+    index = write_report(store, tmp_path / "report")
+    shot = tmp_path / "report.png"
+    dom = _browse(index.as_uri(), tmp_path, screenshot=shot, size="1400,2400")
+    assert dom.count("<svg") >= 5
+    assert "Idle capacity by tenant" in dom
+    _assert_non_trivial_png(shot)
+    _keep(shot, "report.png")
