@@ -57,4 +57,5 @@ def open_nvml_backend(
         tenants=TenantResolver(api, node, config) if api is not None else None,
         slices=ResourceSliceDirectory(api, node, min_refresh=config.cache_seconds) if api is not None else None,
     )
+    devices.replicas = allocations.advertised_replicas  # time-sliced GPUs are reported as such
     return devices, allocations

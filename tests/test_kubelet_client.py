@@ -90,6 +90,9 @@ def test_time_slicing_replicas_share_the_gpu_by_advertised_replicas(
     assert [(a.device_uuid, a.replica, a.sharing_mode) for a in got] == [
         (H100, 0, SharingMode.TIME_SLICING), (H100, 3, SharingMode.TIME_SLICING)]
     assert [a.gpu_equivalents for a in got] == [0.25, 0.25]
+    nvml_source.replicas = source.advertised_replicas
+    gpu = next(g for g in nvml_source.read_devices(0.0).gpus if g.uuid == H100)
+    assert (gpu.sharing_mode, gpu.replicas) == (SharingMode.TIME_SLICING, 4)
 
 
 def test_dra_claims_resolve_to_uuids_through_resource_slices(

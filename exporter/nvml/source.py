@@ -104,6 +104,8 @@ class NvmlDeviceSource:
         self.xids = XidWatcher(self.funnel, self.live_handles, wait_ms=xid_wait_ms)
         self._discover()
         self.directory = DeviceDirectory()
+        self.replicas: Callable[[], Mapping[str, int]] = dict
+        """GPU UUID -> advertised replicas (time-slicing / MPS), from the allocation side when wired."""
         if watch_xids:
             self.xids.start()
 
@@ -260,19 +262,24 @@ class NvmlDeviceSource:
         elif not is_mig:  # utilization rates are not supported on MIG-enabled GPUs: never ask
             util = f.call("nvmlDeviceGetUtilizationRates", h)
             activity = float(util.gpu) / 100.0 if util is not None else None
+        replicas = 1
         if is_mig:
             migs, processes = self._read_migs(state, now)
+            mode = SharingMode.MIG
         else:
             migs, processes = (), self._processes(h, state.uuid, state)
+            replicas = max(1, int(self.replicas().get(state.uuid, 1)))
+            mode = SharingMode.TIME_SLICING if replicas > 1 else SharingMode.EXCLUSIVE
         gpu = Gpu(
             uuid=state.uuid,
             index=state.index,
             model=state.model,
             memory_total_bytes=int(mem.total) if mem is not None else state.memory_total_bytes,
-            sharing_mode=SharingMode.MIG if is_mig else SharingMode.EXCLUSIVE,
+            sharing_mode=mode,
             memory_used_bytes=int(mem.used) if mem is not None else None,
             activity_ratio=activity,
             mig_instances=migs,
+            replicas=replicas,
             health=self._health(state),
             driver_version=self.driver_version,
         )

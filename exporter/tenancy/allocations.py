@@ -108,6 +108,10 @@ class KubeletAllocationSource:
                 self._count("kubelet")
         return self._replica_counts
 
+    def advertised_replicas(self) -> dict[str, int]:
+        """Device id -> replicas the device plugin advertises (as of the last ``GetAllocatableResources``)."""
+        return dict(self._replica_counts)
+
     def take_errors(self) -> dict[str, int]:
         """Errors counted since the previous call, by source (``tenants``, ``dra``)."""
         errors, self._errors = self._errors, {}
