@@ -253,6 +253,8 @@ def test_every_container_runs_a_gpulens_command_with_flags_that_command_accepts(
     for obj in rendered():
         for container in containers(obj):
             assert container["image"] == IMAGE
+            if container["name"] == "publish":
+                continue  # the shell step that copies the store for the app (next test)
             command, *flags = container["args"]
             assert command in commands, command
             accepted = {opt for param in commands[command].params for opt in param.opts}
@@ -297,3 +299,32 @@ def test_the_overlay_of_the_install_guide_renders_and_changes_what_it_says(tmp_p
     for obj in objects.values():
         if obj["kind"] not in CUSTOM_KINDS:
             kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_the_app_reads_a_published_copy_that_the_writers_never_open() -> None:
+    """DuckDB refuses a writer while the app holds the file open, so the app gets its own copy."""
+    app_db = next(a for a in one("Deployment", "gpulens-dashboard")["spec"]["template"]["spec"]["containers"][0]["args"]
+                  if a.startswith("--db="))
+    assert app_db == "--db=/data/app/gpulens.duckdb"
+    writers = [c for name in ("gpulens-collect", "gpulens-analyze") for c in containers(one("CronJob", name))]
+    assert all("--db=/data/app/gpulens.duckdb" not in c.get("args", []) for c in writers)
+    analyze = pod_spec(one("CronJob", "gpulens-analyze"))
+    assert analyze is not None
+    (publish,) = analyze["containers"]  # runs after every init container (analyze, recommend, report)
+    script = " ".join(publish["args"])
+    assert "cp /data/gpulens.duckdb /data/app/.gpulens.duckdb.tmp" in script
+    assert script.rstrip().endswith("mv -f /data/app/.gpulens.duckdb.tmp /data/app/gpulens.duckdb")
+
+
+def test_the_two_store_writers_can_never_run_at_the_same_time() -> None:
+    """Each CronJob's window (schedule minute + start deadline + run deadline) stays inside its half hour."""
+    windows = []
+    for name in ("gpulens-collect", "gpulens-analyze"):
+        cron = one("CronJob", name)["spec"]
+        minute, hour, *_ = cron["schedule"].split()
+        assert minute.isdigit() and hour == "*", cron["schedule"]
+        assert cron["concurrencyPolicy"] == "Forbid"
+        longest = cron["startingDeadlineSeconds"] + cron["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+        windows.append((int(minute) * 60, int(minute) * 60 + longest))
+    (a_start, a_end), (b_start, b_end) = sorted(windows)
+    assert a_end < b_start and b_end < a_start + 3600
