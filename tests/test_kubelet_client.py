@@ -9,7 +9,7 @@ import pytest
 
 from exporter.cycle import CollectionCycle
 from exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
-from exporter.kubelet.device_ids import DeviceDirectory, parse_device_id
+from exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
 from exporter.kubelet.dra import ResourceSliceDirectory
 from exporter.kubelet.proto import api_pb2
 from exporter.model import SharingMode
@@ -155,3 +155,5 @@ def test_device_id_shapes() -> None:
     old = parse_device_id("MIG-GPU-1234abcd/7/0")
     assert (old.parent_uuid, old.gpu_instance_id, old.compute_instance_id) == ("GPU-1234abcd", 7, 0)
     assert DeviceDirectory().resolve(parse_device_id("nvidia9")) is None
+    assert [shared_base(i) for i in ("GPU-a::2", "nvidia0/gi1/vgpu3", "nvidia1", "MIG-b")] == [
+        "GPU-a", "nvidia0/gi1", "nvidia1", "MIG-b"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from exporter.kubelet.device_ids import is_gpu_resource, parse_device_id
+from exporter.kubelet.device_ids import is_gpu_resource, shared_base
 from exporter.kubelet.proto import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
@@ -89,8 +89,7 @@ def replicas_per_device(response: api_pb2.AllocatableResourcesResponse) -> dict[
         if not is_gpu_resource(d.resource_name):
             continue
         for raw in d.device_ids:
-            ref = parse_device_id(raw)
-            key = raw.partition("::")[0] if ref.replica is not None else raw
+            key = shared_base(raw)
             counts[key] = counts.get(key, 0) + 1
     return counts
 

@@ -70,6 +70,14 @@ def parse_device_id(raw: str) -> DeviceRef:
     return DeviceRef(raw=raw, uuid=base, replica=replica)
 
 
+def shared_base(raw: str) -> str:
+    """The id of the physical device behind a shared replica: ``GPU-x::3`` -> ``GPU-x``,
+    ``nvidia0/gi0/vgpu2`` -> ``nvidia0/gi0``; other ids unchanged."""
+    base = raw.partition("::")[0]
+    head, sep, tail = base.rpartition("/vgpu")
+    return head if sep and tail.isdigit() else base
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """What the allocation side needs to know about one allocatable device."""

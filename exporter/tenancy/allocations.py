@@ -22,7 +22,7 @@ from exporter.kubelet.client import (
     parse_list_response,
     replicas_per_device,
 )
-from exporter.kubelet.device_ids import MIG_RESOURCE_PREFIX, DeviceDirectory, parse_device_id
+from exporter.kubelet.device_ids import MIG_RESOURCE_PREFIX, DeviceDirectory, parse_device_id, shared_base
 from exporter.kubelet.dra import ResourceSliceDirectory
 from exporter.mig_catalog import COMPUTE_SLICES, profile_slices
 from exporter.model import Allocation, SharingMode
@@ -69,10 +69,10 @@ class KubeletAllocationSource:
         for grant in view.devices:
             ref = parse_device_id(grant.device_id)
             uuid = directory.resolve(ref) or grant.device_id
-            base_id = grant.device_id.partition("::")[0]
+            base_id = shared_base(grant.device_id)
             advertised = replicas.get(base_id, 0) if ref.replica is not None else 1
             if ref.replica is not None and advertised == 0:  # allocatable unknown: count what is held
-                advertised = sum(1 for g in view.devices if g.device_id.partition("::")[0] == base_id)
+                advertised = sum(1 for g in view.devices if shared_base(g.device_id) == base_id)
             share = _device_share(uuid, grant.resource_name, directory)
             mode = (SharingMode.MIG if uuid.startswith("MIG-") or grant.resource_name.startswith(MIG_RESOURCE_PREFIX)
                     else SharingMode.TIME_SLICING if ref.replica is not None else SharingMode.EXCLUSIVE)
@@ -97,7 +97,7 @@ class KubeletAllocationSource:
         """Advertised replicas per shared device, from ``GetAllocatableResources`` (refreshed when stale or
         when a replica of a device not seen before shows up)."""
         now = self._monotonic()
-        unknown = any("::" in g.device_id and g.device_id.partition("::")[0] not in self._replica_counts
+        unknown = any(shared_base(g.device_id) != g.device_id and shared_base(g.device_id) not in self._replica_counts
                       for g in grants)
         since = None if self._replicas_at is None else now - self._replicas_at
         if since is None or since >= self._allocatable_refresh or (unknown and since >= 1.0):
