@@ -57,6 +57,8 @@ def configmaps_yaml(rendered: dict[str, str]) -> str:
             "metadata": {
                 "name": f"grafana-dashboard-{file_name.removesuffix('.json')}",
                 "labels": {"app.kubernetes.io/name": "gpulens", "grafana_dashboard": "1"},
+                # Folder for Grafana's sidecar when its folderAnnotation is grafana_folder (ignored otherwise).
+                "annotations": {"grafana_folder": "gpulens"},
             },
             "data": {file_name: text},
         }

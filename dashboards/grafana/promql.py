@@ -18,7 +18,6 @@ GRAFANA_SAMPLE_VALUES: dict[str, str] = {
     "node": ".*",
     "gpu": ".*",
     "price_per_gpu_hour": "2.5",
-    "idle_threshold": "0.05",
 }
 
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
