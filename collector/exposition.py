@@ -9,6 +9,8 @@ A malformed line raises :class:`ExpositionError` naming the target and the line.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -16,7 +18,9 @@ _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
 _LABELS = rf"\{{[ \t]*(?:{_LABEL}[ \t]*(?:,[ \t]*{_LABEL}[ \t]*)*,?[ \t]*)?\}}"
 _SAMPLE = rf"^({_NAME})[ \t]*({_LABELS})?[ \t]+([^ \t]+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
 _LABEL_PARTS = r'^([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"(.*)"$'
-_VALID_FLOAT = r"^(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)$"
+_FLOAT = r"(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)"
+_VALID_FLOAT = rf"^{_FLOAT}$"
+_VALID_VALUE_IN_LINE = rf"[ \t]{_FLOAT}(?:[ \t]+-?[0-9]+)?[ \t]*$"
 
 LONG_SCHEMA = {"line": pl.Int64, "metric": pl.Utf8, "value": pl.Float64, "ts_ms": pl.Int64}
 
@@ -53,6 +57,15 @@ def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _first_error(parts: pl.DataFrame, target: str) -> None:
+    """Raise for the first invalid line of ``parts`` (lines that failed the full-line check)."""
+    row = parts.row(0, named=True)
+    match = re.match(_SAMPLE, row["raw"])
+    if match and not re.match(_VALID_FLOAT, match.group(3)):
+        raise ExpositionError(target, row["line"], f"invalid sample value {match.group(3)[:50]!r}")
+    raise ExpositionError(target, row["line"], f"not a valid sample line: {row['raw'][:200]!r}")
+
+
 def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
     """Parse exposition ``text`` (from ``target``, used in errors) into the long sample frame."""
     lines = pl.DataFrame({"raw": text.split("\n")}).with_row_index("line", offset=1)
@@ -60,30 +73,40 @@ def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
     samples = lines.filter((pl.col("raw") != "") & ~pl.col("raw").str.starts_with("#"))
     if samples.height == 0:
         return pl.DataFrame(schema=LONG_SCHEMA)
-    parts = samples.with_columns(m=pl.col("raw").str.extract_groups(_SAMPLE)).unnest("m")
-    parts = parts.rename({"1": "metric", "2": "labels", "3": "value_text", "4": "ts_text"})
-    bad = parts.filter(pl.col("metric").is_null())
+    # Validation by a capture-free match (a fast DFA); the pieces are then cut out with literal splits.
+    valid = pl.col("raw").str.contains(_SAMPLE) & pl.col("raw").str.contains(_VALID_VALUE_IN_LINE)
+    bad = samples.filter(~valid)
     if bad.height:
-        row = bad.row(0, named=True)
-        raise ExpositionError(target, row["line"], f"not a valid sample line: {row['raw'][:200]!r}")
-    bad_value = parts.filter(~pl.col("value_text").str.contains(_VALID_FLOAT))
-    if bad_value.height:
-        row = bad_value.row(0, named=True)
-        raise ExpositionError(target, row["line"], f"invalid sample value {row['value_text'][:50]!r}")
-    parts = parts.with_columns(
-        value=pl.col("value_text").cast(pl.Float64, strict=False),
-        ts_ms=pl.col("ts_text").cast(pl.Int64, strict=False),
+        _first_error(bad, target)
+    has_block = pl.col("raw").str.contains("{", literal=True)
+    tail = pl.when(has_block).then(pl.col("raw").str.split("}").list.last()).otherwise(pl.col("raw"))
+    words = tail.str.strip_chars().str.replace_all(r"[ \t]+", " ")
+    with_block = words.str.split_exact(" ", 1)
+    bare = words.str.split_exact(" ", 2)
+    parts = samples.select(
+        "line",
+        metric=pl.when(has_block)
+        .then(pl.col("raw").str.split_exact("{", 1).struct.field("field_0").str.strip_chars())
+        .otherwise(bare.struct.field("field_0")),
+        value=pl.when(has_block).then(with_block.struct.field("field_0")).otherwise(bare.struct.field("field_1")),
+        ts_ms=pl.when(has_block).then(with_block.struct.field("field_1")).otherwise(bare.struct.field("field_2")),
+        pairs=pl.when(has_block).then(pl.col("raw").str.extract_all(_LABEL)),
+    ).with_columns(
+        pl.col("value").cast(pl.Float64, strict=False),
+        pl.col("ts_ms").cast(pl.Int64, strict=False),
     )
     base = parts.select("line", "metric", "value", "ts_ms")
-    labels = (
-        parts.select("line", pairs=pl.col("labels").str.extract_all(_LABEL))
-        .explode("pairs")
-        .drop_nulls("pairs")
-    )
+    labels = parts.select("line", "pairs").explode("pairs").drop_nulls("pairs")
     if labels.height == 0:
         return base
-    labels = labels.with_columns(kv=pl.col("pairs").str.extract_groups(_LABEL_PARTS)).unnest("kv")
-    labels = labels.rename({"1": "label", "2": "raw_value"})
+    # Each pair matched ``name = "value"``: the name has no '=', so the first '=' splits it.
+    kv = pl.col("pairs").str.split_exact("=", 1)
+    quoted = kv.struct.field("field_1").str.strip_chars(" \t")
+    labels = labels.select(
+        "line",
+        label=kv.struct.field("field_0").str.strip_chars(" \t"),
+        raw_value=quoted.str.slice(1, quoted.str.len_chars() - 2),
+    )
     escaped = pl.col("raw_value").str.contains("\\", literal=True)
     if labels.select(escaped.any()).item():
         labels = labels.with_columns(
@@ -92,11 +115,12 @@ def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
             .otherwise(pl.col("raw_value"))
             .alias("raw_value")
         )
-    dup = labels.group_by("line", "label").len().filter(pl.col("len") > 1)
-    if dup.height:
-        row = dup.sort("line").row(0, named=True)
-        raise ExpositionError(target, row["line"], f"label {row['label']!r} appears twice")
-    wide = labels.pivot(on="label", index="line", values="raw_value", aggregate_function=None)
+    try:
+        wide = labels.pivot(on="label", index="line", values="raw_value", aggregate_function=None)
+    except pl.exceptions.ComputeError:
+        dup = labels.group_by("line", "label").len().filter(pl.col("len") > 1).sort("line")
+        row = dup.row(0, named=True)
+        raise ExpositionError(target, row["line"], f"label {row['label']!r} appears twice") from None
     reserved = set(LONG_SCHEMA) & (set(wide.columns) - {"line"})
     if reserved:
         wide = wide.rename({c: f"label_{c}" for c in reserved})

@@ -9,14 +9,14 @@ message and the chunk is not marked done. Label values are escaped in PromQL.
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -111,7 +111,8 @@ class PrometheusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _get(self, path: str, params: dict[str, str]) -> Any:
+    def _get(self, path: str, params: dict[str, str]) -> bytes:
+        """The body of a successful answer; retries transient failures, raises ``PrometheusError`` otherwise."""
         url = f"{self.base}{path}"
         attempts = self.settings.retries + 1
         last = ""
@@ -129,49 +130,54 @@ class PrometheusClient:
             if resp.status_code in RETRY_STATUS:
                 last = f"HTTP {resp.status_code}"
                 continue
-            try:
-                payload = resp.json()
-            except ValueError:
-                raise PrometheusError(f"{url}: HTTP {resp.status_code}, not a JSON answer") from None
-            if resp.status_code != 200 or payload.get("status") != "success":
-                raise PrometheusError(
-                    f"{url}: HTTP {resp.status_code}: {payload.get('errorType', '')} {payload.get('error', '')}".strip()
-                )
-            return payload["data"]
+            if resp.status_code != 200:
+                try:
+                    payload = json.loads(resp.content)
+                except ValueError:
+                    payload = {}
+                detail = f"{payload.get('errorType', '')} {payload.get('error', '')}".strip()
+                raise PrometheusError(f"{url}: HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
+            return resp.content
         raise PrometheusError(f"{url}: failed after {attempts} attempts: {last}")
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        """The ``matrix`` result of a range query (``end`` inclusive, as Prometheus defines it)."""
-        data = self._get(
+    def query_range(self, query: str, start: float, end: float, step: float, metric: str = "") -> pl.DataFrame:
+        """A range query (``end`` inclusive, as Prometheus defines it) as the long sample frame."""
+        body = self._get(
             "/api/v1/query_range",
             {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
         )
-        if data.get("resultType") != "matrix":
-            raise PrometheusError(f"{self.base}: query_range answered {data.get('resultType')!r}, not a matrix")
-        return list(data["result"])
+        return matrix_to_long(body, metric or query, origin=self.base)
 
 
-def matrix_to_long(result: list[dict[str, Any]], metric: str) -> pl.DataFrame:
-    """Flatten a ``matrix`` result into the long sample frame (one Python step per series, not per sample)."""
-    if not result:
-        return pl.DataFrame(schema={"metric": pl.Utf8, "value": pl.Float64, "ts_ms": pl.Int64})
-    lengths = [len(s.get("values", ())) for s in result]
-    pairs = list(chain.from_iterable(s.get("values", ()) for s in result))
-    ts = np.fromiter((p[0] for p in pairs), dtype=np.float64, count=len(pairs))
-    values = pl.Series("value", [p[1] for p in pairs], dtype=pl.Utf8).cast(pl.Float64, strict=False)
-    labels = pl.from_dicts(
-        [{k: v for k, v in s["metric"].items() if k != "__name__"} for s in result], infer_schema_length=None
+def matrix_to_long(body: bytes, metric: str, *, origin: str = "prometheus") -> pl.DataFrame:
+    """Flatten a ``query_range`` answer into the long sample frame, JSON decoded by polars (no Python loop)."""
+    empty = pl.DataFrame(schema={"metric": pl.Utf8, "value": pl.Float64, "ts_ms": pl.Int64})
+    try:
+        answer = pl.read_json(io.BytesIO(body), infer_schema_length=None)
+    except (pl.exceptions.PolarsError, ValueError) as exc:
+        raise PrometheusError(f"{origin}: query_range answered something that is not JSON: {exc}") from None
+    if "data" not in answer.columns or answer["status"][0] != "success":
+        raise PrometheusError(f"{origin}: query_range did not succeed")
+    data = answer.select(pl.col("data").struct.unnest())
+    if "resultType" in data.columns and data["resultType"][0] != "matrix":
+        raise PrometheusError(f"{origin}: query_range answered {data['resultType'][0]!r}, not a matrix")
+    if "result" not in data.columns or data.schema["result"] == pl.List(pl.Null):
+        return empty
+    series = data.select("result").explode("result").drop_nulls()
+    if series.height == 0:
+        return empty
+    series = series.unnest("result").with_row_index("_series")
+    label_fields = [f.name for f in series.schema["metric"].fields] if isinstance(
+        series.schema["metric"], pl.Struct) else []
+    labels = series.select("_series", *[pl.col("metric").struct.field(n).alias(n) for n in label_fields
+                                        if n != "__name__"])
+    points = series.select("_series", "values").explode("values").drop_nulls("values")
+    points = points.select(
+        "_series",
+        ts_ms=(pl.col("values").list.get(0).cast(pl.Float64) * 1000).round(0).cast(pl.Int64),
+        value=pl.col("values").list.get(1).cast(pl.Float64, strict=False),
     )
-    if labels.width == 0:
-        labels = pl.DataFrame({"_series": range(len(result))})
-    labels = labels.with_row_index("_series").with_columns(pl.col("_series").cast(pl.Int64))
-    samples = pl.DataFrame(
-        {
-            "_series": np.repeat(np.arange(len(result), dtype=np.int64), lengths),
-            "ts_ms": np.rint(ts * 1000).astype(np.int64),
-        }
-    ).with_columns(values, metric=pl.lit(metric))
-    return samples.join(labels, on="_series", how="left").drop("_series")
+    return points.join(labels, on="_series", how="left").drop("_series").with_columns(metric=pl.lit(metric))
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,7 @@ def collect_range(
             last = w_start + math.floor((last - w_start) / step + 1e-9) * step
 
             def fetch(name: str, a: float = w_start, b: float = last) -> pl.DataFrame:
-                return matrix_to_long(client.query_range(series_selector(name, labels), a, b, step), name)
+                return client.query_range(series_selector(name, labels), a, b, step, metric=name)
 
             parts = [p for p in pool.map(fetch, names) if p.height]
             long = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()

@@ -1,0 +1,171 @@
+"""Collector ingest rate, end to end, with a baseline measured in the same run.
+
+* Exposition -> DuckDB: gpulens's path (vectorized polars parse of the text, mapping into the store's
+  wide tables with units normalized, bulk Arrow ``INSERT OR IGNORE`` in one committed transaction) vs a
+  baseline that parses with ``prometheus_client``'s text parser and inserts each sample row by row.
+* query_range -> DuckDB: one day x 500 devices at 60 s from a local HTTP stand-in of the Prometheus API
+  serving pre-generated matrix JSON, through ``collect_range`` (chunks, parallel queries, one
+  transaction per chunk). Samples = points in the matrices received.
+
+Run: ``.venv/bin/python benchmarks/bench_ingest.py [--samples 400000] [--baseline-samples 30000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import duckdb  # noqa: E402
+import polars as pl  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from collector.exposition import parse_exposition  # noqa: E402
+from collector.mapping import to_store_frames  # noqa: E402
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range  # noqa: E402
+from collector.render import render_text, series_for  # noqa: E402
+from collector.store import Store  # noqa: E402
+from collector.synthetic import synthetic_frames  # noqa: E402
+
+T0 = 1_790_000_000.0 - 1_790_000_000.0 % 86400
+BASELINE_COLUMNS = ["node", "gpu", "device", "profile", "gpu_instance", "namespace", "pod", "container",
+                    "tenant", "type", "reason"]
+
+
+def exposition_text(samples: int) -> tuple[str, int]:
+    """gpulens exposition of a synthetic fleet (timestamps on), about ``samples`` lines."""
+    per_minute_per_node = 60  # rough: refined by counting below
+    nodes = 50
+    minutes = max(1, samples // (per_minute_per_node * nodes))
+    text = render_text(series_for(synthetic_frames(T0, T0 + minutes * 60, 60.0, nodes=nodes), "gpulens"),
+                       timestamps=True)
+    return text, text.count("\n")
+
+
+def ours(text: str, db: str) -> float:
+    began = time.perf_counter()
+    long = parse_exposition(text, "bench")
+    frames = to_store_frames(long, "gpulens", "scrape")
+    with Store(db) as store:
+        store.ingest_window("scrape:bench", T0, T0 + 1, frames)
+    return time.perf_counter() - began
+
+
+def baseline(text: str, db: str) -> float:
+    began = time.perf_counter()
+    con = duckdb.connect(db)
+    cols = ", ".join(f"{c} VARCHAR" for c in BASELINE_COLUMNS)
+    con.execute(f"CREATE TABLE samples (metric VARCHAR, {cols}, ts TIMESTAMP, value DOUBLE)")
+    con.execute("BEGIN TRANSACTION")
+    placeholders = ", ".join("?" for _ in range(len(BASELINE_COLUMNS) + 3))
+    sql = f"INSERT INTO samples VALUES ({placeholders})"  # noqa: S608 - fixed columns
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            value = s.value
+            if s.name.endswith("_bytes") is False and "memory" in s.name:  # unit normalization stand-in
+                value = value * 1.0
+            ts = None if s.timestamp is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(s.timestamp)))
+            con.execute(sql, [s.name, *[s.labels.get(c) for c in BASELINE_COLUMNS], ts, value])
+    con.execute("COMMIT")
+    con.close()
+    return time.perf_counter() - began
+
+
+def matrix_bodies(devices_target: int) -> tuple[dict[tuple[str, str], bytes], int, int]:
+    """Pre-built query_range answers: (metric, start) -> JSON body; returns also devices and samples."""
+    nodes = devices_target // 5  # 3 MIG instances + 2 whole GPUs per node
+    frames = synthetic_frames(T0, T0 + 86400, 60.0, nodes=nodes, whole_gpus=2)
+    long = parse_exposition(render_text(series_for(frames, "gpulens"), timestamps=True))
+    wanted = ["gpulens_device_gpu_equivalents", "gpulens_device_activity_ratio", "gpulens_device_memory_used_bytes",
+              "gpulens_device_memory_total_bytes", "gpulens_allocation_gpu_equivalents"]
+    long = long.filter(pl.col("metric").is_in(wanted))
+    label_cols = [c for c in long.columns if c not in ("line", "metric", "value", "ts_ms")]
+    bodies: dict[tuple[str, str], bytes] = {}
+    chunk_ms = 360 * 60_000
+    long = long.with_columns(chunk=(pl.col("ts_ms") - int(T0 * 1000)) // chunk_ms)
+    for (metric, chunk), part in long.group_by(["metric", "chunk"]):
+        result = []
+        for key, series in part.group_by(label_cols):
+            labels = {c: v for c, v in zip(label_cols, key, strict=True) if v not in (None, "")}
+            values = [[ms / 1000, repr(v)] for ms, v in zip(series["ts_ms"].to_list(), series["value"].to_list(),
+                                                             strict=True)]
+            result.append({"metric": {"__name__": metric, **labels}, "values": values})
+        start = f"{T0 + int(chunk) * chunk_ms / 1000:.3f}"  # type: ignore[call-overload]
+        body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        bodies[(str(metric), start)] = json.dumps(body).encode()
+    return bodies, frames["devices"].height, long.height
+
+
+def serve(bodies: dict[tuple[str, str], bytes]) -> tuple[ThreadingHTTPServer, str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            q = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query).items()}
+            body = bodies.get((q["query"], q["start"]), b'{"status":"success","data":{"resultType":"matrix",'
+                                                        b'"result":[]}}')
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--samples", type=int, default=400_000, help="exposition lines for gpulens's path")
+    parser.add_argument("--baseline-samples", type=int, default=30_000, help="exposition lines for the baseline")
+    parser.add_argument("--devices", type=int, default=500, help="devices for the query_range run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        big, n_big = exposition_text(args.samples)
+        small, n_small = exposition_text(args.baseline_samples)
+        t_small_ours = ours(small, f"{tmp}/ours-small.duckdb")
+        t_ours = ours(big, f"{tmp}/ours.duckdb")
+        t_base = baseline(small, f"{tmp}/base.duckdb")
+        t_parse = time.perf_counter()
+        sum(len(f.samples) for f in text_string_to_metric_families(small))
+        t_parse = time.perf_counter() - t_parse
+        rate_ours, rate_small, rate_base = n_big / t_ours, n_small / t_small_ours, n_small / t_base
+        print("Exposition text -> DuckDB (parse, labels to columns, units, committed)")
+        print(f"  gpulens   {n_big:>9,} samples  {t_ours:7.2f} s  {rate_ours:>11,.0f} samples/s")
+        print(f"  gpulens   {n_small:>9,} samples  {t_small_ours:7.2f} s  {rate_small:>11,.0f} samples/s "
+              "(baseline's input)")
+        print(f"  baseline  {n_small:>9,} samples  {t_base:7.2f} s  {rate_base:>11,.0f} samples/s "
+              f"(prometheus_client parser alone: {n_small / t_parse:,.0f}/s)")
+        print(f"  ratio gpulens/baseline: {rate_ours / rate_base:.0f}x (same input: {rate_small / rate_base:.0f}x)")
+
+        t_build = time.perf_counter()
+        bodies, devices, points = matrix_bodies(args.devices)
+        t_build = time.perf_counter() - t_build
+        server, url = serve(bodies)
+        try:
+            with Store(f"{tmp}/range.duckdb") as store, PrometheusClient(HttpSettings(url)) as client:
+                began = time.perf_counter()
+                summary = collect_range(store, client, start=T0, end=T0 + 86400, step=60.0, schema="gpulens",
+                                        max_points=360, metrics=sorted({m for m, _ in bodies}))
+                t_range = time.perf_counter() - began
+                stored = store.count("device_samples")
+        finally:
+            server.shutdown()
+        print(f"query_range -> DuckDB: 1 day x {devices} devices at 60 s "
+              f"({len(summary.windows)} windows, JSON prepared in {t_build:.1f} s)")
+        print(f"  {points:,} samples received, {stored:,} device rows stored in {t_range:.2f} s: "
+              f"{points / t_range:,.0f} samples/s")
+
+
+if __name__ == "__main__":
+    main()
