@@ -240,6 +240,10 @@ def test_a_source_reads_devices_and_allocations_and_counts_reads(fleet: Simulate
     snap = fleet.node_snapshot("gpu-h200-mig-0", now)
     assert readings.gpus == snap.gpus and readings.processes == snap.processes
     assert allocations == snap.allocations
+    # A cycle reads devices and allocations for the same instant: the node is evaluated once.
+    again = device_source.read_devices(now)
+    assert again.gpus is readings.gpus and source.reads == 2
+    assert device_source.read_devices(now + 5).gpus is not readings.gpus
     source.close()
 
 

@@ -13,6 +13,7 @@ from collector.schema import ALL_TABLES, create_schema
 from exporter.sim.fleet import SimulatedFleet
 from exporter.sim.history import COLUMNS, SimulatedHistory, snapshot_rows, to_ts
 from exporter.sim.scenario import load_scenario
+from gpulens.errors import UserError
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0
@@ -179,3 +180,17 @@ def test_inventory_frames_match_cluster_state_every_five_minutes(
 def test_timestamps_are_whole_microseconds_of_the_sample_times() -> None:
     scenario = default_scenario()
     assert int(to_ts(scenario.epoch_seconds + 0.5)) == int(scenario.epoch_seconds * 1_000_000) + 500_000
+
+
+def test_an_empty_window_gives_empty_frames_with_the_store_columns() -> None:
+    start = default_scenario().epoch_seconds + DAY
+    empty = default_fleet().history(start, start, 60)
+    for name, frame in empty.frames().items():
+        assert dict(frame.schema) == COLUMNS[name]
+    assert empty.device_samples.height == 0 and empty.pod_snapshots.height == 0
+    assert empty.nodes.height == 6  # dimensions still describe the fleet
+
+
+def test_a_non_positive_step_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="step must be positive"):
+        default_fleet().history(0.0, 600.0, 0)

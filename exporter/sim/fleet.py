@@ -116,7 +116,7 @@ class SimulatedFleet:
         """Samples in [start, end) every ``step`` seconds, as polars frames shaped like the store's tables."""
         from exporter.sim.history import build_history
 
-        return build_history(self, start, end, step or self.scenario.step, nodes)
+        return build_history(self, start, end, self.scenario.step if step is None else step, nodes)
 
     # -- snapshot pieces -------------------------------------------------------------------------
     def _gpus(self, plan: NodePlan, a: NodeArrays) -> tuple[Gpu, ...]:
@@ -221,26 +221,39 @@ class SimulatedFleet:
 
 
 class SimulatedSource:
-    """One simulated node as both a DeviceSource and an AllocationSource. ``reads`` counts device reads."""
+    """One simulated node as both a DeviceSource and an AllocationSource.
+
+    ``reads`` counts device reads. Reading devices and allocations for the same ``now`` (as a collection
+    cycle does) evaluates the node once.
+    """
 
     def __init__(self, fleet: SimulatedFleet, node: str) -> None:
         self.fleet = fleet
         self.node = node
         self.reads = 0
         self.allocation_reads = 0
-        self._lock = threading.Lock()
         self.closed = False
+        self._lock = threading.Lock()
+        self._last: NodeSnapshot | None = None
+
+    def _snapshot(self, now: float) -> NodeSnapshot:
+        last = self._last
+        if last is not None and last.timestamp == float(now):
+            return last
+        snap = self.fleet.node_snapshot(self.node, now)
+        self._last = snap
+        return snap
 
     def read_devices(self, now: float) -> DeviceReadings:
         with self._lock:
             self.reads += 1
-        snap = self.fleet.node_snapshot(self.node, now)
-        return DeviceReadings(node=self.node, timestamp=now, gpus=snap.gpus, processes=snap.processes)
+            snap = self._snapshot(now)
+        return DeviceReadings(node=self.node, timestamp=snap.timestamp, gpus=snap.gpus, processes=snap.processes)
 
     def read_allocations(self, now: float) -> tuple[Allocation, ...]:
         with self._lock:
             self.allocation_reads += 1
-        return self.fleet.node_snapshot(self.node, now).allocations
+            return self._snapshot(now).allocations
 
     def close(self) -> None:
         self.closed = True

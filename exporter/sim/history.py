@@ -28,6 +28,7 @@ from exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
 from exporter.sim.plan import NodePlan, PodPlan
 from exporter.sim.scenario import FaultKind, shape_resource
 from exporter.sim.workloads import batch_slots, pod_present
+from gpulens.errors import UserError
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimulatedFleet
@@ -155,8 +156,8 @@ def _concat(name: str, parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def sample_times(start: float, end: float, step: float) -> np.ndarray:
     """Times start, start+step, ... before end."""
-    if step <= 0:
-        raise ValueError("step must be positive")
+    if not step > 0:
+        raise UserError(f"history step must be positive seconds, got {step!r}")
     n = max(0, int(np.ceil((end - start) / step)))
     return start + np.arange(n, dtype=np.float64) * step
 
