@@ -49,8 +49,8 @@ def test_time_sliced_gpu_processes_are_attributed_and_split_by_memory(tmp_path: 
     by_pid = {p.pid: p for p in readings.processes}
     assert by_pid[pids[0]].pod_uid == UID_A and by_pid[pids[0]].sm_utilization_ratio == pytest.approx(0.6)
     shares = memory_share_by_pod(readings.processes, gpu.uuid)
-    used = {p.pid: p.used_mib for p in gpu.processes}
-    assert shares[UID_A] == pytest.approx(used[pids[0]] / sum(v or 0 for v in used.values()))
+    used = {p.pid: p.used_mib or 0 for p in gpu.processes}
+    assert shares[UID_A] == pytest.approx(used[pids[0]] / sum(used.values()))
     assert sum(shares.values()) == pytest.approx(1.0)
 
 
