@@ -183,3 +183,23 @@ def test_error_classes_follow_the_nvml_return_codes() -> None:
     assert funnel.call("nvmlDeviceGetPowerUsage", handle) is None
     assert not funnel.has("nvmlDeviceGetPowerUsage")
     assert funnel.error_counts[ErrorClass.ABSENT] == 1
+
+
+def test_a_driver_that_goes_away_is_reinitialised_with_backoff() -> None:
+    fake = node_fake()
+    clock = ManualClock()
+    source = open_source(fake, clock)
+    assert all(g.up for g in source.read_devices(fake.now).gpus)
+    fake.driver_loaded = False  # e.g. driver reload: every call answers Uninitialized, nvmlInit fails
+    assert not any(g.up for g in source.read_devices(fake.now).gpus), "all GPUs down, no crash"
+    clock.t = 1.5
+    assert not any(g.up for g in source.read_devices(fake.now).gpus), "re-init failed: backoff grows"
+    inits = fake.init_calls
+    fake.driver_loaded = True
+    clock.t = 2.5  # inside the doubled backoff: no attempt yet
+    source.read_devices(fake.now)
+    assert fake.init_calls == inits
+    clock.t = 10.0
+    readings = source.read_devices(fake.now)
+    assert fake.init_calls == inits + 1 and all(g.up for g in readings.gpus)
+    assert sum(len(g.mig_instances) for g in readings.gpus) == 9
