@@ -121,6 +121,23 @@ def test_an_unreachable_api_server_falls_back_to_the_namespace_and_counts(api: F
     assert r.take_errors() >= 1
 
 
+def test_finished_pods_that_an_old_kubelet_still_lists_hold_no_device(
+        api: FakeKubernetesApi, tmp_path: Path) -> None:
+    gpu_uuid = "GPU-33333333-0000-0000-0000-000000000003"
+    api.add_pod("ns", "done-job", NODE, phase="Succeeded")
+    api.add_pod("ns", "running", NODE)
+    fake = FakeNvml([load_capture(H100_NO_MIG, uuid=gpu_uuid)])
+    devices = NvmlDeviceSource(fake, NODE, watch_xids=False)
+    devices.read_devices(fake.now)
+    with FakeKubelet(tmp_path) as kubelet:
+        kubelet.pods = [pod("ns", "done-job", [container("c", "nvidia.com/gpu", [gpu_uuid])]),
+                        pod("ns", "running", [container("c", "nvidia.com/gpu", [gpu_uuid])])]
+        source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)),
+                                         directory=lambda: devices.directory, tenants=resolver(api))
+        assert [a.pod for a in source.read_allocations(0.0)] == ["running"]
+    devices.close()
+
+
 def test_bad_tenancy_yaml_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "tenancy.yaml"
     path.write_text("rules:\n  - kind: nope\n")

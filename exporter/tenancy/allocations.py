@@ -67,6 +67,8 @@ class KubeletAllocationSource:
             infos = {key: self._pod_info(*key) for key in sorted(pods)}
         allocations: list[Allocation] = []
         for grant in view.devices:
+            if infos[(grant.namespace, grant.pod)].finished:
+                continue  # a finished pod holds nothing (pre-1.34 kubelets still list it)
             ref = parse_device_id(grant.device_id)
             uuid = directory.resolve(ref) or grant.device_id
             base_id = shared_base(grant.device_id)
@@ -79,6 +81,8 @@ class KubeletAllocationSource:
             allocations.append(_allocation(infos[(grant.namespace, grant.pod)], grant.container, uuid,
                                            mode, share / max(advertised, 1), ref.replica))
         for claim in view.claims:
+            if infos[(claim.namespace, claim.pod)].finished:
+                continue
             claimed = self._slices.uuid(claim.driver, claim.pool, claim.device) if self._slices else None
             if claimed is None:
                 self._count("dra")

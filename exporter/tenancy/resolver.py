@@ -33,6 +33,8 @@ class PodInfo:
     queue: str | None = None
     workload_kind: str | None = None
     workload_name: str | None = None
+    finished: bool = False
+    """The pod's phase is Succeeded or Failed (kubelets before 1.34 still list such pods' devices)."""
 
 
 class _TtlCache:
@@ -75,7 +77,9 @@ class TenantResolver:
         queue = labels.get(KUEUE_QUEUE_LABEL)
         kind, workload = self._workload(namespace, pod_name, meta) if pod else (None, None)
         tenant, rule = self._tenant(namespace, labels, queue)
-        return PodInfo(namespace, pod_name, meta.get("uid"), tenant, rule, queue, kind, workload)
+        phase = (pod or {}).get("status", {}).get("phase")
+        return PodInfo(namespace, pod_name, meta.get("uid"), tenant, rule, queue, kind, workload,
+                       finished=phase in ("Succeeded", "Failed"))
 
     # -- rules -----------------------------------------------------------------------------------------
 

@@ -60,13 +60,13 @@ class FakeKubernetesApi:
         self._server.server_close()
 
     def add_pod(self, namespace: str, name: str, node: str, *, labels: dict[str, str] | None = None,
-                uid: str = "", owner: tuple[str, str] | None = None) -> None:
+                uid: str = "", owner: tuple[str, str] | None = None, phase: str = "Running") -> None:
         pods = self.objects.setdefault("/api/v1/pods", {"kind": "PodList", "items": []})
         meta: dict[str, Any] = {"namespace": namespace, "name": name, "uid": uid or f"uid-{name}",
                                 "labels": labels or {}}
         if owner:
             meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
-        pods["items"].append({"metadata": meta, "spec": {"nodeName": node}})
+        pods["items"].append({"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}})
 
     def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         self.objects[f"/api/v1/namespaces/{name}"] = {"metadata": {"name": name, "labels": labels or {}}}
