@@ -47,7 +47,7 @@ def open_nvml_backend(
             f"NVML cannot load ({exc}): is the NVIDIA driver installed and does the container see "
             "libnvidia-ml.so.1 (NVIDIA container runtime)? Use --backend sim to run without GPUs"
         ) from exc
-    api = kube_api if kube_api is not None else HttpKubernetesApi.in_cluster()
+    api = kube_api if kube_api is not None else HttpKubernetesApi.in_cluster(config.api_timeout_seconds)
     if api is None:
         log.warning("no Kubernetes API (not in a cluster): tenants fall back to namespace names, no DRA")
     client = PodResourcesClient(settings.kubelet_socket, timeout_seconds=settings.kubelet_timeout_seconds)

@@ -61,6 +61,8 @@ class TenancyConfig(BaseModel):
     pods_refresh_seconds: float = Field(default=30.0, gt=0)
     """Longest time between two lists of this node's pods (a pod not yet seen triggers one sooner)."""
     kueue_api_version: str = "v1beta1"
+    api_timeout_seconds: float = Field(default=2.0, gt=0)
+    """Timeout of one Kubernetes API request (lookups run on the collection cycle)."""
 
 
 def load_tenancy_config(path: Path | None) -> TenancyConfig:
