@@ -72,8 +72,11 @@ def test_utilization_rates_are_never_asked_of_mig_gpus_or_mig_devices() -> None:
     source.read_devices(fake.now)
     asked = [args[0] for name, args in fake.calls if name == "nvmlDeviceGetUtilizationRates"]
     assert asked and all(h.gpu_uuid == PLAIN_UUID and h.mig_uuid is None for h in asked)
-    plain = next(g for g in source.read_devices(fake.now).gpus if g.uuid == PLAIN_UUID)
-    assert plain.activity_ratio == pytest.approx(1.0)  # gpu-burn at 100 % in the capture
+    readings = {g.uuid: g for g in source.read_devices(fake.now).gpus}
+    assert readings[PLAIN_UUID].activity_ratio == pytest.approx(1.0)  # gpu-burn at 100 % in the capture
+    h200 = readings[H200_UUID]
+    assert h200.activity_ratio is None and all(m.activity_ratio is None for m in h200.mig_instances), (
+        "GPU-Util is N/A in MIG mode: absent without GPM, never 0")
 
 
 def test_gpm_gives_per_gpu_instance_activity_from_samples_kept_between_cycles() -> None:
