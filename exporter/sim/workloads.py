@@ -121,7 +121,7 @@ class HoldingTable:
     duty: np.ndarray
     capacity_mib: np.ndarray
     weight: np.ndarray
-    """Compute share of the GPU per unit of activity (device share / replicas)."""
+    """Compute share of the GPU per unit of holding activity (a holder's activity is a share of its device)."""
     expected: np.ndarray
     device: np.ndarray
     gpu: np.ndarray
@@ -149,7 +149,7 @@ def holding_table(seed: int, node: NodePlan) -> HoldingTable:
             "memory_fraction": lv.memory_fraction, "phase": lv.phase,
             "slot_seconds": pod.workload.slot_seconds if batch else 1.0, "duty": pod.workload.duty if batch else 1.0,
             "capacity_mib": d.memory_total_bytes * d.memory_share / d.replicas / MIB,
-            "weight": d.compute_share / d.replicas, "expected": expected_activity(pod, lv), "device": d.index,
+            "weight": d.compute_share, "expected": expected_activity(pod, lv), "device": d.index,
             "gpu": d.gpu_index, "gi_first": d.gi_first,
         }
         for k, v in values.items():
