@@ -141,10 +141,16 @@ def test_a_hanging_kubelet_times_out_and_the_cycle_keeps_serving_gpus(
     assert state.snapshot is not None and len(state.snapshot.gpus) == 2 and state.snapshot.allocations == ()
 
 
-def test_no_socket_is_a_clear_error(tmp_path: Path) -> None:
+def test_no_socket_is_a_clear_error_and_device_metrics_keep_flowing(
+        tmp_path: Path, nvml_source: NvmlDeviceSource) -> None:
     client = PodResourcesClient(f"unix://{tmp_path}/missing.sock")
     with pytest.raises(KubeletUnavailableError, match="does not exist"):
         client.list()
+    cycle = CollectionCycle(nvml_source, KubeletAllocationSource(client), node="node-a")
+    cycle.run_once()
+    state = cycle.run_once()
+    assert state.errors_total["kubelet"] == 2 and state.snapshot is not None
+    assert len(state.snapshot.gpus) == 2 and state.last_error is None
 
 
 def test_device_id_shapes() -> None:
