@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -130,14 +132,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, body: bytes, content_type: str, *, head: bool,
                extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+        """Status line, headers and body in one write: no Nagle/delayed-ACK stall on kept-alive connections."""
+        self.log_request(status, len(body))
+        lines = [
+            f"{self.protocol_version} {status} {self.responses[status][0]}",
+            f"Date: {self.date_time_string()}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+            *(f"{name}: {value}" for name, value in (extra or {}).items()),
+        ]
+        if self.close_connection:
+            lines.append("Connection: close")
+        head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.wfile.write(head_bytes if head else head_bytes + body)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         log.debug("%s %s", self.address_string(), format % args)
@@ -170,8 +177,6 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self.ssl_context = ssl_context
         self.clock = clock
         if ":" in address[0]:
-            import socket
-
             self.address_family = socket.AF_INET6
         try:
             super().__init__(address, _Handler)
@@ -180,6 +185,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """Runs in the request's thread: the TLS handshake happens here, never in the accept loop."""
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             request.settimeout(_Handler.timeout)
             request = self.ssl_context.wrap_socket(request, server_side=True)
@@ -250,8 +257,6 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
     except ImportError as exc:
         raise UserError(f"--backend {settings.backend.value}: the NVML backend is not available ({exc})") from exc
     devices, allocations = open_nvml_backend(settings)
-    import socket
-
     return devices, allocations, "nvml", settings.node or socket.gethostname()
 
 
