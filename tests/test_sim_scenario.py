@@ -164,6 +164,13 @@ def test_a_fault_on_an_unknown_node_is_named(tmp_path: Path) -> None:
     assert "faults.0.node: unknown node 'gpu-x-0'" in load_error(write(tmp_path, text))
 
 
+def test_a_quota_on_an_unknown_flavor_is_named(tmp_path: Path) -> None:
+    text = MINIMAL.format(layout="[1g.18gb]", model="H200", model_lower="h200").replace(
+        "namespaces: [{name: team-a}]", "namespaces: [{name: team-a}]\n    quotas: [{flavor: gold, nominal: 4}]"
+    )
+    assert "tenants.0.quotas.0.flavor: unknown flavor 'gold' (known: gpu-h200-mig)" in load_error(write(tmp_path, text))
+
+
 def test_time_slicing_needs_replicas(tmp_path: Path) -> None:
     text = """
 pools: [{name: ts, gpu_model: H100, sharing: time-slicing}]

@@ -339,8 +339,12 @@ def reference_problems(s: Scenario) -> list[str]:
     for i, p in enumerate(s.pools):
         if p.dedicated_tenant is not None and p.dedicated_tenant not in tenants:
             problems.append(f"pools.{i}.dedicated_tenant: unknown tenant {p.dedicated_tenant!r}")
+    flavors = {p.flavor_name for p in s.pools}
     for i, t in enumerate(s.tenants):
         own = {ns.name for ns in t.namespaces}
+        for j, q in enumerate(t.quotas):
+            if q.flavor not in flavors:
+                problems.append(f"tenants.{i}.quotas.{j}.flavor: unknown flavor {q.flavor!r} (known: {', '.join(sorted(flavors))})")
         for lq, ns_name in t.local_queue_map().items():
             if ns_name not in own:
                 problems.append(f"tenants.{i}.local_queues.{lq}: namespace {ns_name!r} is not one of the tenant's")
@@ -351,6 +355,8 @@ def reference_problems(s: Scenario) -> list[str]:
                     model.profile(pend.shape.split(".", 1)[1] if pend.shape.count(".") == 2 else pend.shape)
             except ValueError as exc:
                 problems.append(f"tenants.{i}.pending.{j}: {exc}")
+            if pend.flavor not in flavors:
+                problems.append(f"tenants.{i}.pending.{j}.flavor: unknown flavor {pend.flavor!r}")
             if pend.namespace is not None and pend.namespace not in own:
                 problems.append(f"tenants.{i}.pending.{j}.namespace: {pend.namespace!r} is not one of the tenant's")
     for i, w in enumerate(s.workloads):
