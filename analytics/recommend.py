@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from analytics.quota import (
@@ -74,7 +75,13 @@ CREATE TABLE IF NOT EXISTS recommendations (
 """
 
 
-_INSERT = "INSERT INTO recommendations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "generated_at": pa.timestamp("us"), "window_start": pa.timestamp("us"), "window_end": pa.timestamp("us"),
+    "current_value": pa.float64(), "recommended_value": pa.float64(), "next_value": pa.float64(),
+    "lower_bound": pa.float64(), "upper_bound": pa.float64(), "confidence": pa.float64(),
+    "history_days": pa.float64(), "sample_count": pa.int64(), "reasons": pa.list_(pa.string()),
+}
+"""Explicit types where a column can be all NULL in one run (the rest are strings)."""
 
 
 class RecommendSettings(BaseModel):
@@ -235,11 +242,15 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             None, None, None, None, json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
             list(c.reasons),
         ])
+    columns = [c[0] for c in con.execute("DESCRIBE recommendations").fetchall()]
+    table = pa.table({c: pa.array([r[i] for r in rows], type=_ARROW_TYPES.get(c)) for i, c in enumerate(columns)})
     con.execute("BEGIN")
     try:
         con.execute("DELETE FROM recommendations WHERE run_id = ?", [report.run_id])
         if rows:
-            con.executemany(_INSERT, rows)
+            con.register("_gpulens_recommendations", table)
+            con.execute("INSERT INTO recommendations SELECT * FROM _gpulens_recommendations")
+            con.unregister("_gpulens_recommendations")
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

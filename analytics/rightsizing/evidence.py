@@ -65,46 +65,42 @@ WITH held AS (
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') NOT IN ('time-slicing', 'mps')
 ),
 pod_instants AS (
-    SELECT namespace, kind, name, pod, ts,
+    SELECT namespace, pod, ts,
+           any_value(kind) AS kind, any_value(name) AS name,
            any_value(tenant) AS tenant,
            any_value(gpu_model) AS gpu_model,
-           CASE WHEN count(DISTINCT profile) = 1 THEN any_value(profile) ELSE 'mixed' END AS profile,
+           CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile,
            count(*) AS devices,
            bool_or(activity_ratio IS NULL) AS activity_missing,
            sum(activity_ratio * ge) AS compute_ge,
            sum(memory_used_bytes) AS memory_bytes,
            max(memory_used_bytes) AS device_memory_bytes
     FROM held
-    GROUP BY namespace, kind, name, pod, ts
+    GROUP BY namespace, pod, ts
+),
+per_time AS (
+    SELECT namespace, kind, name, count(*) AS samples, max(pods) AS replicas
+    FROM (SELECT namespace, kind, name, ts, count(*) AS pods FROM pod_instants
+          WHERE memory_bytes IS NOT NULL GROUP BY namespace, kind, name, ts)
+    GROUP BY namespace, kind, name
 )
 SELECT namespace, kind, name,
-       mode(tenant) AS tenant,
-       mode(gpu_model) AS gpu_model,
-       CASE WHEN count(DISTINCT profile) = 1 THEN any_value(profile) ELSE 'mixed' END AS profile,
+       any_value(t.samples) AS samples, any_value(t.replicas) AS replicas,
+       max(tenant) AS tenant,
+       max(gpu_model) AS gpu_model,
+       CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile,
        max(devices) AS devices_per_pod,
-       count(DISTINCT ts) AS samples,
        count(*) FILTER (WHERE NOT activity_missing) AS compute_samples,
-       quantile_cont(compute_ge, ?) FILTER (WHERE NOT activity_missing) AS compute_p,
+       quantile_cont(CASE WHEN NOT activity_missing THEN compute_ge END, ?) AS compute_p,
        quantile_cont(memory_bytes, ?) AS memory_p,
        max(memory_bytes) AS memory_peak,
        max(device_memory_bytes) AS device_memory_peak,
        min(ts) AS first_seen,
        max(ts) AS last_seen
-FROM pod_instants
+FROM pod_instants JOIN per_time t USING (namespace, kind, name)
 WHERE memory_bytes IS NOT NULL
 GROUP BY namespace, kind, name
 ORDER BY namespace, kind, name
-"""
-
-_REPLICAS_SQL = """
-SELECT namespace, kind, name, max(pods) AS replicas
-FROM (
-    SELECT ts, namespace, coalesce(workload_kind, ?) AS kind, coalesce(workload_name, pod) AS name,
-           count(DISTINCT pod) AS pods
-    FROM allocations WHERE ts BETWEEN ? AND ?
-    GROUP BY ts, namespace, kind, name
-)
-GROUP BY namespace, kind, name
 """
 
 
@@ -117,24 +113,18 @@ def load_workload_usage(
     memory_percentile: float = 0.99,
 ) -> list[WorkloadUsage]:
     """Per-workload compute and memory statistics over ``[window_start, window_end]``."""
-    replicas = {
-        (ns, kind, name): int(n)
-        for ns, kind, name, n in con.execute(
-            _REPLICAS_SQL, [BARE_POD_KIND, window_start, window_end]
-        ).fetchall()
-    }
     rows = con.execute(
         _USAGE_SQL,
         [BARE_POD_KIND, window_start, window_end, compute_percentile, memory_percentile],
     ).fetchall()
     out = []
-    for (ns, kind, name, tenant, model, profile, per_pod, samples, c_samples, c_p, m_p, m_peak,
+    for (ns, kind, name, samples, replicas, tenant, model, profile, per_pod, c_samples, c_p, m_p, m_peak,
          d_peak, first, last) in rows:
         out.append(
             WorkloadUsage(
                 namespace=ns, kind=kind, name=name, tenant=tenant or ns, gpu_model=model or "",
                 current_profile=profile, devices_per_pod=int(per_pod),
-                max_replicas=replicas.get((ns, kind, name), 1), samples=int(samples),
+                max_replicas=int(replicas), samples=int(samples),
                 compute_samples=int(c_samples), compute_p95_ge=None if c_p is None else float(c_p),
                 memory_p99_bytes=float(m_p), memory_peak_bytes=int(m_peak),
                 device_memory_peak_bytes=int(d_peak), first_seen=first, last_seen=last,
