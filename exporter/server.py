@@ -253,11 +253,11 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
         source = fleet.source(node)
         return source, source, "sim", node
     try:
-        from exporter.backends import open_nvml_backend
+        from exporter.backends import node_name, open_nvml_backend
     except ImportError as exc:
         raise UserError(f"--backend {settings.backend.value}: the NVML backend is not available ({exc})") from exc
     devices, allocations = open_nvml_backend(settings)
-    return devices, allocations, "nvml", settings.node or socket.gethostname()
+    return devices, allocations, "nvml", node_name(settings)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import http.client
 import ssl
 import subprocess
 import threading
@@ -213,3 +214,21 @@ def test_a_busy_port_is_a_clear_user_error(served) -> None:  # type: ignore[no-u
     cycle, _, _ = fake_cycle(every_family_readings())
     with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{handle.server.port}"):
         build_server(cycle, ExporterSettings(listen=f"127.0.0.1:{handle.server.port}"), backend="sim")
+
+
+def test_a_kept_alive_connection_serves_many_scrapes(served) -> None:  # type: ignore[no-untyped-def]
+    handle, devices, _ = served
+    conn = http.client.HTTPConnection("127.0.0.1", handle.server.port, timeout=10)
+    try:
+        bodies = []
+        for _ in range(3):
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.getheader("Connection") is None
+            bodies.append(gzip.decompress(resp.read()))
+        sock = conn.sock
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read().startswith(b"ok") and conn.sock is sock  # same TCP connection
+    finally:
+        conn.close()
+    assert len(set(bodies)) == 1 and devices.reads == 1
