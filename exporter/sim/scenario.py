@@ -200,7 +200,7 @@ class TenantSpec(_Strict):
     """Kueue ClusterQueue (default: the tenant name)."""
     cohort: str | None = None
     local_queues: dict[str, str] = {}
-    """LocalQueue name -> namespace (default: one queue named after each namespace... see docs)."""
+    """LocalQueue name -> namespace (default: one LocalQueue ``<namespace>-queue`` per namespace)."""
     quotas: list[QuotaSpec] = []
     pending: list[PendingSpec] = []
 
