@@ -232,3 +232,14 @@ def test_a_kubeconfig_token_is_sent_as_a_bearer_header(tmp_path: Path) -> None:
         with KubeApi(connection_from_kubeconfig(fake.kubeconfig(tmp_path, token="s3cret"))) as api:
             assert api.get(RQ_PATH)["kind"] == "ResourceQuota"
     assert fake.requests[0].headers["authorization"] == "Bearer s3cret"
+
+
+def test_borrowing_and_lending_limits_change_only_when_configured(tmp_path: Path) -> None:
+    report = recommend(build_writer_store(tmp_path / "s.duckdb"),
+                       RecommendSettings(targets=("kueue",), lending_limit_ratio=0.5), clock=lambda: NOW)
+    with FakeKubernetesWriteApi() as fake:
+        fake.put(f"{CQ_V1BETA2}/team-a", live_cluster_queue("team-a"))
+        run_apply(report, fake, record=False)
+    (req,) = patches(fake, f"{CQ_V1BETA2}/team-a")
+    gpu = req.body["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": 12, "borrowingLimit": 4, "lendingLimit": 6}

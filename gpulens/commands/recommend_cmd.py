@@ -53,6 +53,14 @@ def register(app: typer.Typer) -> None:
         kueue_version: Annotated[
             str, typer.Option("--kueue-version", help="ClusterQueue API version: v1beta1 or v1beta2.")
         ] = "v1beta2",
+        borrowing_limit_ratio: Annotated[
+            float | None,
+            typer.Option("--borrowing-limit-ratio", help="Also set Kueue borrowingLimit = ratio x new nominalQuota."),
+        ] = None,
+        lending_limit_ratio: Annotated[
+            float | None,
+            typer.Option("--lending-limit-ratio", help="Also set Kueue lendingLimit = ratio x new nominalQuota."),
+        ] = None,
         namespace: Annotated[
             str, typer.Option("--namespace", help="Namespace of the GPUQuotaRecommendation objects.")
         ] = "gpulens",
@@ -72,6 +80,8 @@ def register(app: typer.Typer) -> None:
                 window_days=window_days,
                 targets=(target,) if target else tuple(sorted(TARGETS)),
                 kueue_version=kueue_version,
+                borrowing_limit_ratio=borrowing_limit_ratio,
+                lending_limit_ratio=lending_limit_ratio,
                 record_namespace=namespace,
                 rightsizing=MigFitSettings(headroom=headroom / 100, low_confidence_days=min_confidence_days),
                 quota=QuotaSettings(percentile=percentile / 100, headroom=headroom / 100, max_step=max_step / 100,
