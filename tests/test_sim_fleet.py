@@ -289,3 +289,17 @@ def test_cluster_state_pods_match_the_allocations_at_the_same_time(fleet: Simula
         if r.resource == "nvidia.com/mig-1g.18gb"
     )
     assert notebooks_1g.usage == notebooks_1g.nominal_quota == 12  # exhausted, with pending demand
+
+
+def test_free_mig_slices_on_the_default_node_cannot_serve_the_pending_shapes(
+    fleet: SimulatedFleet, scenario: Scenario
+) -> None:
+    t = at(scenario, 12 * DAY + 7 * 3600)
+    snap = fleet.node_snapshot("gpu-h200-mig-0", t)
+    held = {a.device_uuid for a in snap.allocations}
+    plan = fleet.node_plan("gpu-h200-mig-0")
+    free = [d for d in plan.devices if d.uuid not in held]
+    assert sum(d.compute_share for d in free) >= 3 / 7  # enough slices in total for a 3g.71gb...
+    pending = {p.profile for p in fleet.cluster_state(t).pending if p.flavor == "h200-mig" and p.tenant == "vision"}
+    assert pending == {"3g.71gb"}
+    assert not [d for d in free if d.shape in pending]  # ...but no free device has that shape: stranded
