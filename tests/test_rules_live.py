@@ -141,7 +141,9 @@ def test_node_rules_count_every_gpu_of_every_exporter(prometheus: PrometheusServ
 def test_every_recording_rule_records_something_for_the_simulated_fleet(prometheus: PrometheusServer) -> None:
     rules = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
     records = [rule["record"] for group in rules["groups"] for rule in group["rules"] if "record" in rule]
-    empty = [record for record in records if not prometheus.query(record)]
+    # Free devices depend on the moment's workloads in the simulator; everything else always exists.
+    may_be_empty = {"model_profile:gpulens_unallocated_devices:count"}
+    empty = [record for record in records if record not in may_be_empty and not prometheus.query(record)]
     assert empty == []
 
 
