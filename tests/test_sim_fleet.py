@@ -272,6 +272,10 @@ def test_cluster_state_has_queues_quotas_and_pending_demand(fleet: SimulatedFlee
     pods = [p for p in state.pods if p.workload_name == "llama-pretrain"]
     assert len(pods) == 2 and pods[0].workload_kind == "JobSet" and dict(pods[0].gpu_requests) == {"nvidia.com/gpu": 8.0}
     assert pods[0].labels["kueue.x-k8s.io/queue-name"] == pods[0].queue == "llm-research-queue"
+    rq = {(q.namespace, r): (q.hard[r], q.used[r]) for q in state.resource_quotas for r in q.hard}
+    assert rq[("notebooks", "requests.nvidia.com/mig-1g.18gb")] == (12, 12)
+    assert rq[("notebooks", "requests.nvidia.com/gpu")] == (16, 12)  # the time-sliced notebooks
+    assert all(q.name == "gpu-quota" for q in state.resource_quotas)
     bypass = [p for p in state.pods if p.workload_name == "query-rewrite"]
     assert bypass and all(p.queue is None for p in bypass)
 

@@ -171,6 +171,12 @@ def test_inventory_frames_match_cluster_state_every_five_minutes(
                                 & (pl.col("resource") == r.resource))
             assert row["usage"].to_list() == [r.usage]
             assert row["nominal_quota"].to_list() == [r.nominal_quota]
+    for rq in state.resource_quotas:
+        for res, hard in rq.hard.items():
+            row = quotas.filter((pl.col("object_kind") == "ResourceQuota") & (pl.col("object_namespace") == rq.namespace)
+                                & (pl.col("resource") == res))
+            assert row.select("object_name", "nominal_quota", "usage").rows() == [(rq.name, hard, rq.used[res])]
+    assert quotas.filter(pl.col("object_kind") == "ResourceQuota").height == 4
     pending = history.pending_demand.filter(pl.col("ts") == ts)
     assert pending.height == len(state.pending)
     namespaces = history.namespace_snapshots.filter(pl.col("ts") == ts)

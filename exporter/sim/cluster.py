@@ -128,6 +128,23 @@ class PendingDemand:
 
 
 @dataclass(frozen=True)
+class ResourceQuota:
+    """A namespace's ResourceQuota on GPU resources, with what the existing pods request."""
+
+    namespace: str
+    name: str
+    tenant: str
+    hard: Mapping[str, float]
+    used: Mapping[str, float]
+
+    def __hash__(self) -> int:
+        return hash((self.namespace, self.name))
+
+
+RESOURCE_QUOTA_NAME = "gpu-quota"
+
+
+@dataclass(frozen=True)
 class ClusterState:
     timestamp: float
     tenants: tuple[Tenant, ...]
@@ -137,6 +154,7 @@ class ClusterState:
     local_queues: tuple[LocalQueue, ...]
     pods: tuple[Pod, ...]
     pending: tuple[PendingDemand, ...]
+    resource_quotas: tuple[ResourceQuota, ...] = ()
 
 
 def pod_labels(pod_queue: str | None, workload_name: str, tenant_labels: Mapping[str, str]) -> dict[str, str]:
@@ -174,6 +192,7 @@ def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
     pods = []
     usage: dict[tuple[str, str, str], float] = defaultdict(float)
     admitted: dict[str, set[str]] = defaultdict(set)
+    ns_used: dict[tuple[str, str], float] = defaultdict(float)
     for node in fleet.plan.nodes.values():
         for pod in node.pods:
             if not pod_present(s.seed, pod, tarr)[0]:
@@ -185,6 +204,8 @@ def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
                 Pod(pod.namespace, name, uid, node.name, "Running", pod.tenant, pod.queue, pod.workload.workload_kind,
                     pod.workload.name, _frozen(requests), _frozen(pod_labels(pod.queue, pod.workload.name, pod.workload.labels)))
             )
+            for res, qty in requests.items():
+                ns_used[(pod.namespace, f"requests.{res}")] += qty
             if pod.cluster_queue:
                 for res, qty in requests.items():
                     usage[(pod.cluster_queue, pod.flavor, res)] += qty
@@ -204,7 +225,13 @@ def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
             )
         n_pending = sum(p.workloads for p in ten.pending)
         cluster_queues.append(ClusterQueue(cq, ten.name, ten.cohort, resources, len(admitted.get(cq, ())), n_pending))
+    quotas = tuple(
+        ResourceQuota(ns.name, RESOURCE_QUOTA_NAME, ten.name, _frozen(ns.resource_quota),
+                      _frozen({r: ns_used.get((ns.name, r), 0.0) for r in ns.resource_quota}))
+        for ten in s.tenants for ns in ten.namespaces if ns.resource_quota
+    )
     return ClusterState(
         timestamp=float(t), tenants=tuple(tenants), namespaces=tuple(namespaces), resource_flavors=tuple(flavors),
         cluster_queues=tuple(cluster_queues), local_queues=tuple(local_queues), pods=tuple(pods), pending=tuple(pending),
+        resource_quotas=quotas,
     )

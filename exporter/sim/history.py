@@ -110,7 +110,7 @@ def _table(name: str, records: list[dict[str, object]], rec_idx: np.ndarray | No
     schema = COLUMNS[name]
     rec_cols = [c for c in schema if records and c in records[0]]
     base = pl.DataFrame(
-        [{c: r[c] for c in rec_cols} for r in records],
+        [{c: r.get(c) for c in rec_cols} for r in records],
         schema={c: (I64 if schema[c] == TS else schema[c]) for c in rec_cols}, orient="row",
     )
     if rec_idx is not None:
@@ -349,7 +349,7 @@ def node_labels(pool_labels: dict[str, str], model: str, sharing: SharingMode) -
 
 def _inventory(fleet: SimulatedFleet, t: np.ndarray) -> dict[str, pl.DataFrame]:
     """Quota, pending, namespace and pod snapshots at the inventory times (same values as cluster_state)."""
-    from exporter.sim.cluster import pod_labels
+    from exporter.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
 
     s = fleet.scenario
     n_t = len(t)
@@ -363,6 +363,9 @@ def _inventory(fleet: SimulatedFleet, t: np.ndarray) -> dict[str, pl.DataFrame]:
     for node in fleet.plan.nodes.values():
         for pod in node.pods:
             present = pod_present(s.seed, pod, t)
+            for res, qty in pod.requests.items():
+                key = ("", pod.namespace, f"requests.{res}")
+                usage[key] = usage.get(key, np.zeros(n_t)) + present * qty
             if pod.cluster_queue:
                 for res, qty in pod.requests.items():
                     key = (pod.cluster_queue, pod.flavor, res)
@@ -400,6 +403,13 @@ def _inventory(fleet: SimulatedFleet, t: np.ndarray) -> dict[str, pl.DataFrame]:
             "gpu_model": model_by_name(p.gpu_model).name, "quantity": p.quantity * p.workloads,
             "workloads": p.workloads,
         } for p in ten.pending)
+        for ns in ten.namespaces:
+            for res, hard in ns.resource_quota.items():
+                quotas.append({
+                    "object_kind": "ResourceQuota", "object_namespace": ns.name, "object_name": RESOURCE_QUOTA_NAME,
+                    "tenant": ten.name, "flavor": "", "resource": res, "nominal_quota": hard,
+                })
+                quota_usage.append(usage.get(("", ns.name, res), np.zeros(n_t)))
         namespaces.extend({
             "namespace": ns.name, "tenant": ten.name, "labels": json.dumps(ns.labels, sort_keys=True),
             "network_policies": ns.network_policies, "virtual_cluster": ns.virtual_cluster,

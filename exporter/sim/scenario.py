@@ -169,6 +169,8 @@ class NamespaceSpec(_Strict):
     labels: dict[str, str] = {}
     network_policies: int = Field(0, ge=0)
     virtual_cluster: str | None = None
+    resource_quota: dict[str, Annotated[float, Field(ge=0)]] = {}
+    """Hard limits of the namespace's ResourceQuota ``gpu-quota``, e.g. ``requests.nvidia.com/gpu: 8``."""
 
 
 class QuotaSpec(_Strict):
