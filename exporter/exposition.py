@@ -39,6 +39,9 @@ KNOWN_THROTTLE_REASONS = (
 )
 """Clock-event reasons reported as 0/1 for every GPU that answers (others appear when active)."""
 
+WARM_MEMORY = 30
+"""Cycles a format stays pre-rendered after a scraper last asked for it (150 s at the default 5 s)."""
+
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -315,26 +318,38 @@ class _OneFamily:
         return [self.family]
 
 
-def render_text(families: Iterable[Metric]) -> bytes:
-    """Prometheus text format 0.0.4, byte-identical to ``prometheus_client.generate_latest``, 3-4x faster.
+def _fast_path(family: Metric) -> bool:
+    """A plain gauge or counter with legacy names and nothing OpenMetrics-specific on its samples."""
+    return (
+        family.type in ("gauge", "counter")
+        and not family.unit
+        and _LEGACY_NAME.match(family.name) is not None
+        and all(_LEGACY_NAME.match(k) for k in {k for sample in family.samples for k in sample.labels})
+        and all(s.timestamp is None and s.exemplar is None and s.native_histogram is None
+                and not s.name.endswith("_created") for s in family.samples)
+    )
+
+
+def render_text(families: Iterable[Metric], *, openmetrics: bool = False) -> bytes:
+    """Prometheus text 0.0.4 (or OpenMetrics 1.0), byte-identical to prometheus_client's, 3-4x faster.
 
     Plain gauge and counter families take the fast path (label names checked once per family, labels
-    sorted by name, values escaped); any other family is handed to ``generate_latest``.
+    sorted by name, values escaped); any other family is handed to prometheus_client's encoder.
     """
     out: list[str] = []
     for family in families:
-        names = {k for sample in family.samples for k in sample.labels}
-        simple = (
-            family.type in ("gauge", "counter")
-            and _LEGACY_NAME.match(family.name) is not None
-            and all(_LEGACY_NAME.match(k) for k in names)
-            and all(s.timestamp is None and not s.name.endswith("_created") for s in family.samples)
-        )
-        if not simple:
-            out.append(generate_latest(_OneFamily(family)).decode("utf-8"))  # type: ignore[arg-type]
+        if not _fast_path(family):
+            if openmetrics:
+                out.append(generate_openmetrics(_OneFamily(family)).decode("utf-8").removesuffix("# EOF\n"))
+            else:
+                out.append(generate_latest(_OneFamily(family)).decode("utf-8"))  # type: ignore[arg-type]
             continue
-        name = family.name + "_total" if family.type == "counter" else family.name
         doc = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        if openmetrics:
+            name = family.name
+            doc = doc.replace('"', '\\"')
+        else:
+            name = family.name + "_total" if family.type == "counter" else family.name
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {family.type}\n")
         for sample in family.samples:
             if sample.labels:
@@ -342,6 +357,8 @@ def render_text(families: Iterable[Metric]) -> bytes:
                 out.append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}\n")
             else:
                 out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
+    if openmetrics:
+        out.append("# EOF\n")
     return "".join(out).encode("utf-8")
 
 
@@ -355,49 +372,60 @@ class Rendered:
 class ExpositionCache:
     """Renders ``registry`` once per published state and format; every scraper gets the same bytes.
 
-    ``state_provider`` identifies the current state: the cache is rebuilt when it returns a different
-    object. Rendering happens under a lock, so a burst of scrapes after a cycle renders only once.
+    ``state_provider`` identifies the current state: the cache starts afresh when it returns a different
+    object. Rendering happens under a lock, so a burst of scrapes after a cycle renders only once, and
+    ``warm()`` (called after each cycle) pre-renders every format scrapers asked for, so scrapes never
+    render at all in the steady state.
     """
 
     def __init__(self, registry: CollectorRegistry, state_provider: Callable[[], ExporterState]) -> None:
         self._registry = registry
         self._state = state_provider
         self._lock = threading.Lock()
-        self._for: ExporterState | None = None
-        self._cache: dict[tuple[bool, bool], Rendered] = {}
+        self._entry: tuple[ExporterState | None, dict[tuple[bool, bool], Rendered]] = (None, {})
+        self._warms = 0
+        self._asked: dict[tuple[bool, bool], int] = {}
+        """Format -> the warm count when a scraper last asked for it."""
 
     def render(self, *, openmetrics: bool = False, gzipped: bool = False) -> Rendered:
         """The exposition of the current state in the asked format (cached per state)."""
-        state = self._state()
         key = (openmetrics, gzipped)
-        cached = self._cache.get(key) if self._for is state else None
-        if cached is not None:
-            return cached
-        with self._lock:
-            if self._for is not state:
-                self._cache = {}
-                self._for = state
-            cached = self._cache.get(key)
-            if cached is None:
-                cached = self._render(openmetrics, gzipped)
-                self._cache = {**self._cache, key: cached}
-            return cached
+        self._asked[key] = self._warms
+        return self._render(key)
 
-    def _render(self, openmetrics: bool, gzipped: bool) -> Rendered:
-        plain = self._cache.get((openmetrics, False))
-        if plain is None:
-            if openmetrics:
-                plain = Rendered(OPENMETRICS_CONTENT_TYPE, generate_openmetrics(self._registry), False)
-            else:
-                plain = Rendered(TEXT_CONTENT_TYPE, render_text(self._registry.collect()), False)
-            self._cache = {**self._cache, (openmetrics, False): plain}
-        if not gzipped:
-            return plain
-        return Rendered(plain.content_type, gzip.compress(plain.body, compresslevel=6, mtime=0), True)
+    def _render(self, key: tuple[bool, bool]) -> Rendered:
+        openmetrics, gzipped = key
+        owner, cache = self._entry
+        if owner is self._state() and key in cache:
+            return cache[key]
+        with self._lock:
+            state = self._state()
+            owner, cache = self._entry
+            if owner is not state:
+                cache = {}
+            if key not in cache:
+                plain = cache.get((openmetrics, False))
+                if plain is None:
+                    plain = cache[(openmetrics, False)] = self._render_plain(openmetrics)
+                if gzipped:
+                    cache[key] = Rendered(plain.content_type, gzip.compress(plain.body, compresslevel=6, mtime=0),
+                                          True)
+            self._entry = (state, cache)
+            return cache[key]
+
+    def _render_plain(self, openmetrics: bool) -> Rendered:
+        body = render_text(self._registry.collect(), openmetrics=openmetrics)
+        return Rendered(OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE, body, False)
 
     def warm(self, _state: ExporterState | None = None) -> None:
-        """Pre-render the text format (gzipped too, as Prometheus asks) right after a cycle."""
-        self.render(gzipped=True)
+        """Right after a cycle, pre-render the formats scrapers asked for lately (at first: gzipped text).
+
+        A format nobody asked for during the last ``WARM_MEMORY`` cycles is no longer pre-rendered.
+        """
+        self._warms += 1
+        recent = [key for key, when in list(self._asked.items()) if self._warms - when <= WARM_MEMORY]
+        for key in sorted(recent or [(False, True)]):
+            self._render(key)
 
 
 def wants_openmetrics(accept_header: str | None) -> bool:

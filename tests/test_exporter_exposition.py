@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from exporter.cycle import ExporterState
-from exporter.exposition import ExpositionCache, SnapshotCollector
+from exporter.exposition import WARM_MEMORY, ExpositionCache, SnapshotCollector
 from exporter.exposition import render_text as render_fast
 from tests.support.exporter import fake_cycle, render_text
 from tests.support.fakes import every_family_allocations, every_family_readings
@@ -170,11 +171,12 @@ def test_the_render_cache_renders_once_per_state_and_again_after_a_cycle() -> No
     assert len(calls) == 2
 
 
-def test_the_fast_text_renderer_is_byte_identical_to_prometheus_client() -> None:
+def test_the_fast_renderers_are_byte_identical_to_prometheus_client() -> None:
     state = every_family_state()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: state, backend="sim", version="0.1.0"))
     assert render_fast(registry.collect()) == generate_latest(registry)
+    assert render_fast(registry.collect(), openmetrics=True) == generate_openmetrics(registry)
 
 
 def test_families_the_fast_path_does_not_handle_are_rendered_by_prometheus_client() -> None:
@@ -184,6 +186,31 @@ def test_families_the_fast_path_does_not_handle_are_rendered_by_prometheus_clien
     info = InfoMetricFamily("build", "Build.", value={"version": "1"})
     registry.register(type("InfoCollector", (), {"collect": lambda self: [info]})())
     assert render_fast(registry.collect()) == generate_latest(registry)
+    assert render_fast(registry.collect(), openmetrics=True) == generate_openmetrics(registry)
+
+
+def test_warming_pre_renders_the_formats_scrapers_ask_for_and_forgets_unused_ones() -> None:
+    cycle, _, _ = fake_cycle(every_family_readings(), every_family_allocations())
+    cycle.run_once()
+    renders: list[int] = []
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(cycle.state, backend="sim", version="0.1.0"))
+    registry.register(type("Spy", (), {"collect": lambda self: renders.append(1) or []})())
+    cache = ExpositionCache(registry, cycle.state)
+    cache.render(openmetrics=True, gzipped=True)  # what Prometheus asks for
+    cycle.run_once()
+    cache.warm()
+    before = len(renders)
+    assert cache.render(openmetrics=True, gzipped=True).body.startswith(b"\x1f\x8b")
+    assert len(renders) == before  # served from the pre-rendered bytes
+    for _ in range(WARM_MEMORY + 1):  # nobody scrapes for a long while
+        cycle.run_once()
+        cache.warm()
+    before = len(renders)
+    cache.render(gzipped=True)  # after that, only the default text format is pre-rendered
+    assert len(renders) == before
+    cache.render(openmetrics=True, gzipped=True)
+    assert len(renders) == before + 1
 
 
 @settings(max_examples=60, deadline=None)
@@ -196,6 +223,7 @@ def test_any_label_value_renders_like_prometheus_client(value: str, help_text: s
     registry = CollectorRegistry(auto_describe=False)
     registry.register(type("C", (), {"collect": lambda self: [family, counter]})())
     assert render_fast(registry.collect()) == generate_latest(registry)
+    assert render_fast(registry.collect(), openmetrics=True) == generate_openmetrics(registry)
     parsed = {s.name: s.labels["pod"] for f in text_string_to_metric_families(render_fast([family, counter]).decode())
               for s in f.samples}
     assert parsed == {"gpulens_x": value, "gpulens_y_total": value}
