@@ -56,13 +56,37 @@ def _browse(url: str, tmp: Path, *, screenshot: Path | None = None, size: str = 
     return dom.stdout
 
 
-def _assert_non_trivial_png(path: Path) -> None:
-    assert path.stat().st_size > 20_000, f"{path} is suspiciously small"
+def _png_problem(path: Path) -> str | None:
+    """Why the screenshot looks blank or unfinished, or None when it is a real page."""
+    if path.stat().st_size < 20_000:
+        return f"{path} is suspiciously small ({path.stat().st_size} bytes)"
     image = Image.open(path).convert("RGB")
     colours = image.getcolors(1 << 24) or []
-    assert len(colours) > 200, "screenshot has too few colours (blank page?)"
+    if len(colours) < 200:
+        return f"{path} has only {len(colours)} colours (blank page or loading skeleton?)"
     dominant = max(count for count, _ in colours) / (image.width * image.height)
-    assert dominant < 0.9, "screenshot is nearly one colour"
+    if dominant > 0.9:
+        return f"{path} is {dominant:.0%} one colour"
+    return None
+
+
+def _load_until(url: str, tmp: Path, marker: str, *, screenshot: Path | None = None, attempts: int = 4) -> str:
+    """Load ``url`` until the DOM shows ``marker`` (and the screenshot is a real page).
+
+    Virtual time runs ahead of the app's websocket, so a load can end before Streamlit has drawn
+    the page; the first load also warms the server's imports and caches. Returns the last DOM.
+    """
+    dom = ""
+    problem: str | None = "not loaded"
+    for attempt in range(attempts):
+        run_dir = tmp / f"run{attempt}"
+        dom = _browse(url, run_dir, screenshot=screenshot)
+        problem = None if marker in dom else f"{marker!r} not in the page"
+        if problem is None and screenshot is not None:
+            problem = _png_problem(screenshot)
+        if problem is None:
+            return dom
+    pytest.fail(f"{url}: {problem} after {attempts} loads; page tail: {dom[-1500:]}")
 
 
 def _keep(path: Path, name: str) -> None:
@@ -111,14 +135,8 @@ def app_url(store: Path) -> Iterator[str]:
 
 def test_the_running_app_renders_the_fleet_page_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
     shot = tmp_path / "app.png"
-    dom = ""
-    for _attempt in range(3):  # the first load also warms the server's imports and caches
-        dom = _browse(app_url, tmp_path, screenshot=shot)
-        if "Capacity states over time" in dom:
-            break
-    assert "Capacity states over time" in dom, dom[-2000:]
+    dom = _load_until(app_url, tmp_path, "Capacity states over time", screenshot=shot)
     assert "Traceback" not in dom
-    _assert_non_trivial_png(shot)
     _keep(shot, "streamlit-fleet.png")
 
 
@@ -129,12 +147,7 @@ def test_the_running_app_renders_the_fleet_page_in_a_real_browser(app_url: str, 
     ("health", "Drain list"),
 ])
 def test_every_other_page_renders_in_a_real_browser(app_url: str, tmp_path: Path, path: str, marker: str) -> None:
-    dom = ""
-    for _attempt in range(3):
-        dom = _browse(f"{app_url}/{path}", tmp_path)
-        if marker in dom:
-            break
-    assert marker in dom, dom[-2000:]
+    dom = _load_until(f"{app_url}/{path}", tmp_path, marker)
     assert "Traceback" not in dom
 
 
@@ -144,5 +157,5 @@ def test_the_report_opens_with_charts_in_a_real_browser(store: Path, tmp_path: P
     dom = _browse(index.as_uri(), tmp_path, screenshot=shot, size="1400,2400")
     assert dom.count("<svg") >= 5
     assert "Idle capacity by tenant" in dom
-    _assert_non_trivial_png(shot)
+    assert _png_problem(shot) is None, _png_problem(shot)
     _keep(shot, "report.png")

@@ -117,3 +117,10 @@ def test_reading_never_modifies_the_store(store: Path, tmp_path: Path) -> None:
     write_report(store, tmp_path / "out")
     assert hashlib.sha256(store.read_bytes()).hexdigest() == before
 
+
+
+def test_long_windows_are_averaged_into_at_most_max_points_buckets(reader: StoreReader) -> None:
+    frame = reader.capacity_states(max_points=3)
+    assert frame.height == 3
+    assert [t.hour for t in frame["bucket"].to_list()] == [0, 2, 4]
+    assert frame["unallocated"].to_list() == pytest.approx([1.0, 1.0, 1.0])

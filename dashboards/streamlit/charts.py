@@ -45,18 +45,19 @@ def stacked_bars(frame: pl.DataFrame, category: str, state: str, value: str, tit
     )
 
 
-def risk_heat_map(terms: pl.DataFrame) -> alt.Chart:
-    """Subjects x terms, shaded by points, with the reason in the tooltip (``isolation_terms`` frame)."""
-    return (
-        alt.Chart(terms)
-        .mark_rect()
-        .encode(
-            x=alt.X("term:N", title="term"),
-            y=alt.Y("subject:N", sort=alt.EncodingSortField("score", order="descending"), title=None),
-            color=alt.Color("points:Q", scale=alt.Scale(scheme="orangered"), title="points"),
-            tooltip=["subject:N", "term:N", "points:Q", "reason:N", "score:Q"],
-        )
+def risk_heat_map(terms: pl.DataFrame) -> alt.LayerChart:
+    """Subjects x terms, shaded by points and labelled with them; the reason is in the tooltip."""
+    base = alt.Chart(terms).encode(
+        x=alt.X("term:N", title="term", axis=alt.Axis(labelAngle=-30, labelLimit=180, labelOverlap=False)),
+        y=alt.Y("subject:N", sort=alt.EncodingSortField("score", order="descending"), title=None,
+                axis=alt.Axis(labelLimit=260)),
     )
+    cells = base.mark_rect(stroke="white").encode(
+        color=alt.Color("points:Q", scale=alt.Scale(scheme="orangered", domainMin=0), title="points"),
+        tooltip=["subject:N", "term:N", "points:Q", "reason:N", "score:Q"],
+    )
+    labels = base.mark_text(fontSize=11).encode(text=alt.Text("points:Q", format=".0f"))
+    return (cells + labels).properties(height=alt.Step(26))
 
 
 def evidence_lines(frame: pl.DataFrame) -> alt.Chart:
