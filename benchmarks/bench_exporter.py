@@ -26,6 +26,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -88,8 +89,7 @@ def rss_mib() -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def cpu_per_cycle(run_cycle: object, cycles: int) -> float:
-    assert callable(run_cycle)
+def cpu_per_cycle(run_cycle: Callable[[], object], cycles: int) -> float:
     run_cycle()  # warm-up
     samples = []
     for _ in range(cycles):
@@ -205,13 +205,14 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(kind: str, target: object, readings: DeviceReadings, allocations: tuple[Allocation, ...],
+def measure(kind: str, target: Callable[..., None], readings: DeviceReadings, allocations: tuple[Allocation, ...],
             requests: int, cycles: int) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=target, args=(child, readings, allocations, cycles), name=kind)
     proc.start()
     port, cpu = parent.recv()
+    assert proc.pid is not None
     scrape(port, 20, 1)  # warm-up
     cpu0, t0 = process_cpu_seconds(proc.pid), time.perf_counter()
     one, size = scrape(port, requests // 2, 1)

@@ -129,7 +129,8 @@ def test_each_cycle_is_a_span_with_device_and_allocation_children() -> None:
     assert set(by_name) == {"gpulens.collect_cycle", "gpulens.read_devices", "gpulens.read_allocations"}
     root = by_name["gpulens.collect_cycle"]
     for child in ("gpulens.read_devices", "gpulens.read_allocations"):
-        assert by_name[child].parent is not None and by_name[child].parent.span_id == root.context.span_id
+        parent, context = by_name[child].parent, root.context
+        assert parent is not None and context is not None and parent.span_id == context.span_id
     assert by_name["gpulens.read_allocations"].status.status_code.name == "ERROR"
     assert by_name["gpulens.read_devices"].status.status_code.name == "UNSET"
 

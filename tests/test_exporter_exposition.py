@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -195,7 +195,12 @@ def test_warming_pre_renders_the_formats_scrapers_ask_for_and_forgets_unused_one
     renders: list[int] = []
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(cycle.state, backend="sim", version="0.1.0"))
-    registry.register(type("Spy", (), {"collect": lambda self: renders.append(1) or []})())
+    class Spy:
+        def collect(self) -> list[Metric]:
+            renders.append(1)
+            return []
+
+    registry.register(Spy())
     cache = ExpositionCache(registry, cycle.state)
     cache.render(openmetrics=True, gzipped=True)  # what Prometheus asks for
     cycle.run_once()
