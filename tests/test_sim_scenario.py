@@ -200,3 +200,11 @@ def test_the_benchmark_scenario_has_56_mig_instances_and_60_pods() -> None:
     assert [g.model for g in snap.gpus] == ["NVIDIA H200"] * 8
     assert sum(len(g.mig_instances) for g in snap.gpus) == 56
     assert len({a.pod for a in snap.allocations}) == 60
+
+
+def test_a_name_used_twice_is_named(tmp_path: Path) -> None:
+    text = """
+pools: [{name: p, gpu_model: H100}, {name: p, gpu_model: A100}]
+tenants: [{name: a, namespaces: [{name: a}]}]
+"""
+    assert "pool name 'p' is used twice" in load_error(write(tmp_path, text))

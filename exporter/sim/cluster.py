@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def _frozen(d: Mapping[str, str] | Mapping[str, float]) -> Mapping:  # type: ignore[type-arg]
+V = TypeVar("V")
+
+
+def _frozen(d: Mapping[str, V]) -> Mapping[str, V]:
     return MappingProxyType(dict(d))
 
 

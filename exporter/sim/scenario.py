@@ -9,6 +9,7 @@ in ``docs/simulator.md``.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -320,8 +321,7 @@ class Scenario(_Strict):
 
 
 def _duplicates(names: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+    return sorted(n for n, count in Counter(names).items() if count > 1)
 
 
 def reference_problems(s: Scenario) -> list[str]:
