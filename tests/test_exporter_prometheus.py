@@ -12,7 +12,7 @@ from exporter.settings import ExporterSettings
 from exporter.sim.fleet import SimulatedFleet
 from exporter.sim.scenario import load_scenario
 from tests.support.exporter import http_get
-from tests.support.prometheus import promtool, running_prometheus
+from tests.support.prometheus import promtool, require_binary, running_prometheus
 
 pytestmark = pytest.mark.prometheus
 
@@ -55,3 +55,12 @@ def test_prometheus_tenant_totals_over_two_exporters_equal_the_simulator_truth(t
     for tenant, value in truth.items():
         assert got[tenant] == pytest.approx(value, abs=1e-9), tenant
     assert {r["metric"]["node"] for r in nodes_seen} == set(nodes)
+
+
+def test_a_missing_binary_skips_loudly_outside_ci_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="SKIPPED LOUDLY: 'gpulens-no-such-tool' binary not found"):
+        require_binary("gpulens-no-such-tool")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true and 'gpulens-no-such-tool' binary not found"):
+        require_binary("gpulens-no-such-tool")
