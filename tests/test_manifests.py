@@ -328,3 +328,16 @@ def test_the_two_store_writers_can_never_run_at_the_same_time() -> None:
         windows.append((int(minute) * 60, int(minute) * 60 + longest))
     (a_start, a_end), (b_start, b_end) = sorted(windows)
     assert a_end < b_start and b_end < a_start + 3600
+
+
+def test_the_exporter_alerts_select_the_job_name_the_servicemonitor_produces() -> None:
+    """The Prometheus Operator names the job after the Service (no jobLabel set)."""
+    monitor = one("ServiceMonitor", "gpulens-exporter")
+    assert "jobLabel" not in monitor["spec"]
+    job = one("Service", "gpulens-exporter")["metadata"]["name"]
+    groups = one("PrometheusRule", "gpulens")["spec"]["groups"]
+    exporter_alerts = [rule for group in groups for rule in group["rules"] if rule.get("alert", "").startswith("Gpulens")]
+    assert len(exporter_alerts) == 3
+    for rule in exporter_alerts:
+        if "up{" in rule["expr"]:
+            assert f'up{{job="{job}"}}' in rule["expr"], rule["alert"]
