@@ -15,6 +15,7 @@ instance; the others have NULL), exactly as the exporter and the simulator repor
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import polars as pl
@@ -71,6 +72,16 @@ DCGM_METRICS = (
 )
 """dcgm-exporter series the collector reads."""
 
+KUEUE_METRICS = (
+    "kueue_cluster_queue_nominal_quota",
+    "kueue_cluster_queue_borrowing_limit",
+    "kueue_cluster_queue_lending_limit",
+    "kueue_cluster_queue_resource_usage",
+    "kueue_cluster_queue_resource_pending",
+    "kueue_pending_workloads",
+)
+"""Kueue's own metrics: quotas, usage and pending demand when the Kubernetes API is not reachable."""
+
 CANONICAL_LABELS = (
     "node",
     "gpu",
@@ -121,6 +132,79 @@ def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
+def _profile_of(resource: pl.Expr) -> pl.Expr:
+    """``nvidia.com/mig-1g.18gb`` -> ``1g.18gb``; any other resource -> ``gpu``."""
+    return pl.coalesce(resource.str.extract(r"^nvidia\.com/mig-(.+)$", 1), pl.lit("gpu"))
+
+
+def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
+    """``quota_snapshots`` and ``pending_demand`` from Kueue's metrics (``+Inf`` limits become NULL)."""
+    df = _ensure(long.filter(pl.col("metric").is_in(KUEUE_METRICS)),
+                 ("cluster_queue", "flavor", "resource", "status", "cohort")).with_columns(_TS)
+    if df.height == 0:
+        return {}
+
+    def finite(metric: str) -> pl.Expr:
+        return pl.col("value").filter((pl.col("metric") == metric) & pl.col("value").is_finite()).first()
+
+    quota = (
+        df.filter(pl.col("metric").str.starts_with("kueue_cluster_queue_") & pl.col("resource").is_not_null()
+                  & (pl.col("metric") != "kueue_cluster_queue_resource_pending"))
+        .group_by("ts", "cluster_queue", "flavor", "resource")
+        .agg(
+            nominal_quota=finite("kueue_cluster_queue_nominal_quota"),
+            borrowing_limit=finite("kueue_cluster_queue_borrowing_limit"),
+            lending_limit=finite("kueue_cluster_queue_lending_limit"),
+            usage=finite("kueue_cluster_queue_resource_usage"),
+            cohort=pl.col("cohort").drop_nulls().first(),
+        )
+        .select(
+            "ts",
+            pl.lit("ClusterQueue").alias("object_kind"),
+            pl.lit("").alias("object_namespace"),
+            pl.col("cluster_queue").alias("object_name"),
+            pl.col("cluster_queue").alias("tenant"),
+            pl.col("flavor").fill_null(""),
+            "resource",
+            "nominal_quota",
+            "borrowing_limit",
+            "lending_limit",
+            "usage",
+            pl.when(pl.col("cohort").is_not_null())
+            .then(pl.concat_str(pl.lit('{"cohort":'), pl.col("cohort").map_elements(
+                lambda c: json.dumps(c), return_dtype=pl.Utf8), pl.lit("}")))
+            .alias("annotations"),
+            pl.lit(source).alias("source"),
+        )
+    )
+    workloads = (
+        df.filter(pl.col("metric") == "kueue_pending_workloads")
+        .group_by("ts", "cluster_queue")
+        .agg(workloads=pl.col("value").sum())
+    )
+    pending = (
+        df.filter((pl.col("metric") == "kueue_cluster_queue_resource_pending") & pl.col("resource").is_not_null())
+        .group_by("ts", "cluster_queue", "resource")
+        .agg(quantity=pl.col("value").sum())
+        .join(workloads, on=["ts", "cluster_queue"], how="left")
+        .filter(pl.col("quantity") > 0)
+        .select(
+            "ts",
+            pl.col("cluster_queue").alias("tenant"),
+            "cluster_queue",
+            pl.lit("").alias("namespace"),
+            pl.lit("").alias("flavor"),
+            "resource",
+            _profile_of(pl.col("resource")).alias("profile"),
+            pl.lit("").alias("gpu_model"),
+            "quantity",
+            pl.col("workloads").fill_null(0).round(0).cast(pl.Int32),
+            pl.lit(source).alias("source"),
+        )
+    )
+    return {"quota_snapshots": quota, "pending_demand": pending}
+
+
 def split_by_schema(long: pl.DataFrame, schema: SchemaName) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gpulens rows and the dcgm rows of ``long`` that ``schema`` asks for."""
     is_gpulens = pl.col("metric").str.starts_with(G)
@@ -138,6 +222,8 @@ def to_store_frames(long: pl.DataFrame, schema: SchemaName, source: str) -> dict
         frames.append(map_gpulens(gl, source))
     if dc.height:
         frames.append(map_dcgm(normalize_dcgm_labels(dc), source))
+    if long.height and "metric" in long.columns:
+        frames.append(map_kueue(long, source))
     out: dict[str, pl.DataFrame] = {}
     for part in frames:
         for table, frame in part.items():

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import polars as pl
 
-from collector.mapping import DCGM_METRICS, GPULENS_METRICS, SchemaName, to_store_frames
+from collector.mapping import DCGM_METRICS, GPULENS_METRICS, KUEUE_METRICS, SchemaName, to_store_frames
 from collector.store import Gap, Store, WindowResult
 from gpulens.errors import UserError
 
@@ -52,12 +52,12 @@ def series_selector(metric: str, labels: Mapping[str, str] | None = None) -> str
 
 
 def metrics_for(schema: SchemaName) -> tuple[str, ...]:
-    """The series names the collector queries for ``schema``."""
+    """The series names the collector queries for ``schema`` (Kueue's metrics with every schema)."""
     if schema == "gpulens":
-        return GPULENS_METRICS
+        return GPULENS_METRICS + KUEUE_METRICS
     if schema == "dcgm":
-        return DCGM_METRICS
-    return GPULENS_METRICS + DCGM_METRICS
+        return DCGM_METRICS + KUEUE_METRICS
+    return GPULENS_METRICS + DCGM_METRICS + KUEUE_METRICS
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,9 @@ STEP = 60.0
 class FakePrometheus:
     """Serves ``/api/v1/query_range`` from known series, and can fail or hang on purpose."""
 
-    def __init__(self, frames: dict[str, pl.DataFrame], naming: str = "gpulens") -> None:
-        long = parse_exposition(render_text(series_for(frames, naming), timestamps=True))  # type: ignore[arg-type]
+    def __init__(self, frames: dict[str, pl.DataFrame], naming: str = "gpulens", extra_text: str = "") -> None:
+        text = render_text(series_for(frames, naming), timestamps=True) + extra_text  # type: ignore[arg-type]
+        long = parse_exposition(text)
         label_cols = [c for c in long.columns if c not in ("line", "metric", "value", "ts_ms")]
         self.series: dict[str, list[dict[str, Any]]] = {}
         for key, group in long.group_by(["metric", *label_cols], maintain_order=True):
@@ -200,3 +201,29 @@ def test_label_values_are_escaped_in_promql_and_a_bearer_token_is_sent(tmp_path:
                       labels={"tenant": HOSTILE}, metrics=["gpulens_allocation_gpu_equivalents"])
     assert fake.requests[0]["query"].endswith('tenant="team \\"q\\" \\\\ back\'; DROP TABLE device_samples; --\\nnext"}')
     assert fake.headers[0]["Authorization"] == "Bearer s3cret"
+
+
+def test_kueue_quotas_usage_and_pending_come_from_kueue_metrics(tmp_path: Path) -> None:
+    lines = []
+    for i in range(3):
+        ms = int((T0 + i * 60) * 1000)
+        cq = 'cohort="ai-factory",cluster_queue="team-a",flavor="h200-mig"'
+        lines += [
+            f'kueue_cluster_queue_nominal_quota{{{cq},resource="nvidia.com/mig-1g.18gb"}} 14 {ms}',
+            f'kueue_cluster_queue_borrowing_limit{{{cq},resource="nvidia.com/mig-1g.18gb"}} +Inf {ms}',
+            f'kueue_cluster_queue_lending_limit{{{cq},resource="nvidia.com/mig-1g.18gb"}} 7 {ms}',
+            f'kueue_cluster_queue_resource_usage{{{cq},resource="nvidia.com/mig-1g.18gb"}} {10 + i} {ms}',
+            f'kueue_cluster_queue_resource_pending{{cluster_queue="team-a",resource="nvidia.com/mig-1g.18gb"}} '
+            f'{2 * i} {ms}',
+            f'kueue_pending_workloads{{cluster_queue="team-a",status="active"}} {i} {ms}',
+            f'kueue_pending_workloads{{cluster_queue="team-a",status="inadmissible"}} 1 {ms}',
+        ]
+    fake = FakePrometheus(_truth(3), extra_text="\n".join(lines) + "\n")
+    with fake_prometheus(fake) as url, Store(str(tmp_path / "s.duckdb")) as store, _client(url) as client:
+        collect_range(store, client, start=T0, end=T0 + 180, step=STEP, schema="gpulens")
+        quotas = store.query("SELECT epoch(ts), object_name, flavor, resource, nominal_quota, borrowing_limit, "
+                             "lending_limit, usage, annotations->>'cohort' FROM quota_snapshots ORDER BY ts")
+        assert quotas == [(T0 + i * 60, "team-a", "h200-mig", "nvidia.com/mig-1g.18gb", 14.0, None, 7.0,
+                           10.0 + i, "ai-factory") for i in range(3)]
+        pending = store.query("SELECT epoch(ts), tenant, profile, quantity, workloads FROM pending_demand ORDER BY ts")
+        assert pending == [(T0 + 60, "team-a", "1g.18gb", 2.0, 2), (T0 + 120, "team-a", "1g.18gb", 4.0, 3)]
