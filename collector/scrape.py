@@ -1,8 +1,10 @@
 """Scrape exporters' ``/metrics`` directly (embedded mode) and ingest each target as one window.
 
-Targets are fetched in parallel, each with its own timeout; a target that fails (unreachable, HTTP
-error, malformed exposition) is reported with its URL (and line), recorded as a gap, and does not stop
-the others. Samples without their own timestamp get the scrape time.
+Targets are fetched and parsed in parallel, each with its own timeout; a target that fails
+(unreachable, HTTP error, malformed exposition) is reported with its URL (and line), recorded as a gap
+(target = URL), and does not stop the others. A cycle is one window of source ``scrape``: the good
+targets' samples are mapped and written together in one transaction (fixed costs paid once per cycle,
+not per target). Samples without their own timestamp get the scrape time.
 """
 
 from __future__ import annotations
@@ -24,11 +26,10 @@ SOURCE = "scrape"
 
 @dataclass(frozen=True)
 class TargetResult:
-    """One target of one scrape cycle: rows added, or the error that made it a gap."""
+    """One target of one scrape cycle: samples read, or the error that made it a gap."""
 
     url: str
     samples: int = 0
-    rows: int = 0
     error: str | None = None
 
 
@@ -38,14 +39,12 @@ class ScrapeSummary:
 
     timestamp: float
     targets: tuple[TargetResult, ...] = field(default_factory=tuple)
+    rows: int = 0
+    """New store rows written by the cycle (all targets, one transaction)."""
 
     @property
     def errors(self) -> list[str]:
         return [t.error for t in self.targets if t.error]
-
-    @property
-    def rows(self) -> int:
-        return sum(t.rows for t in self.targets)
 
     @property
     def samples(self) -> int:
@@ -84,7 +83,7 @@ def scrape_cycle(
     clock: Callable[[], float] = time.time,
     client: httpx.Client | None = None,
 ) -> ScrapeSummary:
-    """Scrape every target once (in parallel) and ingest each as one committed window."""
+    """Scrape every target once (in parallel) and ingest the cycle as one committed window."""
     now = clock()
     scrape_ms = int(round(now * 1000))
     own_client = client is None
@@ -102,17 +101,21 @@ def scrape_cycle(
     finally:
         if own_client:
             http.close()
+    # One transaction per cycle: every good target's samples, a gap per failed target, one batch row.
     results = []
+    good = []
+    gaps = []
     for url, long, error in fetched:
-        source = f"{SOURCE}:{url}"
         if long is None:
-            store.record_gaps(source, [Gap(url, now, now + interval, error or "failed")])
+            gaps.append(Gap(url, now, now + interval, error or "failed"))
             results.append(TargetResult(url, error=error))
-            continue
-        frames = to_store_frames(long, schema, SOURCE)
-        window = store.ingest_window(source, now, now, frames, now=now)
-        results.append(TargetResult(url, samples=long.height, rows=window.total_rows))
-    return ScrapeSummary(now, tuple(results))
+        else:
+            good.append(long)
+            results.append(TargetResult(url, samples=long.height))
+    merged = pl.concat(good, how="diagonal_relaxed") if good else pl.DataFrame()
+    frames = to_store_frames(merged, schema, SOURCE) if merged.height else {}
+    window = store.ingest_window(SOURCE, now, now, frames, gaps, now=now)
+    return ScrapeSummary(now, tuple(results), window.total_rows)
 
 
 def scrape_once(

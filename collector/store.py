@@ -109,15 +109,6 @@ class Store:
         rows = self.con.execute(f"SELECT count(*) FROM {table}").fetchall()  # noqa: S608 - table is allow-listed
         return int(rows[0][0])
 
-    def record_gaps(self, source: str, gaps: tuple[Gap, ...] | list[Gap]) -> None:
-        """Record gaps alone (a failed target): no window is marked done, no watermark moves."""
-        if not gaps:
-            return
-        self.con.executemany(
-            "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
-            [[source, g.target, to_datetime(g.start), to_datetime(g.end), g.reason] for g in gaps],
-        )
-
     # -- ingest ------------------------------------------------------------------------------------
 
     def ingest_window(
