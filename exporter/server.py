@@ -99,17 +99,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, *, head: bool) -> None:
         srv = self.server
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":  # cheap and outside the cap: a scrape burst must not fail liveness probes
+            ok, reason = health_status(srv.state(), srv.clock(), srv.health_max_age_seconds)
+            self._reply(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8", head=head)
+            return
         if not srv.slots.acquire(blocking=False):
             self._reply(503, b"too many concurrent requests\n", "text/plain; charset=utf-8", head=head,
                         extra={"Retry-After": "1"})
             return
         try:
-            path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._metrics(head)
-            elif path == "/healthz":
-                ok, reason = health_status(srv.state(), srv.clock(), srv.health_max_age_seconds)
-                self._reply(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8", head=head)
             elif path == "/":
                 self._reply(200, INDEX_HTML, "text/html; charset=utf-8", head=head)
             else:

@@ -128,13 +128,14 @@ def test_requests_beyond_the_concurrency_cap_get_503_at_once() -> None:
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(http_get, url + "/metrics")
             assert entered.wait(10)
-            status, headers, body = http_get(url + "/healthz")
+            status, headers, body = http_get(url + "/metrics")
             assert (status, body) == (503, b"too many concurrent requests\n")
             assert headers["Retry-After"] == "1"
+            assert http_get(url + "/healthz")[0] == 200  # liveness probes are never capped
             release.set()
             assert pending.result(10)[0] == 200
         deadline = time.monotonic() + 5  # the slot is released right after the response is written
-        while http_get(url + "/healthz")[0] != 200:
+        while http_get(url + "/")[0] != 200:
             assert time.monotonic() < deadline, "slot never released"
             time.sleep(0.01)
     finally:
