@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,6 @@ import pytest
 from PIL import Image
 
 from analytics.report import write_report
-from dashboards.streamlit.launch import streamlit_command
 from tests.support.prometheus import free_port, in_ci
 from tests.support.report_store import build_store
 
@@ -105,8 +105,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def app_url(store: Path) -> Iterator[str]:
     _chromium()
     port = free_port()
-    proc = subprocess.Popen(
-        streamlit_command(store, port=port, host="127.0.0.1"),
+    proc = subprocess.Popen(  # the real command line, which becomes `streamlit run`
+        [sys.executable, "-m", "gpulens.cli", "dashboard", "--db", str(store), "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     base = f"http://127.0.0.1:{port}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +126,32 @@ def test_long_windows_are_averaged_into_at_most_max_points_buckets(reader: Store
     assert frame.height == 3
     assert [t.hour for t in frame["bucket"].to_list()] == [0, 2, 4]
     assert frame["unallocated"].to_list() == pytest.approx([1.0, 1.0, 1.0])
+
+
+_WRITE = "import duckdb, sys; c = duckdb.connect(sys.argv[1]); c.execute('CREATE TABLE IF NOT EXISTS w (a INTEGER)'); c.close()"
+_HOLD = (
+    "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('holding', flush=True); time.sleep(30)"
+)
+
+
+def test_a_per_query_reader_never_keeps_a_writer_out(tmp_path: Path) -> None:
+    path = build_store(tmp_path / "shared.duckdb")
+    reader = StoreReader.per_query(path)
+    assert reader.tenant_usage().height == 3
+    proc = subprocess.run([sys.executable, "-c", _WRITE, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr  # the app's reader did not hold the file lock
+    assert reader.tenant_usage().height == 3
+
+
+def test_a_store_locked_by_a_writer_is_a_clear_retry_message(tmp_path: Path) -> None:
+    path = build_store(tmp_path / "busy.duckdb")
+    reader = StoreReader.per_query(path)
+    writer = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "holding"
+        with pytest.raises(UserError, match="being written by another process"):
+            reader.tenant_usage()
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+    assert reader.tenant_usage().height == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,3 +138,27 @@ def test_the_launch_command_passes_the_db_path_as_one_argument(tmp_path: Path) -
     assert db_path_from(argv[argv.index("--") + 1:], {}) == str(odd.resolve())
     assert db_path_from(["--db=/x.duckdb"], {}) == "/x.duckdb"
     assert db_path_from([], {DB_ENV: "/env.duckdb"}) == "/env.duckdb"
+
+
+def _gpulens(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_dashboard_command_on_a_missing_store_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    proc = _gpulens("dashboard", "--db", str(tmp_path / "nope.duckdb"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulens: error: no store at")
+
+
+def test_the_dashboard_command_refuses_a_port_out_of_range(store: Path) -> None:
+    proc = _gpulens("dashboard", "--db", str(store), "--port", "70000")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gpulens: error:") and "--port" in proc.stderr and "65535" in proc.stderr
+
+
+def test_the_dashboard_command_help_explains_its_options() -> None:
+    proc = _gpulens("dashboard", "--help")
+    assert proc.returncode == 0
+    for option in ("--db", "--port", "--host", "read-only"):
+        assert option in proc.stdout

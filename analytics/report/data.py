@@ -7,6 +7,8 @@ which command to run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -43,41 +45,69 @@ def open_store(db_path: str | Path) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            raise UserError(
+                f"the store {path} is being written by another process (e.g. gpulens collect or analyze): "
+                "try again when it has finished"
+            ) from exc
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot open the store {path} read-only: {first_line}") from exc
 
 
 class StoreReader:
-    """Queries over one store connection. Each query uses its own cursor, so threads may share a reader."""
+    """Read-only queries over a store; threads may share a reader (each query takes its own cursor).
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, db_path: str | Path) -> None:
+    A reader made by :meth:`open` holds one connection until :meth:`close` (a report run). One made by
+    :meth:`per_query` opens the file for each query and closes it again, so a long-lived reader (the
+    Streamlit app) never keeps DuckDB's file lock from a writer such as ``gpulens analyze``.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path) -> None:
         self._con = con
         self.db_path = str(db_path)
 
     @classmethod
     def open(cls, db_path: str | Path) -> StoreReader:
-        """A reader on ``db_path`` opened read-only."""
+        """A reader holding one read-only connection on ``db_path``."""
         return cls(open_store(db_path), db_path)
 
+    @classmethod
+    def per_query(cls, db_path: str | Path) -> StoreReader:
+        """A reader that opens ``db_path`` read-only for each query (checks now that it opens)."""
+        open_store(db_path).close()
+        return cls(None, db_path)
+
     def close(self) -> None:
-        """Close the underlying connection."""
-        self._con.close()
+        """Close the held connection, if any."""
+        if self._con is not None:
+            self._con.close()
+
+    @contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._con is not None:
+            yield self._con.cursor()
+            return
+        con = open_store(self.db_path)
+        try:
+            yield con
+        finally:
+            con.close()
 
     # -- plumbing ---------------------------------------------------------------------------------------
 
     def tables(self) -> set[str]:
         """Names of the tables in the store's main schema."""
-        rows = self._con.cursor().execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
-        ).fetchall()
+        with self._cursor() as cur:
+            rows = cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
         return {str(r[0]) for r in rows}
 
     def columns(self, table: str) -> set[str]:
         """Column names of ``table`` (empty when it does not exist)."""
-        rows = self._con.cursor().execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
-            [table],
-        ).fetchall()
+        with self._cursor() as cur:
+            rows = cur.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
+                [table],
+            ).fetchall()
         return {str(r[0]) for r in rows}
 
     def has(self, table: str) -> bool:
@@ -85,7 +115,8 @@ class StoreReader:
         if table not in self.tables():
             return False
         # table is one of our own constant names, never user input
-        row = self._con.cursor().execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT 1)').fetchone()  # noqa: S608
+        with self._cursor() as cur:
+            row = cur.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT 1)').fetchone()  # noqa: S608
         return bool(row and row[0])
 
     def require(self, *tables: str) -> None:
@@ -96,7 +127,8 @@ class StoreReader:
 
     def frame(self, sql: str, params: list[object] | None = None) -> pl.DataFrame:
         """Run a constant ``sql`` with bound ``params`` and return a polars frame."""
-        return self._con.cursor().sql(sql, params=params or None).pl()
+        with self._cursor() as cur:
+            return cur.sql(sql, params=params or None).pl()
 
     # -- straight from the store's facts ----------------------------------------------------------------
 
@@ -152,16 +184,18 @@ class StoreReader:
         self.require(table)
         run = self.latest_run()
         run_id = str(run["run_id"][0])
-        row = self._con.cursor().execute(
-            f'SELECT count(*) FROM (SELECT 1 FROM "{table}" WHERE run_id = ? LIMIT 1)', [run_id]  # noqa: S608
-        ).fetchone()
+        with self._cursor() as cur:
+            row = cur.execute(
+                f'SELECT count(*) FROM (SELECT 1 FROM "{table}" WHERE run_id = ? LIMIT 1)', [run_id]  # noqa: S608
+            ).fetchone()
         if row and row[0]:
             return run_id
         # the newest run wrote nothing here: fall back to the newest run that did
-        row = self._con.cursor().execute(
-            f'SELECT run_id FROM "{table}" t JOIN analysis_runs r USING (run_id) '  # noqa: S608
-            "ORDER BY r.created_at DESC LIMIT 1"
-        ).fetchone()
+        with self._cursor() as cur:
+            row = cur.execute(
+                f'SELECT run_id FROM "{table}" t JOIN analysis_runs r USING (run_id) '  # noqa: S608
+                "ORDER BY r.created_at DESC LIMIT 1"
+            ).fetchone()
         if row is None:
             raise AnalysisMissing(table, self.db_path)
         return str(row[0])
@@ -254,13 +288,15 @@ class StoreReader:
         """Write the newest run's FOCUS chargeback as CSV and Parquet into ``out_dir`` (analytics' exporter)."""
         from analytics.chargeback import write_focus
 
-        return write_focus(self._con.cursor(), self._run_id("chargeback"), out_dir)
+        run_id = self._run_id("chargeback")
+        with self._cursor() as cur:
+            return write_focus(cur, run_id, out_dir)
 
     def focus_rows(self) -> int:
         """Number of chargeback lines of the newest run."""
-        row = self._con.cursor().execute(
-            "SELECT count(*) FROM chargeback WHERE run_id = ?", [self._run_id("chargeback")]
-        ).fetchone()
+        run_id = self._run_id("chargeback")
+        with self._cursor() as cur:
+            row = cur.execute("SELECT count(*) FROM chargeback WHERE run_id = ?", [run_id]).fetchone()
         return int(row[0]) if row else 0
 
     def isolation_terms(self, scope: str) -> pl.DataFrame:

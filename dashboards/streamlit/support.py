@@ -29,8 +29,9 @@ def db_path() -> str:
 
 @st.cache_resource(show_spinner=False)
 def _reader(path: str) -> StoreReader:
-    """One read-only connection per store, shared by sessions (each query takes its own cursor)."""
-    return StoreReader.open(path)
+    """One reader per store, shared by sessions. It opens the file read-only per query and closes it,
+    so the app never holds DuckDB's file lock against the collector or ``gpulens analyze``."""
+    return StoreReader.per_query(path)
 
 
 @st.cache_data(ttl=300, show_spinner=False)

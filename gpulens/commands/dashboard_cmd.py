@@ -21,23 +21,24 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the Streamlit app: fleet capacity states, tenants, isolation risk, recommendations, health.
 
-        Runs `streamlit run` on the bundled app until interrupted (Ctrl-C). Pages whose analysis has not
-        run yet say which command to run.
+        Replaces itself with `streamlit run` on the bundled app, which serves until interrupted (Ctrl-C).
+        The store is opened read-only per query, so collect/analyze can keep writing it. Pages whose
+        analysis has not run yet say which command to run.
         """
-        import subprocess
+        import os
+        import sys
 
         from analytics.report.data import StoreReader
         from dashboards.streamlit.launch import streamlit_command
 
-        reader = StoreReader.open(db)  # fail early, with one line, on a missing or foreign file
+        reader = StoreReader.open(db)  # fail early, with one line, on a missing, busy or foreign file
         try:
             reader.require_store()
         finally:
             reader.close()
         command = streamlit_command(db, port=port, host=host)
         typer.echo(f"gpulens dashboard: serving {db} on http://{host}:{port} (Ctrl-C stops it)")
-        try:
-            code = subprocess.call(command)
-        except KeyboardInterrupt:
-            code = 0
-        raise typer.Exit(code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # become streamlit: signals (Ctrl-C, SIGTERM from a supervisor) reach the server directly
+        os.execv(command[0], command)
