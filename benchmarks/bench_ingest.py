@@ -7,7 +7,7 @@
   serving pre-generated matrix JSON, through ``collect_range`` (chunks, parallel queries, one
   transaction per chunk). Samples = points in the matrices received.
 
-Run: ``.venv/bin/python benchmarks/bench_ingest.py [--samples 400000] [--baseline-samples 30000]``
+Run: ``.venv/bin/python benchmarks/bench_ingest.py [--samples 200000] [--baseline-samples 6000] [--devices 500]``
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ def serve(bodies: dict[tuple[str, str], bytes]) -> tuple[ThreadingHTTPServer, st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--samples", type=int, default=400_000, help="exposition lines for gpulens's path")
-    parser.add_argument("--baseline-samples", type=int, default=30_000, help="exposition lines for the baseline")
+    parser.add_argument("--samples", type=int, default=200_000, help="exposition lines for gpulens's path")
+    parser.add_argument("--baseline-samples", type=int, default=6_000, help="exposition lines for the baseline")
     parser.add_argument("--devices", type=int, default=500, help="devices for the query_range run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

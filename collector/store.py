@@ -190,7 +190,9 @@ class Store:
         key = table_cols[0]
         name = self._register(arrow)
         try:
-            before = self.count(table)
+            fresh = self.con.execute(
+                f"SELECT count(DISTINCT n.{key}) FROM {name} n ANTI JOIN {table} t ON n.{key} = t.{key}"  # noqa: S608
+            ).fetchall()[0][0]
             col_list = ", ".join(cols)
             updates = []
             for c in cols:
@@ -218,7 +220,7 @@ class Store:
             self.con.execute(
                 f"INSERT INTO {table} ({col_list}) {dedup} ON CONFLICT ({key}) {conflict}"  # noqa: S608
             ).fetchall()
-            return self.count(table) - before
+            return int(fresh)
         finally:
             self.con.unregister(name)
 

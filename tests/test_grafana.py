@@ -184,3 +184,14 @@ def test_the_dashboards_together_show_every_documented_metric() -> None:
 def test_an_unknown_grafana_variable_is_an_error_not_a_silent_pass() -> None:
     with pytest.raises(KeyError, match=r"\$cluster"):
         substitute_grafana_variables('up{cluster=~"$cluster"}')
+
+
+def test_metric_names_sees_selected_metrics_but_not_functions_labels_keywords_or_strings() -> None:
+    expr = (
+        'sum by (tenant) (rate(gpulens_gpu_energy_joules_total{node=~"a|b{1}"}[5m])) '
+        '/ on (node) group_left (model) gpulens_gpu_info and tenant:x:sum offset 5m unless '
+        'label_replace(kueue_pending_workloads, "t", "$1", "cluster_queue", "(.+)") > bool 1e3'
+    )
+    assert metric_names(expr) == {
+        "gpulens_gpu_energy_joules_total", "gpulens_gpu_info", "tenant:x:sum", "kueue_pending_workloads"
+    }
