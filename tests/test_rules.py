@@ -120,6 +120,15 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook_sectio
         assert re.search(rf"^## {name}$", runbook, re.MULTILINE), f"docs/alerts.md has no section for {name}"
 
 
+def test_every_recording_rule_is_documented_in_the_alerts_guide() -> None:
+    guide = ALERTS_DOC.read_text(encoding="utf-8")
+    undocumented = [
+        name for name in sorted(recorded_names())
+        if f"`{name}`" not in guide and not (name.startswith("cluster:") and "`cluster:*`" in guide)
+    ]
+    assert undocumented == []
+
+
 def test_recording_rules_are_named_level_metric_operations() -> None:
     bad = [name for name in recorded_names() if not RECORD_NAME.match(name)]
     assert bad == []
