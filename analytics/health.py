@@ -38,8 +38,8 @@ class Evidence:
     def as_json(self) -> dict[str, object]:
         return {
             "signal": self.signal,
-            "value": self.value,
-            "threshold": self.threshold,
+            "value": float(self.value),
+            "threshold": None if self.threshold is None else float(self.threshold),
             "severity": self.severity,
             "reason": self.reason,
         }
@@ -133,6 +133,7 @@ def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRu
     if row is None:
         return []
     dbe, retired, remap_fail, remap_ts, lost, lost_first, lost_last, thermal, _crc, first, last = row
+    thermal = None if thermal is None else float(thermal)
     ev: list[Evidence] = []
     if dbe is not None and dbe > 0:
         ev.append(Evidence("ecc_double_bit", dbe, 0, "drain", f"{dbe} new double-bit ECC error(s)", first, last))

@@ -1,10 +1,11 @@
 """Idle capacity: per device, tenant and time bucket, the GE-hours and money in each state.
 
-Each device sample stands for one sample interval. A sample with holders (``allocations`` rows at the
-same device and timestamp) puts each holder's GE share into ``allocated-active`` (activity at or
-above the threshold), ``allocated-idle`` (below) or ``allocated-unmeasured`` (no activity reading,
-e.g. A100 MIG); the device's remaining GE is ``unallocated``. Bucket time without samples, or inside
-a collection gap, is ``unknown``. A MIG GPU's slices that no GPU instance covers are an
+Each sample (device sample or allocation row) stands for one sample interval. Per device and bucket,
+the holders' GE-hours (from ``allocations``) go into ``allocated-active`` when the bucket's mean
+activity is at or above the threshold, ``allocated-idle`` below it, ``allocated-unmeasured`` when the
+device gives no activity reading (e.g. A100 MIG); the rest of the measured time is ``unallocated``.
+Bucket time without device samples, or inside a collection gap, is ``unknown``; holders can never
+exceed the measured capacity. A MIG GPU's slices that no GPU instance covers are an
 ``unpartitioned`` pseudo-device (``device_id`` = GPU UUID), unallocated whenever the GPU reports.
 Per GPU and bucket, costs add up to exactly price x bucket hours.
 """
@@ -24,8 +25,8 @@ _GAP_FILTER = """
 """
 
 
-def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: float) -> None:
-    """Aggregate samples (``an_known``) and holder shares per state (``an_alloc``) per device and bucket."""
+def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window) -> None:
+    """Per device and bucket: samples and their mean activity (``an_known``), holder shares (``an_alloc``)."""
     params = {"start": window.start, "end": window.end, "bs": window.bucket_seconds}
     con.execute(
         """
@@ -42,7 +43,8 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         CREATE OR REPLACE TEMP TABLE an_known AS
         SELECT s.device_id, time_bucket(to_seconds($bs), s.ts, $start::TIMESTAMP) AS bucket_start,
                count(*) AS n, min(s.ts) AS first_ts, max(s.ts) AS last_ts,
-               count(s.activity_ratio) AS n_activity
+               count(s.activity_ratio) AS n_activity, avg(s.activity_ratio) AS activity_avg,
+               avg(s.memory_used_bytes) AS memory_avg
         FROM f_device_samples s
         WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         GROUP BY ALL
@@ -53,21 +55,12 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         f"""
         CREATE OR REPLACE TEMP TABLE an_alloc AS
         SELECT s.device_id, time_bucket(to_seconds($bs), s.ts, $start::TIMESTAMP) AS bucket_start,
-               a.tenant, a.namespace,
-               CASE WHEN s.activity_ratio IS NULL THEN 'allocated-unmeasured'
-                    WHEN s.activity_ratio < $thr THEN 'allocated-idle'
-                    ELSE 'allocated-active' END AS state,
-               sum(a.gpu_equivalents) AS ge_samples,
-               count(*) AS samples,
-               sum(s.memory_used_bytes * a.gpu_equivalents) AS mem_ge_samples,
-               sum(s.memory_used_bytes) AS mem_sum,
-               count(s.memory_used_bytes) AS mem_n
-        FROM f_device_samples s
-        JOIN f_allocations a ON a.device_id = s.device_id AND a.ts = s.ts
-        WHERE s.ts >= $start AND s.ts < $end AND a.ts >= $start AND a.ts < $end {gap_filter}
+               s.tenant, s.namespace, sum(s.gpu_equivalents) AS ge_samples, count(*) AS samples
+        FROM f_allocations s
+        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         GROUP BY ALL
         """,  # noqa: S608 - gap_filter is a constant fragment; values are bound
-        {**params, "thr": threshold},
+        params,
     )
 
 
@@ -89,6 +82,7 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
         base AS (
             SELECT g.device_id, g.bucket_start, d.gpu_uuid, d.ge, d.cost_share, d.kind,
                    coalesce(k.n, 0) AS n, coalesce(k.n_activity, 0) AS n_activity,
+                   k.activity_avg, k.memory_avg,
                    least(coalesce(k.n, 0) * $w, $bh) AS known_h,
                    CASE WHEN coalesce(k.n, 0) * $w > $bh THEN $bh / (k.n * $w) ELSE 1.0 END AS sample_scale,
                    coalesce(a.ge_samples, 0) * $w AS alloc_raw
@@ -126,14 +120,18 @@ db AS (
     LEFT JOIN an_gpub gb USING (gpu_uuid, bucket_start)
 ),
 allocated AS (
-    SELECT a.device_id, a.bucket_start, a.tenant, a.state,
+    SELECT a.device_id, a.bucket_start, a.tenant,
+           CASE WHEN db.activity_avg IS NULL THEN 'allocated-unmeasured'
+                WHEN db.activity_avg < $thr THEN 'allocated-idle'
+                ELSE 'allocated-active' END AS state,
            sum(a.ge_samples) * $w * db.sample_scale * db.alloc_scale AS ge_hours,
            sum(a.samples) AS samples,
-           sum(a.mem_ge_samples) / db.ge * $w * db.sample_scale AS memory_byte_hours,
-           sum(a.mem_sum) / nullif(sum(a.mem_n), 0) AS memory_avg_bytes,
+           sum(a.ge_samples) * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
+           any_value(db.memory_avg) AS memory_avg_bytes,
            any_value(db.cost_factor) AS cost_factor
     FROM an_alloc a JOIN db USING (device_id, bucket_start)
-    GROUP BY a.device_id, a.bucket_start, a.tenant, a.state, db.sample_scale, db.alloc_scale, db.ge
+    GROUP BY a.device_id, a.bucket_start, a.tenant, db.activity_avg, db.sample_scale, db.alloc_scale, db.ge,
+             db.memory_avg
 ),
 free AS (
     SELECT device_id, bucket_start, NULL::VARCHAR AS tenant, 'unallocated' AS state,
@@ -144,7 +142,7 @@ free AS (
     SELECT device_id, bucket_start, NULL, 'unknown', ge * ($bh - known_h), 0, NULL, NULL, cost_factor
     FROM db
 ),
-rows AS (SELECT * FROM allocated UNION ALL SELECT * FROM free WHERE ge_hours > 1e-12)
+rows AS (SELECT * FROM (SELECT * FROM allocated UNION ALL SELECT * FROM free) WHERE ge_hours > 1e-12)
 SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
        r.bucket_start, r.bucket_start + to_seconds($bs),
        r.device_id, d.gpu_uuid, d.node, d.gpu_model, d.profile, d.sharing_mode, r.tenant, r.state,
@@ -166,7 +164,9 @@ GROUP BY gb.bucket_start, gb.gpu_uuid, s.state, s.hours, gb.ge_sum, gb.share_sum
 """
 
 
-def insert_idle(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, interval_s: float) -> None:
+def insert_idle(
+    con: duckdb.DuckDBPyConnection, run_id: str, window: Window, interval_s: float, threshold: float
+) -> None:
     """Write this run's ``idle_capacity`` rows (the caller holds the transaction)."""
     con.execute(
         "INSERT INTO idle_capacity " + IDLE_SELECT,
@@ -177,5 +177,6 @@ def insert_idle(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, int
             "bs": window.bucket_seconds,
             "bh": window.bucket_hours,
             "w": interval_s / 3600.0,
+            "thr": threshold,
         },
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
 
 
 def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> AnalysisSummary:
+    clock = _Phases()
     source = bind_facts(con, settings.parquet_dir)
     window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds)
     prices = load_price_book(con, settings.prices_path)
@@ -56,11 +58,16 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     devices = con.execute("SELECT count(*) FROM an_dev").fetchone()
     if not devices or not devices[0]:
         raise UserError("the store lists no devices in the window: nothing to analyse")
-    idle.prepare_samples(con, window, settings.activity_threshold)
+    clock.done("inventory")
+    idle.prepare_samples(con, window)
+    clock.done("samples x allocations")
     interval = settings.sample_interval_seconds or infer_sample_interval(con, window)
     idle.build_device_buckets(con, window, interval)
+    clock.done("device buckets")
     gpu_health = health.assess(con, window, settings.health)
+    clock.done("health")
     risks = isolation.assess(con, window, settings.risk, settings.health)
+    clock.done("isolation risk")
     model_prices = {
         str(m): (float(lp), float(cp))
         for m, lp, cp in con.execute(
@@ -77,15 +84,20 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     try:
         for table in (*RESULT_TABLES, "analysis_runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
-        idle.insert_idle(con, run_id, window, interval)
+        clock.done("delete previous rows")
+        idle.insert_idle(con, run_id, window, interval, settings.activity_threshold)
+        clock.done("write idle_capacity")
         fragmentation.insert_fragmentation(con, run_id, window)
+        clock.done("write fragmentation")
         isolation.insert_risk(con, run_id, window, risks)
         health.insert_health(con, run_id, window, gpu_health)
         fleet = chargeback.insert_chargeback(
             con, run_id, window, model_prices, settings.mig_proration, settings.unallocated
         )
+        clock.done("write risk, health, chargeback")
         summary = build_summary(
-            con, run_id, window.start, window.end, window.bucket_seconds, interval, source, fleet
+            con, run_id, window.start, window.end, window.bucket_seconds, interval, source, fleet,
+            phase_seconds=clock.seconds,
         )
         con.execute(
             "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -96,12 +108,26 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
             ],
         )
         con.execute("COMMIT")
+        clock.done("summary + commit")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     if settings.out_dir is not None:
         chargeback.write_focus(con, run_id, settings.out_dir)
     return summary
+
+
+class _Phases:
+    """Wall-clock seconds per phase of one run (reported in the summary, for docs/performance.md)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = round(now - self._last, 3)
+        self._last = now
 
 
 def _run_id(start: datetime, end: datetime, source: str, parameters: dict[str, object]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
@@ -58,6 +58,8 @@ class AnalysisSummary:
     """Fleet capacity x price (contracted, else list), exact."""
     chargeback_total_usd: Decimal
     """Sum of BilledCost over the run's chargeback lines."""
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    """Where the run's time went (the dict is filled while the run commits)."""
 
     @property
     def capacity_ge_hours(self) -> float:
@@ -132,6 +134,7 @@ def build_summary(
     fact_source: str,
     fleet: FleetCost,
     top: int = 10,
+    phase_seconds: dict[str, float] | None = None,
 ) -> AnalysisSummary:
     """Read the run's rows back into headline numbers."""
     by_state = con.execute(
@@ -188,6 +191,7 @@ def build_summary(
         warn_gpus=int(warn[0]) if warn else 0,
         fleet_cost_usd=fleet.contracted_usd,
         chargeback_total_usd=Decimal(billed[0]) if billed else Decimal(0),
+        phase_seconds=phase_seconds if phase_seconds is not None else {},
     )
 
 
