@@ -161,9 +161,12 @@ keys AS (
 held AS (
     SELECT a.ts, a.tenant, a.namespace,
            CASE WHEN d.profile = 'gpu' THEN 'nvidia.com/gpu' ELSE 'nvidia.com/mig-' || d.profile END AS resource,
-           count(DISTINCT (a.device_id, a.pod)) AS units
+           count(*) AS units
     FROM allocations a JOIN devices d ON d.device_id = a.device_id
     WHERE a.ts BETWEEN $start AND $end
+      AND (a.tenant IN (SELECT tenant FROM keys WHERE usage_samples = 0 AND object_kind = 'ClusterQueue')
+           OR a.namespace IN (SELECT object_namespace FROM keys WHERE usage_samples = 0
+                              AND object_kind <> 'ClusterQueue'))
     GROUP BY ALL
 ),
 used AS (

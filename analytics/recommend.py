@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from analytics.quota import (
@@ -75,13 +74,8 @@ CREATE TABLE IF NOT EXISTS recommendations (
 """
 
 
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "generated_at": pa.timestamp("us"), "window_start": pa.timestamp("us"), "window_end": pa.timestamp("us"),
-    "current_value": pa.float64(), "recommended_value": pa.float64(), "next_value": pa.float64(),
-    "lower_bound": pa.float64(), "upper_bound": pa.float64(), "confidence": pa.float64(),
-    "history_days": pa.float64(), "sample_count": pa.int64(), "reasons": pa.list_(pa.string()),
-}
-"""Explicit types where a column can be all NULL in one run (the rest are strings)."""
+_INSERT = "INSERT INTO recommendations SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?)"
+"""All rows in one statement: one list parameter per column (executemany costs a statement per row)."""
 
 
 class RecommendSettings(BaseModel):
@@ -242,15 +236,11 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             None, None, None, None, json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
             list(c.reasons),
         ])
-    columns = [c[0] for c in con.execute("DESCRIBE recommendations").fetchall()]
-    table = pa.table({c: pa.array([r[i] for r in rows], type=_ARROW_TYPES.get(c)) for i, c in enumerate(columns)})
     con.execute("BEGIN")
     try:
         con.execute("DELETE FROM recommendations WHERE run_id = ?", [report.run_id])
         if rows:
-            con.register("_gpulens_recommendations", table)
-            con.execute("INSERT INTO recommendations SELECT * FROM _gpulens_recommendations")
-            con.unregister("_gpulens_recommendations")
+            con.execute(_INSERT, [list(column) for column in zip(*rows, strict=True)])
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

@@ -64,12 +64,14 @@ WITH held AS (
     WHERE a.ts BETWEEN ? AND ?
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') NOT IN ('time-slicing', 'mps')
 ),
+pods AS (
+    SELECT namespace, pod, any_value(kind) AS kind, any_value(name) AS name, any_value(tenant) AS tenant,
+           any_value(gpu_model) AS gpu_model,
+           CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile
+    FROM held GROUP BY namespace, pod
+),
 pod_instants AS (
     SELECT namespace, pod, ts,
-           any_value(kind) AS kind, any_value(name) AS name,
-           any_value(tenant) AS tenant,
-           any_value(gpu_model) AS gpu_model,
-           CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile,
            count(*) AS devices,
            bool_or(activity_ratio IS NULL) AS activity_missing,
            sum(activity_ratio * ge) AS compute_ge,
@@ -77,18 +79,24 @@ pod_instants AS (
            max(memory_used_bytes) AS device_memory_bytes
     FROM held
     GROUP BY namespace, pod, ts
+    HAVING sum(memory_used_bytes) IS NOT NULL
+),
+instants AS (
+    SELECT p.kind, p.name, i.* FROM pod_instants i JOIN pods p USING (namespace, pod)
 ),
 per_time AS (
     SELECT namespace, kind, name, count(*) AS samples, max(pods) AS replicas
-    FROM (SELECT namespace, kind, name, ts, count(*) AS pods FROM pod_instants
-          WHERE memory_bytes IS NOT NULL GROUP BY namespace, kind, name, ts)
+    FROM (SELECT namespace, kind, name, ts, count(*) AS pods FROM instants GROUP BY namespace, kind, name, ts)
     GROUP BY namespace, kind, name
+),
+owners AS (
+    SELECT namespace, kind, name, max(tenant) AS tenant, max(gpu_model) AS gpu_model,
+           CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile
+    FROM pods GROUP BY namespace, kind, name
 )
 SELECT namespace, kind, name,
-       any_value(t.samples) AS samples, any_value(t.replicas) AS replicas,
-       max(tenant) AS tenant,
-       max(gpu_model) AS gpu_model,
-       CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile,
+       any_value(t.samples), any_value(t.replicas), any_value(o.tenant), any_value(o.gpu_model),
+       any_value(o.profile),
        max(devices) AS devices_per_pod,
        count(*) FILTER (WHERE NOT activity_missing) AS compute_samples,
        quantile_cont(CASE WHEN NOT activity_missing THEN compute_ge END, ?) AS compute_p,
@@ -97,8 +105,7 @@ SELECT namespace, kind, name,
        max(device_memory_bytes) AS device_memory_peak,
        min(ts) AS first_seen,
        max(ts) AS last_seen
-FROM pod_instants JOIN per_time t USING (namespace, kind, name)
-WHERE memory_bytes IS NOT NULL
+FROM instants JOIN per_time t USING (namespace, kind, name) JOIN owners o USING (namespace, kind, name)
 GROUP BY namespace, kind, name
 ORDER BY namespace, kind, name
 """

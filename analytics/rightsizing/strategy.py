@@ -127,11 +127,11 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
             reasons.append(f"GPU model {usage.gpu_model!r} has no MIG catalog; shape kept")
             return result("keep", usage.current_profile, usage.devices_per_pod)
         if not measured:
-            reasons.append(
-                f"compute activity is not measured on {model.short_name} "
-                f"{'MIG' if usage.current_profile != WHOLE_GPU_PROFILE else 'here'} "
-                "(no per-instance GPM); sized by memory only, with lower confidence"
+            where = (
+                f"on {model.short_name} MIG (no per-instance GPM)" if usage.current_profile != WHOLE_GPU_PROFILE
+                else "for this workload"
             )
+            reasons.append(f"compute activity is not measured {where}; sized by memory only, with lower confidence")
         else:
             reasons.append(
                 f"compute P{s.compute_percentile * 100:g} is {usage.compute_p95_ge:.2f} GE, "
@@ -144,7 +144,8 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
         name, per_pod = self._smallest_shape(model, usage, compute_need, memory_need, reasons)
         current = _capacity(model, usage.current_profile, usage.devices_per_pod)
         proposed = _capacity(model, name, per_pod)
-        action = _compare(current, proposed) if name != usage.current_profile or per_pod != usage.devices_per_pod else "keep"
+        same = name == usage.current_profile and per_pod == usage.devices_per_pod
+        action = "keep" if same else _compare(current, proposed)
         if action == "grow" and current is not None and _holds(current, usage, s.saturation):
             reasons.append(
                 f"the current {usage.current_profile} x{usage.devices_per_pod} holds the observed peak memory and "
