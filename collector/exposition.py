@@ -102,9 +102,11 @@ def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
     # Each pair matched ``name = "value"``: the name has no '=', so the first '=' splits it.
     kv = pl.col("pairs").str.split_exact("=", 1)
     quoted = kv.struct.field("field_1").str.strip_chars(" \t")
+    name = kv.struct.field("field_0").str.strip_chars(" \t")
     labels = labels.select(
         "line",
-        label=kv.struct.field("field_0").str.strip_chars(" \t"),
+        # A label named like one of our own columns (``line``, ``value``, ...) becomes ``label_<name>``.
+        label=pl.when(name.is_in(list(LONG_SCHEMA))).then(pl.lit("label_") + name).otherwise(name),
         raw_value=quoted.str.slice(1, quoted.str.len_chars() - 2),
     )
     escaped = pl.col("raw_value").str.contains("\\", literal=True)
@@ -121,7 +123,4 @@ def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
         dup = labels.group_by("line", "label").len().filter(pl.col("len") > 1).sort("line")
         row = dup.row(0, named=True)
         raise ExpositionError(target, row["line"], f"label {row['label']!r} appears twice") from None
-    reserved = set(LONG_SCHEMA) & (set(wide.columns) - {"line"})
-    if reserved:
-        wide = wide.rename({c: f"label_{c}" for c in reserved})
     return base.join(wide, on="line", how="left")

@@ -22,6 +22,7 @@ from collector.mapping import SchemaName, to_store_frames
 from collector.store import Gap, Store
 
 SOURCE = "scrape"
+ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,11 @@ def fetch(client: httpx.Client, url: str) -> str:
     return resp.text
 
 
+def new_client(timeout: float) -> httpx.Client:
+    """An HTTP client asking for the Prometheus text format (not OpenMetrics)."""
+    return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept": ACCEPT})
+
+
 class ScrapeError(Exception):
     """A target that could not be scraped; the message names it."""
 
@@ -87,7 +93,7 @@ def scrape_cycle(
     now = clock()
     scrape_ms = int(round(now * 1000))
     own_client = client is None
-    http = client or httpx.Client(timeout=timeout, follow_redirects=True)
+    http = client or new_client(timeout)
 
     def work(url: str) -> tuple[str, pl.DataFrame | None, str | None]:
         try:
@@ -146,7 +152,7 @@ def scrape_loop(
     """Scrape every ``interval`` seconds for ``duration`` seconds (forever when ``None``)."""
     summaries = []
     start = clock()
-    with Store(db_path) as store, httpx.Client(timeout=timeout, follow_redirects=True) as client:
+    with Store(db_path) as store, new_client(timeout) as client:
         while True:
             began = clock()
             summary = scrape_cycle(

@@ -68,7 +68,7 @@ def test_every_good_target_is_ingested_when_others_fail(tmp_path: Path) -> None:
     malformed = "gpulens_gpu_up{node=\"n\",gpu=\"G\"} 1\n# TYPE x gauge\nbroken{gpu=\"G\" 1\n"
 
     def slow(_h: BaseHTTPRequestHandler) -> tuple[int, str, bytes]:
-        time.sleep(3)
+        time.sleep(12)
         return 200, "text/plain", b"up 1\n"
 
     db = tmp_path / "s.duckdb"
@@ -83,7 +83,7 @@ def test_every_good_target_is_ingested_when_others_fail(tmp_path: Path) -> None:
         began = time.monotonic()
         summary = scrape_once(str(db), urls, timeout=1.0, clock=lambda: T0)
         elapsed = time.monotonic() - began
-    assert elapsed < 3.0, "targets are scraped in parallel, each with its own timeout"
+    assert elapsed < 10.0, "a hung target is cut off by its own timeout; it does not hold the cycle"
     by_url = {t.url: t for t in summary.targets}
     assert by_url[urls[0]].error is None and by_url[urls[0]].samples > 0
     assert by_url[urls[2]].error is None and by_url[urls[2]].samples > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +20,8 @@ COLLECT_HELP = (
     "gap; the others are still ingested.\n\n"
     "--prometheus URL --start T --end T --step S: pull from a Prometheus-compatible query API "
     "(Prometheus, Thanos, Mimir) with query_range in chunks, retrying 5xx and timeouts with backoff. "
-    "--start defaults to the source's watermark. --schema picks gpulens's metric names, dcgm-exporter's "
+    "--start defaults to the source's watermark; --end stops at least a minute before now (a written "
+    "window is final). --schema picks gpulens's metric names, dcgm-exporter's "
     "(DCGM_FI_*) or both (auto).\n\n"
     "--kubernetes: snapshot namespaces, GPU pods, GPU nodes, Kueue queues, ResourceQuotas and "
     "NetworkPolicies (in-cluster config, else --kubeconfig / ~/.kube/config).\n\n"
@@ -28,6 +30,10 @@ COLLECT_HELP = (
     "Example: gpulens collect --prometheus http://prometheus:9090 --start now-1d --end now --step 60s "
     "--db gpulens.duckdb"
 )
+
+
+SETTLE_SECONDS = 60.0
+"""``--prometheus`` never collects the last minute: a window is final once written."""
 
 
 def _say(message: str) -> None:
@@ -82,7 +88,8 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
     from collector.timeparse import parse_duration, parse_time
 
     step_s = parse_duration(step, what="--step")
-    end_s = parse_time(end, what="--end")
+    # A window is final once written: stop a minute short of now, so Prometheus has ingested it.
+    end_s = min(parse_time(end, what="--end"), time.time() - SETTLE_SECONDS)
     settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries)
 
     def progress(w: WindowResult) -> None:
@@ -121,8 +128,6 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None) -> None:
 
 
 def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: str | None) -> None:
-    import time
-
     from collector.backfill import ChunkProgress, backfill_simulated
     from collector.timeparse import parse_duration, parse_time
 
