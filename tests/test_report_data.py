@@ -155,3 +155,22 @@ def test_a_store_locked_by_a_writer_is_a_clear_retry_message(tmp_path: Path) -> 
         writer.kill()
         writer.wait(timeout=30)
     assert reader.tenant_usage().height == 3
+
+
+def test_run_calls_a_named_query_and_refuses_anything_else(store: Path) -> None:
+    reader = StoreReader.per_query(store)
+    assert reader.run("isolation_scores", scope="tenant")["subject"].to_list()[0] == EVIL_TENANT
+    for bad in ("close", "_cursor", "nope"):
+        with pytest.raises(ValueError, match="unknown store query"):
+            reader.run(bad)
+
+
+def test_every_named_query_exists_and_returns_a_frame(store: Path) -> None:
+    reader = StoreReader.open(store)
+    try:
+        args = {"isolation_terms": {"scope": "device"}, "isolation_scores": {"scope": "device"},
+                "workload_series": {"namespace": "vision-train", "kind": "Job", "name": "trainer"}}
+        for name in sorted(StoreReader.QUERIES):
+            assert reader.run(name, **args.get(name, {})).height > 0, name
+    finally:
+        reader.close()

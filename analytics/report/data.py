@@ -62,6 +62,13 @@ class StoreReader:
     Streamlit app) never keeps DuckDB's file lock from a writer such as ``gpulens analyze``.
     """
 
+    QUERIES = frozenset({
+        "overview", "latest_run", "capacity_states", "tenant_usage", "chargeback_by_account", "cost_split",
+        "isolation_terms", "isolation_scores", "health", "fragmentation_by_node", "recommendations",
+        "workload_series", "recent_xids",
+    })
+    """The queries :meth:`run` may call (each returns a polars frame)."""
+
     def __init__(self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path) -> None:
         self._con = con
         self.db_path = str(db_path)
@@ -81,6 +88,21 @@ class StoreReader:
         """Close the held connection, if any."""
         if self._con is not None:
             self._con.close()
+
+    def run(self, query_name: str, /, **params: object) -> pl.DataFrame:
+        """``self.<query_name>(**params)`` with one connection for all of its statements.
+
+        A per-query reader opens the file once for the call (not once per statement) and closes it.
+        """
+        if query_name not in self.QUERIES:
+            raise ValueError(f"unknown store query {query_name!r} (known: {', '.join(sorted(self.QUERIES))})")
+        if self._con is not None:
+            return getattr(self, query_name)(**params)
+        held = StoreReader(open_store(self.db_path), self.db_path)
+        try:
+            return getattr(held, query_name)(**params)
+        finally:
+            held.close()
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -310,14 +310,13 @@ def _guarded_section(anchor: str, title: str, fn: Callable[[_Build], str], b: _B
 
 def _files_section(b: _Build) -> str:
     notes = []
-    try:
-        _write_focus(b)
-    except AnalysisMissing as exc:
-        notes.append(h.notice(f"No FOCUS chargeback files: {exc}."))
-    try:
-        _write_tenants(b)
-    except AnalysisMissing as exc:
-        notes.append(h.notice(f"No per-tenant CSV: {exc}."))
+    for write, what in ((_write_focus, "FOCUS chargeback files"), (_write_tenants, "per-tenant CSV")):
+        try:
+            write(b)
+        except AnalysisMissing as exc:
+            notes.append(h.notice(f"No {what}: {exc}."))
+        except OSError as exc:
+            raise UserError(f"cannot write the {what} into {b.out_dir}: {exc.strerror or exc}") from exc
     items = "".join(f'<li><a href="{h.esc(name)}">{h.esc(name)}</a>: {h.esc(what)}</li>' for name, what in b.files)
     return h.section("files", "Data files", f'<ul class="files">{items}</ul>' + "".join(notes),
                      intro="Next to this page, for spreadsheets and FinOps tools.")

@@ -37,7 +37,7 @@ def _reader(path: str) -> StoreReader:
 @st.cache_data(ttl=300, show_spinner=False)
 def query(path: str, query_name: str, /, **params: Any) -> pl.DataFrame:
     """Run ``StoreReader.<query_name>(**params)`` on ``path``; cached per path, query and parameters."""
-    return getattr(_reader(path), query_name)(**params)
+    return _reader(path).run(query_name, **params)
 
 
 def load(query_name: str, /, **params: Any) -> pl.DataFrame:
