@@ -16,8 +16,9 @@ import polars as pl
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
 _LABELS = rf"\{{[ \t]*(?:{_LABEL}[ \t]*(?:,[ \t]*{_LABEL}[ \t]*)*,?[ \t]*)?\}}"
+_SIMPLE_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
+_SIMPLE_LINE = rf"^{_NAME}\{{{_SIMPLE_PAIR}(?:,{_SIMPLE_PAIR})*\}}[ \t]"
 _SAMPLE = rf"^({_NAME})[ \t]*({_LABELS})?[ \t]+([^ \t]+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
-_LABEL_PARTS = r'^([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"(.*)"$'
 _FLOAT = r"(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)"
 _VALID_FLOAT = rf"^{_FLOAT}$"
 _VALID_VALUE_IN_LINE = rf"[ \t]{_FLOAT}(?:[ \t]+-?[0-9]+)?[ \t]*$"
@@ -66,6 +67,26 @@ def _first_error(parts: pl.DataFrame, target: str) -> None:
     raise ExpositionError(target, row["line"], f"not a valid sample line: {row['raw'][:200]!r}")
 
 
+def _simple_labels(parts: pl.DataFrame) -> pl.DataFrame:
+    """Label pairs of lines whose block is ``{a="x",b="y"}`` with no escape nor blank: literal splits only."""
+    block = pl.col("raw").str.splitn("{", 2).struct.field("field_1").str.split('"}').list.first()
+    pairs = parts.select("line", pair=block.str.split('",')).explode("pair")
+    kv = pl.col("pair").str.splitn('="', 2)
+    return pairs.select("line", label=kv.struct.field("field_0"), raw_value=kv.struct.field("field_1"))
+
+
+def _general_labels(parts: pl.DataFrame) -> pl.DataFrame:
+    """Label pairs of any valid block: one regex pass, then the first '=' splits name and quoted value."""
+    pairs = parts.select("line", pair=pl.col("raw").str.extract_all(_LABEL)).explode("pair").drop_nulls("pair")
+    kv = pl.col("pair").str.splitn("=", 2)
+    quoted = kv.struct.field("field_1").str.strip_chars(" \t")
+    return pairs.select(
+        "line",
+        label=kv.struct.field("field_0").str.strip_chars(" \t"),
+        raw_value=quoted.str.slice(1, quoted.str.len_chars() - 2),
+    )
+
+
 def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
     """Parse exposition ``text`` (from ``target``, used in errors) into the long sample frame."""
     lines = pl.DataFrame({"raw": text.split("\n")}).with_row_index("line", offset=1)
@@ -86,28 +107,25 @@ def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
     parts = samples.select(
         "line",
         metric=pl.when(has_block)
-        .then(pl.col("raw").str.split_exact("{", 1).struct.field("field_0").str.strip_chars())
+        .then(pl.col("raw").str.splitn("{", 2).struct.field("field_0").str.strip_chars())
         .otherwise(bare.struct.field("field_0")),
         value=pl.when(has_block).then(with_block.struct.field("field_0")).otherwise(bare.struct.field("field_1")),
         ts_ms=pl.when(has_block).then(with_block.struct.field("field_1")).otherwise(bare.struct.field("field_2")),
-        pairs=pl.when(has_block).then(pl.col("raw").str.extract_all(_LABEL)),
+        simple=pl.col("raw").str.contains(_SIMPLE_LINE),
+        raw=pl.when(has_block).then(pl.col("raw")),
     ).with_columns(
         pl.col("value").cast(pl.Float64, strict=False),
         pl.col("ts_ms").cast(pl.Int64, strict=False),
     )
     base = parts.select("line", "metric", "value", "ts_ms")
-    labels = parts.select("line", "pairs").explode("pairs").drop_nulls("pairs")
+    labels = pl.concat([_simple_labels(parts.filter(pl.col("simple"))),
+                        _general_labels(parts.filter(~pl.col("simple") & pl.col("raw").is_not_null()))])
     if labels.height == 0:
         return base
-    # Each pair matched ``name = "value"``: the name has no '=', so the first '=' splits it.
-    kv = pl.col("pairs").str.split_exact("=", 1)
-    quoted = kv.struct.field("field_1").str.strip_chars(" \t")
-    name = kv.struct.field("field_0").str.strip_chars(" \t")
-    labels = labels.select(
-        "line",
-        # A label named like one of our own columns (``line``, ``value``, ...) becomes ``label_<name>``.
-        label=pl.when(name.is_in(list(LONG_SCHEMA))).then(pl.lit("label_") + name).otherwise(name),
-        raw_value=quoted.str.slice(1, quoted.str.len_chars() - 2),
+    name = pl.col("label")
+    # A label named like one of our own columns (``line``, ``value``, ...) becomes ``label_<name>``.
+    labels = labels.with_columns(
+        label=pl.when(name.is_in(list(LONG_SCHEMA))).then(pl.lit("label_") + name).otherwise(name)
     )
     escaped = pl.col("raw_value").str.contains("\\", literal=True)
     if labels.select(escaped.any()).item():

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 GIB = 1024**3
-HOSTILE = "team \"q\" \\ back'; DROP TABLE device_samples; --\nnext"
+HOSTILE = "team \"q\" \\ back'; DROP TABLE device_samples; --\nnext a=b,{c}\",x=\""
 
 
 def _uuid(kind: str, node: int, gpu: int, extra: int = 0) -> str:

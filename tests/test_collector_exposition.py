@@ -36,6 +36,12 @@ def test_escape_and_unescape_round_trip_hostile_strings() -> None:
     assert (row["value"], row["ts_ms"]) == (2.5, 1_700_000_000_000)
 
 
+def test_label_values_holding_separators_parse_exactly() -> None:
+    text = 'm{a="",b="x=y=z",c="{open",d="close}",e="q\\",r=\\"",f="a\\"}"} 1\n'
+    row = parse_exposition(text).row(0, named=True)
+    assert [row[k] for k in "abcdef"] == ["", "x=y=z", "{open", "close}", 'q",r="', 'a"}']
+
+
 def test_special_values_parse_as_floats() -> None:
     long = parse_exposition("a 1e3\nb +Inf\nc -Inf\nd NaN\n")
     values = long["value"].to_list()

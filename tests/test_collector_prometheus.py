@@ -190,7 +190,7 @@ def test_label_values_are_escaped_in_promql_and_a_bearer_token_is_sent(tmp_path:
     selector = series_selector("gpulens_allocation_gpu_equivalents", {"tenant": HOSTILE, "node": "n1"})
     assert selector == (
         'gpulens_allocation_gpu_equivalents{node="n1",tenant="team \\"q\\" \\\\ back\'; DROP TABLE '
-        'device_samples; --\\nnext"}'
+        'device_samples; --\\nnext a=b,{c}\\",x=\\""}'
     )
     token = tmp_path / "token"
     token.write_text("s3cret\n")
@@ -199,7 +199,8 @@ def test_label_values_are_escaped_in_promql_and_a_bearer_token_is_sent(tmp_path:
             _client(url, bearer_token_file=token) as client:
         collect_range(store, client, start=T0, end=T0 + 120, step=STEP, schema="gpulens",
                       labels={"tenant": HOSTILE}, metrics=["gpulens_allocation_gpu_equivalents"])
-    assert fake.requests[0]["query"].endswith('tenant="team \\"q\\" \\\\ back\'; DROP TABLE device_samples; --\\nnext"}')
+    assert fake.requests[0]["query"].endswith(
+        'tenant="team \\"q\\" \\\\ back\'; DROP TABLE device_samples; --\\nnext a=b,{c}\\",x=\\""}')
     assert fake.headers[0]["Authorization"] == "Bearer s3cret"
 
 
