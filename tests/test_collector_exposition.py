@@ -142,3 +142,16 @@ def test_hostile_label_values_survive_end_to_end_into_the_store(tmp_path: Path) 
         assert tenants == [(HOSTILE, HOSTILE)]
         assert store.query("SELECT count(*) FROM allocations WHERE tenant = ?", [HOSTILE]) == [(12,)]
         assert store.count("device_samples") == 16  # the "DROP TABLE" in the tenant stayed data
+
+
+def test_gpulens_xid_series_become_one_event_per_last_seen_instant() -> None:
+    text = "".join(
+        f'gpulens_gpu_xid_errors_total{{node="n",gpu="GPU-1",xid="{code}"}} {total} {ms}\n'
+        f'gpulens_gpu_xid_last_seen_timestamp_seconds{{node="n",gpu="GPU-1",xid="{code}"}} {seen} {ms}\n'
+        for code, total, seen, ms in ((79, 1, T0 - 5, SCRAPE_MS), (79, 1, T0 - 5, SCRAPE_MS + 15000),
+                                      (13, 2, T0 + 10, SCRAPE_MS + 15000))
+    )
+    events = to_store_frames(parse_exposition(text, "t"), "gpulens", "scrape")["events"].sort("code")
+    assert events.select("gpu_uuid", "kind", "code", "detail").rows() == [
+        ("GPU-1", "xid", 13, "counter total 2"), ("GPU-1", "xid", 79, "counter total 1")]
+    assert [t.timestamp() for t in events["ts"].dt.replace_time_zone("UTC")] == [T0 + 10, T0 - 5]
