@@ -243,3 +243,21 @@ def test_borrowing_and_lending_limits_change_only_when_configured(tmp_path: Path
     (req,) = patches(fake, f"{CQ_V1BETA2}/team-a")
     gpu = req.body["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": 12, "borrowingLimit": 4, "lendingLimit": 6}
+
+
+def test_names_from_the_store_cannot_escape_their_url_path_segment() -> None:
+    from analytics.writers.kueue import ClusterQueueTarget
+    from analytics.writers.resourcequota import ResourceQuotaTarget
+
+    assert ClusterQueueTarget().path("", "../../api/v1/secrets?x=1") == (
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/..%2F..%2Fapi%2Fv1%2Fsecrets%3Fx%3D1")
+    assert ResourceQuotaTarget().path("ns/evil", "q") == "/api/v1/namespaces/ns%2Fevil/resourcequotas/q"
+
+
+def test_a_missing_live_object_is_reported_and_the_others_still_apply(
+    report: RecommendationReport, fake: FakeKubernetesWriteApi
+) -> None:
+    del fake.objects[f"{CQ_V1BETA2}/team-a"]
+    done = run_apply(report, fake, record=False)
+    assert outcome(done, "ClusterQueue team-a").startswith("failed: ClusterQueue team-a not found")
+    assert outcome(done, "ResourceQuota ns-c/gpu-quota").startswith("applied")

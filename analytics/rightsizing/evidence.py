@@ -53,7 +53,7 @@ class WorkloadUsage:
 
 _USAGE_SQL = """
 WITH held AS (
-    SELECT a.ts, a.namespace, a.pod,
+    SELECT a.ts, a.namespace, a.pod, a.device_id,
            coalesce(a.workload_kind, ?) AS kind,
            coalesce(a.workload_name, a.pod) AS name,
            a.tenant, d.gpu_model, d.profile, d.gpu_equivalents AS ge,
@@ -67,22 +67,25 @@ WITH held AS (
 pods AS (
     SELECT namespace, pod, any_value(kind) AS kind, any_value(name) AS name, any_value(tenant) AS tenant,
            any_value(gpu_model) AS gpu_model,
-           CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile
+           CASE WHEN min(profile) = max(profile) THEN min(profile) ELSE 'mixed' END AS profile,
+           min(device_id) <> max(device_id) AS several_devices
     FROM held GROUP BY namespace, pod
 ),
-pod_instants AS (
-    SELECT namespace, pod, ts,
-           count(*) AS devices,
-           bool_or(activity_ratio IS NULL) AS activity_missing,
-           sum(activity_ratio * ge) AS compute_ge,
-           sum(memory_used_bytes) AS memory_bytes,
-           max(memory_used_bytes) AS device_memory_bytes
-    FROM held
-    GROUP BY namespace, pod, ts
-    HAVING sum(memory_used_bytes) IS NOT NULL
-),
 instants AS (
-    SELECT p.kind, p.name, i.* FROM pod_instants i JOIN pods p USING (namespace, pod)
+    -- a pod that only ever held one device: its rows already are pod-instants (no regrouping)
+    SELECT p.kind, p.name, h.namespace, h.pod, h.ts, 1 AS devices, h.activity_ratio IS NULL AS activity_missing,
+           h.activity_ratio * h.ge AS compute_ge, h.memory_used_bytes AS memory_bytes,
+           h.memory_used_bytes AS device_memory_bytes
+    FROM held h JOIN pods p USING (namespace, pod)
+    WHERE NOT p.several_devices AND h.memory_used_bytes IS NOT NULL
+    UNION ALL
+    SELECT any_value(p.kind), any_value(p.name), h.namespace, h.pod, h.ts, count(*),
+           bool_or(h.activity_ratio IS NULL), sum(h.activity_ratio * h.ge), sum(h.memory_used_bytes),
+           max(h.memory_used_bytes)
+    FROM held h JOIN pods p USING (namespace, pod)
+    WHERE p.several_devices
+    GROUP BY h.namespace, h.pod, h.ts
+    HAVING sum(h.memory_used_bytes) IS NOT NULL
 ),
 per_time AS (
     SELECT namespace, kind, name, count(*) AS samples, max(pods) AS replicas

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from analytics.quota import QuotaEvidence
 
@@ -101,6 +102,11 @@ DEVICE_RESOURCE_PREFIX = "nvidia.com/"
 def is_device_resource(name: str) -> bool:
     """GPU and MIG extended resources: the only quota entries gpulens reads or writes."""
     return name.removeprefix("requests.").startswith(DEVICE_RESOURCE_PREFIX)
+
+
+def segment(name: str) -> str:
+    """One URL path segment: names come from the store, so ``/`` or ``?`` must not reach the path."""
+    return quote(name, safe="")
 
 
 def parse_quantity(value: Any) -> float:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from analytics.quota import MigConversion, QuotaRecommendation
+from analytics.writers.base import segment
 
 CRD_GROUP = "gpulens.io"
 CRD_VERSION = "v1alpha1"
@@ -150,5 +151,5 @@ def build_recommendation_object(
 
 
 def recommendation_path(namespace: str, name: str, *, status: bool = False) -> str:
-    base = f"/apis/{CRD_GROUP}/{CRD_VERSION}/namespaces/{namespace}/{CRD_PLURAL}/{name}"
+    base = f"/apis/{CRD_GROUP}/{CRD_VERSION}/namespaces/{segment(namespace)}/{CRD_PLURAL}/{segment(name)}"
     return f"{base}/status" if status else base

@@ -22,6 +22,7 @@ from analytics.writers.base import (
     is_device_resource,
     parse_quantity,
     register_target,
+    segment,
 )
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -54,7 +55,7 @@ class ClusterQueueTarget(QuotaTarget):
         return f"{KUEUE_GROUP}/{self.version}"
 
     def path(self, namespace: str, name: str) -> str:
-        return f"/apis/{KUEUE_GROUP}/{self.version}/clusterqueues/{name}"
+        return f"/apis/{KUEUE_GROUP}/{self.version}/clusterqueues/{segment(name)}"
 
     def object_from_snapshot(self, entries: Sequence[QuotaEvidence]) -> dict[str, Any]:
         """One resource group per distinct set of resources; flavors keep the store's order."""

@@ -18,6 +18,7 @@ from analytics.writers.base import (
     is_device_resource,
     parse_quantity,
     register_target,
+    segment,
 )
 
 REQUESTS_PREFIX = "requests."
@@ -40,7 +41,7 @@ class ResourceQuotaTarget(QuotaTarget):
         return "v1"
 
     def path(self, namespace: str, name: str) -> str:
-        return f"/api/v1/namespaces/{namespace}/resourcequotas/{name}"
+        return f"/api/v1/namespaces/{segment(namespace)}/resourcequotas/{segment(name)}"
 
     def object_from_snapshot(self, entries: Sequence[QuotaEvidence]) -> dict[str, Any]:
         first = entries[0].key
