@@ -7,11 +7,19 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from analytics.rightsizing import MigFitSettings, MigFitStrategy, WorkloadRecommendation, load_workload_usage
+from analytics.rightsizing import (
+    MigFitSettings,
+    MigFitStrategy,
+    WorkloadRecommendation,
+    WorkloadUsage,
+    load_workload_usage,
+)
 from analytics.rightsizing.evidence import sample_step_seconds
 from exporter.mig_catalog import model_by_name
-from tests.support.recommend_store import StoreBuilder, gib
+from tests.support.recommend_store import T0, StoreBuilder, gib
 
 WEEK = 7 * 288  # samples at a 5-minute step
 
@@ -169,3 +177,43 @@ def test_a_workload_that_fits_its_shape_is_not_grown_on_headroom_alone(store: St
     assert any("not growing on headroom alone" in r for r in recs["tight"].reasons)
     assert recs["over"].action == "grow"  # saturated compute: P95 = its whole slice
     assert recs["over"].recommended_profile == "2g.35gb"
+
+
+@given(
+    model=st.sampled_from(["H100", "H200", "A100"]),
+    current=st.sampled_from(["gpu", "mig"]),
+    compute=st.one_of(st.none(), st.floats(0, 1)),
+    memory_gib=st.floats(0.1, 79),
+    peak_extra_gib=st.floats(0, 5),
+)
+def test_a_recommended_shape_always_covers_the_observed_peak_and_p95(
+    model: str, current: str, compute: float | None, memory_gib: float, peak_extra_gib: float
+) -> None:
+    gpu = model_by_name(model)
+    profile = "gpu" if current == "gpu" else gpu.mig_profiles[-2].name
+    peak = min(gib(memory_gib + peak_extra_gib), gpu.memory_bytes)
+    usage = WorkloadUsage(
+        namespace="ns", kind="Deployment", name="w", tenant="t", gpu_model=model, current_profile=profile,
+        devices_per_pod=1, max_replicas=1, samples=2016, compute_samples=0 if compute is None else 2016,
+        compute_p95_ge=compute, memory_p99_bytes=min(gib(memory_gib), peak), memory_peak_bytes=peak,
+        device_memory_peak_bytes=peak, first_seen=T0, last_seen=T0 + timedelta(days=7),
+    )
+    rec = MigFitStrategy(MigFitSettings()).run(usage, 300)
+    assert rec.recommended_profile is not None and rec.recommended_devices_per_pod is not None
+    if rec.recommended_profile == "gpu":
+        capacity_ge, capacity_mem = float(rec.recommended_devices_per_pod), gpu.memory_bytes * rec.recommended_devices_per_pod
+    else:
+        p = gpu.profile(rec.recommended_profile)
+        capacity_ge, capacity_mem = p.gpu_equivalents, p.memory_bytes
+    assert capacity_mem >= peak
+    if compute is not None:
+        assert capacity_ge >= compute - 1e-9
+
+
+def test_a_saturated_whole_gpu_workload_is_not_given_more_gpus_per_pod(store: StoreBuilder) -> None:
+    store.device("g0", "H100")
+    store.workload("team-a", "Deployment", "hot", {"hot-0": ["g0"]}, samples=WEEK,
+                   activity=lambda i: 1.0, memory=lambda i: gib(70))
+    rec = rightsize(store.save())["hot"]
+    assert (rec.recommended_profile, rec.recommended_devices_per_pod, rec.action) == ("gpu", 1, "keep")
+    assert any("saturated at 1 GPU(s)" in r for r in rec.reasons)

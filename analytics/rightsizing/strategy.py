@@ -152,6 +152,12 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
                 f"P{s.compute_percentile * 100:g} compute below {s.saturation:.0%}: not growing on headroom alone"
             )
             return result("keep", usage.current_profile, usage.devices_per_pod)
+        if name == usage.current_profile == WHOLE_GPU_PROFILE and per_pod > usage.devices_per_pod:
+            reasons.append(
+                f"saturated at {usage.devices_per_pod} GPU(s) per pod; more GPUs per pod only help a workload "
+                "that shards across them: kept (consider more replicas)"
+            )
+            return result("keep", usage.current_profile, usage.devices_per_pod)
         return result(action, name, per_pod)
 
     def _smallest_shape(
