@@ -172,7 +172,11 @@ def recommend(
         step = sample_step_seconds(con, start, end)
         strategy = MigFitStrategy(rs)
         workloads = tuple(strategy.run(u, step) for u in usages)
-        quotas = tuple(recommend_quota(e, settings.quota) for e in load_quota_evidence(con, start, end, settings.quota))
+        quotas = tuple(
+            recommend_quota(e, settings.quota)
+            for e in load_quota_evidence(con, start, end, settings.quota)
+            if e.key.object_kind in targets
+        )
         conversions = tuple(propose_mig_conversions(workloads, quotas))
         run_id = _run_id(start, end, settings)
         plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
