@@ -46,18 +46,25 @@ units AS (
       USING (gpu_uuid)
     WHERE gb.is_mig AND gb.ge_sum < 1.0 - 1e-9 AND gb.known_h > 0
 ),
+fits_any_model AS (SELECT DISTINCT bucket_start, profile FROM pending WHERE gpu_model = ''),
+fits_model AS (SELECT DISTINCT bucket_start, profile, gpu_model FROM pending WHERE gpu_model <> ''),
+fits_unpartitioned AS (  -- (bucket, GPU) whose unpartitioned slices could host a pending profile
+    SELECT DISTINCT p.bucket_start, x.gpu_uuid
+    FROM pending p JOIN an_addable x ON x.profile = p.profile
+    JOIN (SELECT gpu_uuid, any_value(gpu_model) AS gpu_model FROM an_dev GROUP BY ALL) g USING (gpu_uuid)
+    WHERE p.gpu_model = '' OR p.gpu_model = g.gpu_model
+),
 judged AS (
     SELECT u.*,
-           EXISTS (
-               SELECT 1 FROM pending p
-               WHERE p.bucket_start = u.bucket_start AND (p.gpu_model = '' OR p.gpu_model = u.gpu_model)
-                 AND ((u.shape <> 'unpartitioned' AND p.profile = u.shape)
-                      OR (u.shape = 'unpartitioned' AND EXISTS (
-                          SELECT 1 FROM an_addable x WHERE x.gpu_uuid = u.gpu_uuid AND x.profile = p.profile)))
-           ) AS usable,
+           CASE WHEN u.shape = 'unpartitioned' THEN fu.gpu_uuid IS NOT NULL
+                ELSE fa.profile IS NOT NULL OR fm.profile IS NOT NULL END AS usable,
            CASE WHEN u.shape = 'unpartitioned' THEN b.profile ELSE u.shape END AS best_shape,
            CASE WHEN u.shape = 'unpartitioned' THEN coalesce(b.ge, 0) ELSE u.ge END AS best_ge
-    FROM units u LEFT JOIN best_addable b USING (gpu_uuid)
+    FROM units u
+    LEFT JOIN best_addable b ON b.gpu_uuid = u.gpu_uuid
+    LEFT JOIN fits_any_model fa ON fa.bucket_start = u.bucket_start AND fa.profile = u.shape
+    LEFT JOIN fits_model fm ON fm.bucket_start = u.bucket_start AND fm.profile = u.shape AND fm.gpu_model = u.gpu_model
+    LEFT JOIN fits_unpartitioned fu ON fu.bucket_start = u.bucket_start AND fu.gpu_uuid = u.gpu_uuid
 ),
 per_node AS (
     SELECT bucket_start, node, gpu_model,

@@ -69,12 +69,20 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_db AS
-        WITH grid AS (
-            SELECT d.device_id, b.bucket_start FROM an_dev d JOIN an_buckets b
-              ON (d.first_seen IS NULL OR d.first_seen < b.bucket_end)
-             AND (d.last_seen IS NULL OR d.last_seen >= b.bucket_start)
-            UNION
-            SELECT k.device_id, k.bucket_start FROM an_known k SEMI JOIN an_dev d ON d.device_id = k.device_id
+        WITH seen AS (
+            SELECT device_id, min(bucket_start) AS first_b, max(bucket_start) AS last_b FROM an_known GROUP BY ALL
+        ),
+        life AS (  -- the device's listed lifetime, stretched to every bucket it has samples in
+            SELECT d.device_id,
+                   time_bucket(to_seconds($bs), greatest(least(coalesce(d.first_seen, $start), coalesce(s.first_b, $end)),
+                                                         $start), $start::TIMESTAMP) AS lo,
+                   least(greatest(coalesce(d.last_seen, $end), coalesce(s.last_b, $start)),
+                         $end - to_seconds($bs)) AS hi
+            FROM an_dev d LEFT JOIN seen s USING (device_id)
+        ),
+        grid AS (
+            SELECT device_id, unnest(generate_series(lo, hi, to_seconds($bs))) AS bucket_start
+            FROM life WHERE lo <= hi
         ),
         alloc AS (
             SELECT device_id, bucket_start, sum(ge_samples) AS ge_samples FROM an_alloc GROUP BY ALL
@@ -96,7 +104,13 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
                     THEN ge * known_h / (alloc_raw * sample_scale) ELSE 1.0 END AS alloc_scale
         FROM base
         """,
-        {"w": interval_s / 3600.0, "bh": window.bucket_hours},
+        {
+            "w": interval_s / 3600.0,
+            "bh": window.bucket_hours,
+            "bs": window.bucket_seconds,
+            "start": window.start,
+            "end": window.end,
+        },
     )
     # Per MIG (or multi-device) GPU and bucket: shares present, the unpartitioned remainder, cost factor.
     con.execute(
@@ -107,7 +121,8 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
                bool_or(kind = 'mig') AS is_mig,
                1.0 / greatest(1.0, sum(cost_share)) AS cost_factor
         FROM an_db
-        WHERE gpu_uuid IN (SELECT gpu_uuid FROM an_dev GROUP BY gpu_uuid HAVING count(*) > 1 OR bool_or(kind = 'mig'))
+        SEMI JOIN (SELECT gpu_uuid FROM an_dev GROUP BY gpu_uuid HAVING count(*) > 1 OR bool_or(kind = 'mig')) m
+             USING (gpu_uuid)
         GROUP BY ALL
         """
     )

@@ -74,6 +74,7 @@ def assess(
     con: duckdb.DuckDBPyConnection, window: Window, weights: RiskWeights, health_rules: HealthRules
 ) -> list[Risk]:
     """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device."""
+    con.execute("CREATE OR REPLACE TEMP TABLE an_tenancy AS SELECT DISTINCT device_id, tenant, namespace FROM an_alloc")
     gpus = _gpus(con, window, health_rules)
     layers = _layers(con, window)
     by_place: dict[str, set[str]] = defaultdict(set)
@@ -151,7 +152,7 @@ def _names(items: list[str], most: int = 5) -> str:
 def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> dict[str, _Gpu]:
     tenants: dict[str, set[str]] = defaultdict(set)
     for gpu, tenant in con.execute(
-        "SELECT DISTINCT d.gpu_uuid, a.tenant FROM an_alloc a JOIN an_dev d USING (device_id)"
+        "SELECT DISTINCT d.gpu_uuid, a.tenant FROM an_tenancy a JOIN an_dev d USING (device_id)"
     ).fetchall():
         tenants[gpu].add(tenant)
     faults: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -192,14 +193,14 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
     """Per tenant: namespaces (used in the window) without NetworkPolicy; dedicated pool or vcluster."""
     rows = con.execute(
         """
-        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_alloc),
+        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_tenancy),
         latest AS (
             SELECT namespace, arg_max(network_policies, ts) AS policies, arg_max(virtual_cluster, ts) AS vcluster
             FROM f_namespace_snapshots WHERE ts < $end GROUP BY namespace
         ),
         placed AS (
             SELECT a.tenant, bool_and(n.dedicated_tenant IS NOT DISTINCT FROM a.tenant) AS on_own_nodes
-            FROM (SELECT DISTINCT tenant, device_id FROM an_alloc) a
+            FROM (SELECT DISTINCT tenant, device_id FROM an_tenancy) a
             JOIN an_dev d USING (device_id) LEFT JOIN nodes n ON n.node = d.node
             GROUP BY a.tenant
         )

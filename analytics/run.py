@@ -41,6 +41,8 @@ def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
         raise UserError(f"--db {path}: cannot open the store: {exc}") from exc
     try:
         con.execute(f"SET memory_limit = '{settings.memory_limit}'")  # validated above
+        con.execute("SET enable_progress_bar = false")
+        con.execute("SET preserve_insertion_order = false")
         create_schema(con)
         create_result_tables(con)
         return _analyze(con, settings)
