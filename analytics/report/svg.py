@@ -188,97 +188,106 @@ def _heat_colour(v: float) -> str:
     return f"#{r:02x}{g:02x}{max(b, 30):02x}"
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """Geometry of a chart over an x axis: the plot rectangle and the value ranges it maps."""
+
+    left: float
+    top: float
+    width: float
+    height: float
+    x0: float
+    x_span: float
+    y_max: float
+
+    def px(self, x: float) -> float:
+        return self.left + (x - self.x0) / self.x_span * self.width
+
+    def py(self, v: float) -> float:
+        return self.top + self.height - min(v, self.y_max) / self.y_max * self.height
+
+
+_X_MARGINS = (60, 20, 46, 30)
+"""left, right, top, bottom around the plot of an x-axis chart."""
+
+
+def _check_lengths(xs: Sequence[float], series: Sequence[Series], x_labels: Sequence[str]) -> None:
+    for s in series:
+        if len(s.values) != len(xs):
+            raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(xs)} x positions")
+    if x_labels and len(x_labels) != len(xs):
+        raise ValueError("x_labels must match xs")
+
+
+def _plot(xs: Sequence[float], width: int, height: int, y_max: float) -> _Plot:
+    left, right, top, bottom = _X_MARGINS
+    return _Plot(left, top, width - left - right, height - top - bottom, min(xs), (max(xs) - min(xs)) or 1.0,
+                 y_max or 1.0)
+
+
+def _axes(p: _Plot, xs: Sequence[float], x_labels: Sequence[str], unit: str) -> list[str]:
+    """Both axis lines, three y ticks, the unit, and first / middle / last x labels."""
+    bottom = p.top + p.height
+    out = [
+        f'<line x1="{p.left}" y1="{bottom}" x2="{p.left + p.width}" y2="{bottom}" stroke="#444"/>',
+        f'<line x1="{p.left}" y1="{p.top}" x2="{p.left}" y2="{bottom}" stroke="#444"/>',
+    ]
+    for frac in (0.0, 0.5, 1.0):
+        out.append(_text(p.left - 4, p.py(p.y_max * frac) + 4, format_number(p.y_max * frac), anchor="end"))
+    if unit:
+        out.append(_text(4, p.top - 8, unit))
+    if x_labels:
+        last = len(xs) - 1
+        for i in sorted({0, len(xs) // 2, last}):
+            anchor = "start" if i == 0 else ("end" if i == last else "middle")
+            out.append(_text(p.px(xs[i]), bottom + 18, x_labels[i], anchor=anchor))
+    return out
+
+
 def stacked_area_chart(
     title: str, xs: Sequence[float], series: Sequence[Series], *, x_labels: Sequence[str] = (), unit: str = "",
     width: int = 820, height: int = 260,
 ) -> str:
     """Series stacked over an x axis (e.g. time): the band of each series is filled in its colour.
 
-    ``x_labels`` (optional, same length as ``xs``) label a few ticks along the x axis.
+    ``x_labels`` (optional, same length as ``xs``) label the first, middle and last x positions.
     """
-    for s in series:
-        if len(s.values) != len(xs):
-            raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(xs)} x positions")
-    left, right, top, bottom = 60, 20, 46, 30
-    plot_w, plot_h = width - left - right, height - top - bottom
-    body = _legend(series, left, 18)
+    _check_lengths(xs, series, x_labels)
+    body = _legend(series, _X_MARGINS[0], 18)
     if len(xs) < 2:
-        body.append(_text(left, top + 20, "not enough data"))
+        body.append(_text(_X_MARGINS[0], _X_MARGINS[2] + 20, "not enough data"))
         return _svg(width, height, title, body)
-    x0, x1 = min(xs), max(xs)
-    span = (x1 - x0) or 1.0
     tops = [sum(max(s.values[i], 0.0) for s in series) for i in range(len(xs))]
-    y_max = max(tops) or 1.0
-
-    def px(i: int) -> float:
-        return left + (xs[i] - x0) / span * plot_w
-
-    def py(v: float) -> float:
-        return top + plot_h - v / y_max * plot_h
-
+    p = _plot(xs, width, height, max(tops))
     base = [0.0] * len(xs)
     for s in series:
         upper = [base[i] + max(s.values[i], 0.0) for i in range(len(xs))]
-        points = [f"{px(i):.1f},{py(upper[i]):.1f}" for i in range(len(xs))]
-        points += [f"{px(i):.1f},{py(base[i]):.1f}" for i in reversed(range(len(xs)))]
+        points = [f"{p.px(xs[i]):.1f},{p.py(upper[i]):.1f}" for i in range(len(xs))]
+        points += [f"{p.px(xs[i]):.1f},{p.py(base[i]):.1f}" for i in reversed(range(len(xs)))]
         body.append(
             f'<polygon class="area" points="{" ".join(points)}" fill="{s.color}" fill-opacity="0.85">'
             f"<title>{html.escape(s.name)}</title></polygon>"
         )
         base = upper
-    body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
-    body.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#444"/>')
-    for frac in (0.0, 0.5, 1.0):
-        body.append(_text(left - 4, py(y_max * frac) + 4, f"{format_number(y_max * frac)}", anchor="end"))
-    if unit:
-        body.append(_text(4, top - 8, unit))
-    if x_labels:
-        if len(x_labels) != len(xs):
-            raise ValueError("x_labels must match xs")
-        ticks = sorted({0, len(xs) // 2, len(xs) - 1})
-        for i in ticks:
-            anchor = "start" if i == 0 else ("end" if i == len(xs) - 1 else "middle")
-            body.append(_text(px(i), top + plot_h + 18, x_labels[i], anchor=anchor))
-    return _svg(width, height, title, body)
+    return _svg(width, height, title, body + _axes(p, xs, x_labels, unit))
 
 
 def line_chart(
     title: str, xs: Sequence[float], series: Sequence[Series], *, x_labels: Sequence[str] = (), unit: str = "",
     width: int = 820, height: int = 220, y_max: float | None = None,
 ) -> str:
-    """Unstacked lines over an x axis (evidence such as activity or memory over time)."""
-    for s in series:
-        if len(s.values) != len(xs):
-            raise ValueError(f"series {s.name!r} has {len(s.values)} values for {len(xs)} x positions")
-    left, right, top, bottom = 60, 20, 46, 30
-    plot_w, plot_h = width - left - right, height - top - bottom
-    body = _legend(series, left, 18)
+    """Unstacked lines over an x axis (evidence such as activity or memory over time); NaN = no point."""
+    _check_lengths(xs, series, x_labels)
+    body = _legend(series, _X_MARGINS[0], 18)
     finite = [v for s in series for v in s.values if not math.isnan(v)]
     if len(xs) < 2 or not finite:
-        body.append(_text(left, top + 20, "not enough data"))
+        body.append(_text(_X_MARGINS[0], _X_MARGINS[2] + 20, "not enough data"))
         return _svg(width, height, title, body)
-    x0, x1 = min(xs), max(xs)
-    span = (x1 - x0) or 1.0
-    top_value = y_max if y_max is not None else (max(finite) * 1.1 or 1.0)
+    p = _plot(xs, width, height, y_max if y_max is not None else max(finite) * 1.1)
     for s in series:
-        points = [
-            f"{left + (x - x0) / span * plot_w:.1f},{top + plot_h - min(v, top_value) / top_value * plot_h:.1f}"
-            for x, v in zip(xs, s.values, strict=True)
-            if not math.isnan(v)
-        ]
+        points = [f"{p.px(x):.1f},{p.py(v):.1f}" for x, v in zip(xs, s.values, strict=True) if not math.isnan(v)]
         body.append(
             f'<polyline class="line" points="{" ".join(points)}" fill="none" stroke="{s.color}" '
             f'stroke-width="2"><title>{html.escape(s.name)}</title></polyline>'
         )
-    body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
-    body.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#444"/>')
-    for frac in (0.0, 0.5, 1.0):
-        body.append(_text(left - 4, top + plot_h - frac * plot_h + 4, format_number(top_value * frac), anchor="end"))
-    if unit:
-        body.append(_text(4, top - 8, unit))
-    if x_labels:
-        if len(x_labels) != len(xs):
-            raise ValueError("x_labels must match xs")
-        body.append(_text(left, top + plot_h + 18, x_labels[0]))
-        body.append(_text(left + plot_w, top + plot_h + 18, x_labels[-1], anchor="end"))
-    return _svg(width, height, title, body)
+    return _svg(width, height, title, body + _axes(p, xs, x_labels, unit))
