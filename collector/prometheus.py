@@ -71,6 +71,8 @@ class HttpSettings:
     timeout: float = 30.0
     retries: int = 4
     backoff: float = 0.5
+    headers: tuple[tuple[str, str], ...] = ()
+    """Extra request headers, e.g. ``X-Scope-OrgID`` for a Mimir / Cortex tenant."""
 
 
 class PrometheusClient:
@@ -86,7 +88,7 @@ class PrometheusClient:
         self.settings = settings
         self.base = settings.url.rstrip("/")
         self._sleep = sleep
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **dict(settings.headers)}
         if settings.bearer_token_file is not None:
             try:
                 token = settings.bearer_token_file.read_text(encoding="utf-8").strip()

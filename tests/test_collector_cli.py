@@ -71,6 +71,8 @@ def test_collect_simulate_then_export_parquet(tmp_path: Path) -> None:
         (["collect", "--prometheus", "http://127.0.0.1:9", "--step", "60s"],
          "--start is required on the first collection"),
         (["export-parquet", "--db", "/nonexistent/x.duckdb"], "store /nonexistent/x.duckdb does not exist"),
+        (["collect", "--prometheus", "http://127.0.0.1:9", "--start", "now-5m", "--header", "X-Scope-OrgID"],
+         "invalid --header 'X-Scope-OrgID': use NAME=VALUE"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:

@@ -185,7 +185,7 @@ def test_missing_samples_become_gaps_not_values(tmp_path: Path) -> None:
             "?, ?", f"{T0 + 240}, {T0 + 300}")) == [(0,)]
 
 
-def test_label_values_are_escaped_in_promql_and_a_bearer_token_is_sent(tmp_path: Path) -> None:
+def test_label_values_are_escaped_in_promql_and_token_and_headers_are_sent(tmp_path: Path) -> None:
     assert escape_promql_string('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     selector = series_selector("gpulens_allocation_gpu_equivalents", {"tenant": HOSTILE, "node": "n1"})
     assert selector == (
@@ -196,12 +196,13 @@ def test_label_values_are_escaped_in_promql_and_a_bearer_token_is_sent(tmp_path:
     token.write_text("s3cret\n")
     fake = FakePrometheus(_truth(2))
     with fake_prometheus(fake) as url, Store(str(tmp_path / "s.duckdb")) as store, \
-            _client(url, bearer_token_file=token) as client:
+            _client(url, bearer_token_file=token, headers=(("X-Scope-OrgID", "tenant-1"),)) as client:
         collect_range(store, client, start=T0, end=T0 + 120, step=STEP, schema="gpulens",
                       labels={"tenant": HOSTILE}, metrics=["gpulens_allocation_gpu_equivalents"])
     assert fake.requests[0]["query"].endswith(
         'tenant="team \\"q\\" \\\\ back\'; DROP TABLE device_samples; --\\nnext a=b,{c}\\",x=\\""}')
     assert fake.headers[0]["Authorization"] == "Bearer s3cret"
+    assert fake.headers[0]["X-Scope-OrgID"] == "tenant-1"  # Mimir / Cortex tenant
 
 
 def test_kueue_quotas_usage_and_pending_come_from_kueue_metrics(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ COLLECT_HELP = (
     "--duration (or --once). A failing or malformed target is reported (URL and line) and recorded as a "
     "gap; the others are still ingested.\n\n"
     "--prometheus URL --start T --end T --step S: pull from a Prometheus-compatible query API "
-    "(Prometheus, Thanos, Mimir) with query_range in chunks, retrying 5xx and timeouts with backoff. "
+    "(Prometheus, Thanos, Mimir: give its Prometheus API base, e.g. http://mimir/prometheus, and "
+    "--header X-Scope-OrgID=TENANT) with query_range in chunks, retrying 5xx and timeouts with backoff. "
     "--start defaults to the source's watermark; --end stops at least a minute before now (a written "
     "window is final). --schema picks gpulens's metric names, dcgm-exporter's "
     "(DCGM_FI_*) or both (auto).\n\n"
@@ -44,13 +45,13 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _labels(pairs: list[str]) -> dict[str, str]:
+def _pairs(pairs: list[str], option: str) -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"invalid --label {pair!r}: use NAME=VALUE")
-        out[key] = value
+        if not sep or not key.strip():
+            raise UserError(f"invalid {option} {pair!r}: use NAME=VALUE")
+        out[key.strip()] = value
     return out
 
 
@@ -82,7 +83,7 @@ def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, 
 
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
                     token: Path | None, ca: Path | None, insecure: bool, labels: list[str], timeout: str,
-                    retries: int) -> None:
+                    retries: int, headers: list[str]) -> None:
     from collector.prometheus import HttpSettings, PrometheusClient, collect_range
     from collector.store import Store, WindowResult
     from collector.timeparse import parse_duration, parse_time
@@ -90,7 +91,8 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
     step_s = parse_duration(step, what="--step")
     # A window is final once written: stop a minute short of now, so Prometheus has ingested it.
     end_s = min(parse_time(end, what="--end"), time.time() - SETTLE_SECONDS)
-    settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries)
+    settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries,
+                            headers=tuple(_pairs(headers, "--header").items()))
 
     def progress(w: WindowResult) -> None:
         _say(f"window {_iso(w.start)} .. {_iso(w.end)}: {w.total_rows} new rows, {w.gaps} gaps")
@@ -105,7 +107,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
             start_s = parse_time(start, what="--start")
         start_s = (start_s // step_s) * step_s
         summary = collect_range(store, client, start=start_s, end=end_s, step=step_s,
-                                schema=schema, labels=_labels(labels),  # type: ignore[arg-type]
+                                schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
                                 progress=progress)
     _say(f"prometheus: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
@@ -170,6 +172,8 @@ def register(app: typer.Typer) -> None:
         label: Annotated[list[str] | None, typer.Option(
             help="--prometheus: only series with NAME=VALUE (repeatable; values are escaped).")] = None,
         retries: Annotated[int, typer.Option(help="--prometheus: retries of a failed request.")] = 4,
+        header: Annotated[list[str] | None, typer.Option(
+            help="--prometheus: extra HTTP header NAME=VALUE (repeatable), e.g. X-Scope-OrgID=team for Mimir.")] = None,
         kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Snapshot the cluster inventory.")] = False,
         kubeconfig: Annotated[Path | None, typer.Option(help="--kubernetes: kubeconfig file.")] = None,
         simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
@@ -189,7 +193,7 @@ def register(app: typer.Typer) -> None:
             _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema)
         elif prometheus is not None:
             _run_prometheus(prometheus, db, start, end or "now", step, schema, bearer_token_file, ca_file,
-                            insecure_skip_verify, list(label or []), timeout, retries)
+                            insecure_skip_verify, list(label or []), timeout, retries, list(header or []))
         elif kubernetes:
             _run_kubernetes(db, kubeconfig)
         else:
