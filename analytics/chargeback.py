@@ -18,10 +18,9 @@ from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from analytics.facts import Window
-from analytics.result_tables import column_names
+from analytics.result_tables import append_columns, column_names
 
 UNALLOCATED = "__unallocated__"
 UNKNOWN = "__unknown__"
@@ -178,10 +177,7 @@ def insert_chargeback(
         end = min(datetime.combine(day, datetime.min.time()) + timedelta(days=1), window.end)
         for ln, lc, cc, raw in zip(day_lines, list_cents, contracted_cents, contracted_raw, strict=True):
             _append(cols, run_id, window, ln, start, end, lc, cc, raw, prices, mig_proration, policy)
-    table = pa.table(cols)
-    con.register("an_chargeback_arrow", table)
-    con.execute("INSERT INTO chargeback SELECT * FROM an_chargeback_arrow")
-    con.unregister("an_chargeback_arrow")
+    append_columns(con, "chargeback", cols)
     return fleet
 
 

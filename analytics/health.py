@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
-import pyarrow as pa
 
 from analytics.facts import Window
-from analytics.result_tables import column_names
+from analytics.result_tables import append_columns, column_names
 from analytics.settings import HealthRules
 
 _RANK = {"ok": 0, "warn": 1, "drain": 2}
@@ -188,7 +187,4 @@ def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, g
             strict=True,
         ):
             cols[name].append(value)
-    if rows:
-        con.register("an_health_arrow", pa.table(cols))
-        con.execute("INSERT INTO health SELECT * FROM an_health_arrow")
-        con.unregister("an_health_arrow")
+    append_columns(con, "health", cols)

@@ -37,21 +37,18 @@ def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:
         for m in MODELS.values()
         for p in m.mig_profiles
     ]
-    con.register(
-        "an_profiles_arrow",
-        pa.table(
-            list(zip(*rows, strict=True)),
-            names=["gpu_model", "profile", "compute_slices", "memory_slices", "ge"],
-        ),
+    _temp_table(
+        con,
+        "an_profiles",
+        pa.table(list(zip(*rows, strict=True)), names=["gpu_model", "profile", "compute_slices", "memory_slices", "ge"]),
     )
-    con.execute("CREATE OR REPLACE TEMP TABLE an_profiles AS SELECT * FROM an_profiles_arrow")
-    con.unregister("an_profiles_arrow")
     names = {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM devices").fetchall()}
     names |= {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM gpus").fetchall()}
     aliases = sorted({str(n) for n in names if n is not None} | set(MODELS) | {m.name for m in MODELS.values()})
     shorts = [short_model(a) for a in aliases]
-    con.register(
-        "an_models_arrow",
+    _temp_table(
+        con,
+        "an_models",
         pa.table(
             {
                 "alias": aliases,
@@ -61,8 +58,15 @@ def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:
             }
         ),
     )
-    con.execute("CREATE OR REPLACE TEMP TABLE an_models AS SELECT * FROM an_models_arrow")
-    con.unregister("an_models_arrow")
+
+
+def _temp_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """(Re)create temp table ``name`` holding ``table``'s rows (``name`` is one of our constants)."""
+    con.register(f"{name}_arrow", table)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name}_arrow")  # noqa: S608
+    finally:
+        con.unregister(f"{name}_arrow")
 
 
 def build_inventory(
@@ -134,9 +138,7 @@ def _build_addable(con: duckdb.DuckDBPyConnection) -> None:
         {"gpu_uuid": pa.array(out["gpu_uuid"], pa.string()), "profile": pa.array(out["profile"], pa.string()),
          "ge": pa.array(out["ge"], pa.float64())}
     )
-    con.register("an_addable_arrow", table)
-    con.execute("CREATE OR REPLACE TEMP TABLE an_addable AS SELECT * FROM an_addable_arrow")
-    con.unregister("an_addable_arrow")
+    _temp_table(con, "an_addable", table)
 
 
 def _addable_profiles(model_name: str, layout: tuple[str, ...]) -> list[tuple[str, float]]:

@@ -15,10 +15,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import duckdb
-import pyarrow as pa
 
 from analytics.facts import Window
-from analytics.result_tables import column_names
+from analytics.result_tables import append_columns, column_names
 from analytics.settings import HealthRules, RiskWeights
 
 
@@ -230,6 +229,4 @@ def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, ris
                   r.score, terms)
         for name, value in zip(cols, values, strict=True):
             cols[name].append(value)
-    con.register("an_risk_arrow", pa.table(cols))
-    con.execute("INSERT INTO isolation_risk SELECT * FROM an_risk_arrow")
-    con.unregister("an_risk_arrow")
+    append_columns(con, "isolation_risk", cols)

@@ -170,6 +170,22 @@ def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(ddl(table))
 
 
+def append_columns(con: duckdb.DuckDBPyConnection, table: str, cols: dict[str, list[object]]) -> None:
+    """Append rows given column-wise (names as in ``TABLES[table]``, in order) to a result table."""
+    import pyarrow as pa
+
+    if not cols or not next(iter(cols.values())):
+        return
+    if list(cols) != column_names(table):
+        raise ValueError(f"columns of {table} must be {column_names(table)}")
+    view = f"an_append_{table}"
+    con.register(view, pa.table(cols))
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM {view}")  # noqa: S608 - constant names
+    finally:
+        con.unregister(view)
+
+
 def column_names(table: str) -> list[str]:
     """Column names of a result table, in order."""
     return [c.name for c in TABLES[table]]
