@@ -63,5 +63,6 @@ def test_every_app_page_renders_the_simulated_fleet_without_notices(
         assert [t.value for t in at.title][0].startswith(title.split()[0]), path
         assert not at.info and not at.error, (path, [i.value for i in at.info], [e.value for e in at.error])
         assert at.get("vega_lite_chart") or at.dataframe, path
+        assert not at.markdown, (path, "stray text: Streamlit magic printed a bare string literal")
     st.cache_data.clear()
     st.cache_resource.clear()

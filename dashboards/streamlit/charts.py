@@ -62,7 +62,8 @@ def risk_heat_map(terms: pl.DataFrame) -> alt.LayerChart:
 
 def evidence_lines(frame: pl.DataFrame) -> alt.Chart:
     """Held vs used GPU-equivalents over time for one workload (``workload_series`` frame)."""
-    long = frame.unpivot(index="bucket", on=["held_ge", "compute_ge"], variable_name="series", value_name="ge")
+    named = frame.rename({"held_ge": "held", "compute_ge": "used (activity x GE)"})
+    long = named.unpivot(index="bucket", on=["held", "used (activity x GE)"], variable_name="series", value_name="ge")
     return (
         alt.Chart(long)
         .mark_line()

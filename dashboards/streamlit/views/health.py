@@ -22,12 +22,17 @@ cols[0].metric("GPUs to drain", gpus.filter(pl.col("drain_candidate")).height)
 cols[1].metric("GPUs warned", gpus.filter(pl.col("state") == "warn").height)
 cols[2].metric("GPUs ok", gpus.filter(pl.col("state") == "ok").height)
 
+COLUMNS = ["scope", "node", "gpu_uuid", "state", "evidence", "first_evidence_ts", "last_evidence_ts"]
+CONFIG = {"evidence": st.column_config.TextColumn("evidence", width="large")}
+
 st.subheader("Drain list")
 if drain.height:
-    st.dataframe(drain, hide_index=True, width="stretch")
+    st.dataframe(drain.select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG)
 else:
     st.success("No GPU needs draining.")
 st.subheader("Warnings")
-st.dataframe(health.filter(pl.col("state") == "warn"), hide_index=True, width="stretch")
+st.dataframe(
+    health.filter(pl.col("state") == "warn").select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG
+)
 st.subheader("Latest XID events")
 st.dataframe(xids, hide_index=True, width="stretch")

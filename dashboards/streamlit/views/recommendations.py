@@ -10,6 +10,18 @@ import streamlit as st
 from dashboards.streamlit import charts
 from dashboards.streamlit.support import load
 
+
+def _readable(key: str, value: object) -> str:
+    """Evidence figures in their units: bytes as GiB, GPU-equivalents with three decimals."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key.endswith("_bytes"):
+            return f"{value / 2**30:,.2f} GiB"
+        if key.endswith("_ge"):
+            return f"{value:.3f} GE"
+        return f"{value:g}"
+    return str(value)
+
+
 st.title("Recommendations")
 recs = load("recommendations")
 scope = st.radio("Kind", ["workload", "quota", "mig_conversion"], horizontal=True, key="kind")
@@ -31,8 +43,10 @@ if scope == "workload" and workloads.height:
         st.text(row["reasons"] or "")
         figures = json.loads(row["evidence"] or "{}")
         if figures:
-            st.dataframe(pl.DataFrame({"figure": list(figures), "value": [str(v) for v in figures.values()]}),
-                         hide_index=True)
+            st.dataframe(
+                pl.DataFrame({"figure": list(figures), "value": [_readable(k, v) for k, v in figures.items()]}),
+                hide_index=True,
+            )
         series = load("workload_series", namespace=row["target_namespace"], kind=row["target_kind"],
                       name=row["target_name"])
         left, right = st.columns(2)
