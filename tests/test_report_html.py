@@ -139,3 +139,14 @@ def test_the_report_command_on_a_missing_store_prints_one_line_and_exits_2(tmp_p
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"gpulens: error: no store at {tmp_path / 'nope.duckdb'}: "
                                                 f"run `gpulens demo` or `gpulens collect --db {tmp_path / 'nope.duckdb'}` first"]
+
+
+def test_a_store_analysed_but_without_recommendations_keeps_every_other_section(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "no-recs.duckdb")
+    with duckdb.connect(str(store)) as con:
+        con.execute("DROP TABLE recommendations")
+    page = write_report(store, tmp_path / "out").read_text(encoding="utf-8")
+    assert page.count('class="notice"') == 1
+    assert "run `gpulens recommend --db" in page
+    assert page.count("<svg") >= 5
+    assert (tmp_path / "out" / "chargeback_focus.csv").is_file()
