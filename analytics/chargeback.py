@@ -50,7 +50,7 @@ class Line:
 
 @dataclass(frozen=True)
 class FleetCost:
-    """The fleet's cost in the window, from capacity x price alone (exact decimals)."""
+    """The fleet's cost in the window from capacity x price alone: per day exact, rounded to the cent."""
 
     list_usd: Decimal
     contracted_usd: Decimal
@@ -61,7 +61,7 @@ def apportion(amounts: list[float], total: Decimal) -> list[Decimal]:
     """Round ``amounts`` to cents so that they sum exactly to ``total`` (largest remainder)."""
     if not amounts:
         return []
-    target_cents = int((total / CENT).to_integral_value(ROUND_HALF_EVEN))
+    target_cents = int(_cents(total) / CENT)
     raw_sum = sum(amounts)
     with localcontext() as ctx:
         ctx.prec = 40
@@ -75,6 +75,10 @@ def apportion(amounts: list[float], total: Decimal) -> list[Decimal]:
         for i in order[:left]:
             floors[i] += 1
     return [Decimal(c) * CENT for c in floors]
+
+
+def _cents(amount: Decimal) -> Decimal:
+    return amount.quantize(CENT, ROUND_HALF_EVEN)
 
 
 def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCost, dict[date, tuple[Decimal, Decimal]]]:
@@ -99,9 +103,9 @@ def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCos
             lp, cp = per_day[day]
             per_day[day] = (lp + hours * Decimal(repr(list_price)), cp + hours * Decimal(repr(contracted_price)))
             hours_total += hours
-    total = FleetCost(
-        list_usd=sum((v[0] for v in per_day.values()), Decimal(0)),
-        contracted_usd=sum((v[1] for v in per_day.values()), Decimal(0)),
+    total = FleetCost(  # what the lines reconcile with: each day's cost rounded to the cent, summed
+        list_usd=sum((_cents(v[0]) for v in per_day.values()), Decimal(0)),
+        contracted_usd=sum((_cents(v[1]) for v in per_day.values()), Decimal(0)),
         gpu_hours=hours_total,
     )
     return total, dict(per_day)
