@@ -13,6 +13,8 @@ from collector.prometheus import HttpSettings, PrometheusClient, collect_range
 from collector.render import render_openmetrics, series_for
 from collector.store import Store
 from collector.synthetic import HOSTILE, synthetic_frames
+from exporter.sim.fleet import SimulatedFleet
+from exporter.sim.scenario import load_scenario
 from tests.support.prometheus import promtool, running_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
@@ -25,8 +27,17 @@ END = START + MINUTES * 60
 
 
 @pytest.fixture(scope="module")
-def truth() -> dict[str, pl.DataFrame]:
+def synthetic() -> dict[str, pl.DataFrame]:
+    """A small fleet whose every tenant string is hostile (quotes, backslash, newline, SQL, separators)."""
     return synthetic_frames(START, END, STEP, nodes=2, whole_gpus=1, hostile_tenant=True)
+
+
+@pytest.fixture(scope="module", params=["synthetic", "simulated"])
+def truth(request: pytest.FixtureRequest, synthetic: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Known history: the synthetic fleet or the simulator's default fleet (all sharing modes, faults)."""
+    if request.param == "synthetic":
+        return synthetic
+    return SimulatedFleet(load_scenario(None)).history(START, END, STEP).frames()
 
 
 def _blocks(tmp: Path, truth: dict[str, pl.DataFrame], naming: str) -> Path:
@@ -66,19 +77,35 @@ def test_gpulens_history_through_prometheus_equals_the_truth(
         want = truth["device_samples"].drop("source").sort("device_id", "ts")
         got = _select(store, "device_samples", want.columns, "device_id")
         assert got.equals(want)
-        gcols = ["ts", "node", "gpu_uuid", "up", "power_watts", "energy_joules", "temperature_celsius",
-                 "sm_clock_hz", "memory_clock_hz", "pcie_replay_total", "remapped_rows_failure"]
-        want_g = truth["gpu_samples"].select(gcols).sort("gpu_uuid", "ts")
-        got_g = _select(store, "gpu_samples", gcols, "gpu_uuid")
+        want_g = truth["gpu_samples"].drop("source").sort("gpu_uuid", "ts")
+        got_g = _select(store, "gpu_samples", want_g.columns, "gpu_uuid")
         assert got_g.equals(want_g)
         acols = [c for c in truth["allocations"].columns if c != "source"]
-        want_a = truth["allocations"].select(acols).sort("device_id", "ts")
-        got_a = _select(store, "allocations", acols, "device_id")
+        keys = ["device_id", "ts", "namespace", "pod", "container"]
+        want_a = truth["allocations"].select(acols).sort(keys)
+        got_a = store.frame(f"SELECT {', '.join(acols)} FROM allocations").sort(keys)  # noqa: S608 - test columns
         assert got_a.equals(want_a)
-        assert set(got_a["tenant"]) == {HOSTILE}, "quotes, backslash, newline and SQL survive end to end"
+        if HOSTILE in set(want_a["tenant"]):
+            assert set(got_a["tenant"]) == {HOSTILE}, "quotes, backslash, newline and SQL survive end to end"
         assert store.count("gaps") == 0
         devices = store.frame("SELECT device_id, profile, gpu_equivalents FROM devices ORDER BY device_id")
         assert devices.equals(truth["devices"].select(devices.columns).sort("device_id"))
+
+
+def _as_dcgm_sees_it(truth: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The truth's device rows as dcgm-exporter would report them: one entity per whole GPU or MIG GPU
+    instance (its first compute instance), MIG devices named ``<GPU>/gi<id>``, rows with no reading gone."""
+    devices = truth["devices"]
+    first_ci = devices.sort("compute_instance_id", nulls_last=False).unique(
+        ["gpu_uuid", "gpu_instance_id"], keep="first")
+    dcgm_id = pl.when(pl.col("profile") != "gpu").then(
+        pl.format("{}/gi{}", pl.col("gpu_uuid"), pl.col("gpu_instance_id"))).otherwise(pl.col("device_id"))
+    id_map = first_ci.select("device_id", dcgm_id.alias("dcgm_id"))
+    measured = pl.any_horizontal(pl.col(c).is_not_null() for c in
+                                 ("activity_ratio", "memory_used_bytes", "memory_total_bytes"))
+    samples = (truth["device_samples"].join(id_map, on="device_id").filter(measured)
+               .with_columns(device_id=pl.col("dcgm_id")).drop("dcgm_id", "source").sort("device_id", "ts"))
+    return samples, id_map
 
 
 def test_dcgm_history_through_prometheus_lands_in_the_same_tables(
@@ -86,31 +113,31 @@ def test_dcgm_history_through_prometheus_lands_in_the_same_tables(
 ) -> None:
     tsdb = _blocks(tmp_path, truth, "dcgm")
     with _collect(tmp_path, tsdb, "dcgm") as store:
-        mig_id = pl.when(pl.col("profile") != "gpu").then(
-            pl.format("{}/gi{}", pl.col("gpu_uuid"), pl.col("gpu_instance_id"))).otherwise(pl.col("device_id"))
-        id_map = truth["devices"].select("device_id", mig_id.alias("dcgm_id"))
-        want = (truth["device_samples"].join(id_map, on="device_id")
-                .with_columns(device_id=pl.col("dcgm_id")).drop("dcgm_id", "source").sort("device_id", "ts"))
+        want, id_map = _as_dcgm_sees_it(truth)
         got = _select(store, "device_samples", want.columns, "device_id")
         assert got.equals(want)
-        want_g = truth["gpu_samples"].sort("gpu_uuid", "ts")
+        up = truth["gpu_samples"].filter(pl.col("up") & pl.col("power_watts").is_not_null())
+        want_g = up.join(want.select("gpu_uuid", "ts").unique(), on=["gpu_uuid", "ts"]).sort("gpu_uuid", "ts")
         got_g = store.frame("SELECT * FROM gpu_samples ORDER BY gpu_uuid, ts")
         assert got_g["ts"].equals(want_g["ts"]) and got_g["gpu_uuid"].equals(want_g["gpu_uuid"])
         assert got_g["power_watts"].equals(want_g["power_watts"])
         assert got_g["temperature_celsius"].equals(want_g["temperature_celsius"])
         for col in ("energy_joules", "sm_clock_hz", "memory_clock_hz"):  # mJ and MHz back to J and Hz
             assert got_g[col].to_list() == pytest.approx(want_g[col].to_list(), rel=1e-12), col
-        acols = ["ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container", "tenant",
-                 "gpu_equivalents"]
-        want_a = (truth["allocations"].join(id_map, on="device_id")
-                  .with_columns(device_id=pl.col("dcgm_id")).select(acols).sort("device_id", "ts"))
+        # One holder per entity (dcgm-exporter labels each series with one pod), tenant = namespace.
+        holders = (truth["allocations"].join(id_map, on="device_id").sort("pod")
+                   .unique(["dcgm_id", "ts"], keep="first").with_columns(device_id=pl.col("dcgm_id")))
+        acols = ["ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container"]
+        want_a = holders.select(acols).sort("device_id", "ts")
         got_a = _select(store, "allocations", acols, "device_id")
         assert got_a.equals(want_a)
+        assert store.query("SELECT count(*) FROM allocations WHERE tenant <> namespace") == [(0,)]
 
 
 def test_a_hostile_label_filter_selects_exactly_its_series(
-    tmp_path: Path, truth: dict[str, pl.DataFrame], promtool_binary: str, prometheus_binary: str
+    tmp_path: Path, synthetic: dict[str, pl.DataFrame], promtool_binary: str, prometheus_binary: str
 ) -> None:
+    truth = synthetic
     tsdb = _blocks(tmp_path, truth, "gpulens")
     with _collect(tmp_path, tsdb, "gpulens", labels={"tenant": HOSTILE},
                   metrics=["gpulens_allocation_gpu_equivalents"]) as store:
