@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from collector.render import render_text, series_for
-from collector.scrape import scrape_once
+from collector.scrape import scrape_loop, scrape_once
 from collector.synthetic import synthetic_frames
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
@@ -123,3 +123,21 @@ def test_scraping_twice_at_the_same_instant_adds_nothing(tmp_path: Path) -> None
         first = scrape_once(str(db), [f"{good}/metrics"], clock=lambda: T0)
         second = scrape_once(str(db), [f"{good}/metrics"], clock=lambda: T0)
     assert first.rows > 0 and second.rows == 0
+
+
+def test_a_scrape_loop_runs_every_interval_for_its_duration(tmp_path: Path) -> None:
+    now = [T0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    db = tmp_path / "s.duckdb"
+    with http_stand_in(_static(_gpulens_text())) as good:
+        summaries = scrape_loop(str(db), [f"{good}/metrics"], interval=15.0, duration=60.0,
+                                clock=lambda: now[0], sleep=sleep)
+    assert [s.timestamp for s in summaries] == [T0, T0 + 15, T0 + 30, T0 + 45]
+    assert slept == [15.0, 15.0, 15.0]
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(DISTINCT ts) FROM device_samples").fetchall() == [(4,)]
