@@ -2,8 +2,10 @@
 
 Every sample line becomes one row: ``line`` (1-based line number), ``metric``, ``value`` (float),
 ``ts_ms`` (the sample's own timestamp in milliseconds, or null) and one string column per label name.
-The work is done by polars' regex kernels over all lines at once, not by a Python loop per sample;
-only label values that contain escapes (``\\\\``, ``\\"``, ``\\n``) are unescaped in Python.
+All lines are handled at once by polars (no Python loop per sample): one capture-free regex pass
+validates every line, literal splits cut out name, value and timestamp and the label pairs of plain
+blocks (``{a="x",b="y"}``), one regex pass finds the pairs of other blocks (blanks, escapes), and a pivot
+makes the label columns. Only label values that contain escapes are unescaped in Python.
 A malformed line raises :class:`ExpositionError` naming the target and the line.
 """
 
