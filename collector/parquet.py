@@ -63,12 +63,17 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
 
 
 def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]:
-    """Create views named like the store's tables over an exported directory; returns their names."""
+    """Create views named like the store's tables over an exported directory; returns their names.
+
+    Fact tables that were empty (no Parquet file) become empty temporary tables with the same columns.
+    """
     made = []
-    for table in ALL_TABLES:
+    for table, columns in ALL_TABLES.items():
         if table in FACTS:
             part = directory / table
-            if not part.is_dir():
+            if not part.is_dir():  # an empty fact table was exported as no file: an empty table, same columns
+                con.execute(f"CREATE OR REPLACE TEMP TABLE {table} ({columns})")
+                made.append(table)
                 continue
             src = f"read_parquet('{_sql_path(part)}/**/*.parquet', hive_partitioning = true)"
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (date) FROM {src}")  # noqa: S608

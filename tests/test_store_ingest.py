@@ -93,6 +93,7 @@ def test_export_parquet_is_partitioned_by_date_and_reads_back(tmp_path: Path) ->
     assert con.execute(sql).fetchall() == original.execute(sql).fetchall()
     sql = "SELECT * FROM devices ORDER BY device_id"
     assert con.execute(sql).fetchall() == original.execute(sql).fetchall()
+    assert con.execute("SELECT count(*) FROM events").fetchall() == [(0,)]  # empty, but there to query
 
 
 def test_export_parquet_of_a_missing_store_is_a_clear_error(tmp_path: Path) -> None:
