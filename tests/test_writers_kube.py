@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -22,6 +23,9 @@ from tests.support.recommend_cluster import (
 )
 
 NOW = datetime(2026, 11, 9, 12, 0)
+KUEUE_GROUPS = json.loads(
+    (Path(__file__).parent / "fixtures/kueue_clusterqueue_resourcegroups.schema.json").read_text()
+)
 CR_PREFIX = "/apis/gpulens.io/v1alpha1/namespaces/gpulens/gpuquotarecommendations"
 
 
@@ -65,6 +69,7 @@ def test_apply_is_a_server_side_apply_of_only_the_fields_gpulens_owns(
     assert set(body) == {"apiVersion", "kind", "metadata", "spec"}
     assert (body["apiVersion"], body["kind"]) == ("kueue.x-k8s.io/v1beta2", "ClusterQueue")
     assert set(body["spec"]) == {"resourceGroups"}  # cohortName, namespaceSelector: not ours
+    jsonschema.validate(body["spec"]["resourceGroups"], KUEUE_GROUPS)
     assert body["metadata"]["resourceVersion"]  # optimistic concurrency
     gpu, spot = (
         {r["name"]: r for r in f["resources"]} for f in body["spec"]["resourceGroups"][0]["flavors"]
