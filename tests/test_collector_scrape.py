@@ -15,7 +15,7 @@ import duckdb
 
 from collector.render import render_text, series_for
 from collector.scrape import scrape_loop, scrape_once
-from collector.synthetic import synthetic_frames
+from collector.synthetic import HOSTILE, synthetic_frames
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 T0 = 1_790_000_000.0
@@ -60,8 +60,9 @@ def _static(body: str, status: int = 200) -> Responder:
     return lambda _h: (status, "text/plain; version=0.0.4", body.encode())
 
 
-def _gpulens_text() -> str:
-    return render_text(series_for(synthetic_frames(T0, T0 + 60, 60.0, nodes=1), "gpulens"))
+def _gpulens_text(hostile: bool = False) -> str:
+    frames = synthetic_frames(T0, T0 + 60, 60.0, nodes=1, hostile_tenant=hostile)
+    return render_text(series_for(frames, "gpulens"))
 
 
 def test_every_good_target_is_ingested_when_others_fail(tmp_path: Path) -> None:
@@ -117,12 +118,14 @@ def test_collect_once_cli_reports_the_bad_target_and_line_and_keeps_the_good(tmp
     assert con.execute("SELECT count(*) FROM device_samples").fetchall() == [(4,)]
 
 
-def test_scraping_twice_at_the_same_instant_adds_nothing(tmp_path: Path) -> None:
+def test_scraping_twice_at_the_same_instant_adds_nothing_and_hostile_labels_survive(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
-    with http_stand_in(_static(_gpulens_text())) as good:
+    with http_stand_in(_static(_gpulens_text(hostile=True))) as good:
         first = scrape_once(str(db), [f"{good}/metrics"], clock=lambda: T0)
         second = scrape_once(str(db), [f"{good}/metrics"], clock=lambda: T0)
     assert first.rows > 0 and second.rows == 0
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT DISTINCT tenant, namespace FROM allocations").fetchall() == [(HOSTILE, HOSTILE)]
 
 
 def test_a_scrape_loop_runs_every_interval_for_its_duration(tmp_path: Path) -> None:
