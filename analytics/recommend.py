@@ -256,19 +256,32 @@ def _file_name(plan: ObjectPlan) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", plan.recommendation_name) + ".yaml"
 
 
+DRY_RUN_HEADER = "# written by `gpulens recommend`"
+"""First line of every file ``write_dry_run`` writes; only such files are replaced by the next run."""
+
+
 def write_dry_run(report: RecommendationReport, out_dir: str | Path) -> list[Path]:
-    """Write the apply body of every object with applicable changes, plus the recommendation objects."""
+    """Write the apply body of every object with applicable changes, plus the recommendation objects.
+
+    Files an earlier run wrote there (and only those) are removed first, so the directory holds
+    exactly what this run would apply.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.yaml"):
+        with old.open(encoding="utf-8", errors="replace") as f:
+            if f.readline().startswith(DRY_RUN_HEADER):
+                old.unlink()
+    header = f"{DRY_RUN_HEADER} (run {report.run_id}, {report.generated_at:%Y-%m-%dT%H:%M:%SZ})\n"
     written = []
     for plan in report.plans:
         if plan.applicable and not plan.opted_out:
             path = out / _file_name(plan)
-            path.write_text(dump_yaml(plan.body(report.generated_at)), encoding="utf-8")
+            path.write_text(header + dump_yaml(plan.body(report.generated_at)), encoding="utf-8")
             written.append(path)
     if report.plans:
         path = out / "gpuquotarecommendations.yaml"
-        path.write_text(yaml_documents(report.recommendation_objects()), encoding="utf-8")
+        path.write_text(header + yaml_documents(report.recommendation_objects()), encoding="utf-8")
         written.append(path)
     return written
 

@@ -74,3 +74,14 @@ def test_a_missing_store_is_reported_not_created(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         recommend(tmp_path / "nope.duckdb")
     assert not (tmp_path / "nope.duckdb").exists()
+
+
+def test_a_new_dry_run_replaces_only_the_files_an_earlier_run_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "clusterqueue-gone.yaml").write_text("# written by `gpulens recommend` (run old)\nkind: ClusterQueue\n")
+    (out / "mine.yaml").write_text("kind: ConfigMap\n")
+    report = recommend(serving_fleet(tmp_path / "s.duckdb"), clock=lambda: NOW)
+    names = {p.name for p in write_dry_run(report, out)}
+    assert {p.name for p in out.iterdir()} == names | {"mine.yaml"}
+    assert (out / "clusterqueue-team-a.yaml").read_text().startswith("# written by `gpulens recommend` (run ")
