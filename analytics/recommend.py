@@ -277,7 +277,8 @@ def write_dry_run(report: RecommendationReport, out_dir: str | Path) -> list[Pat
     for plan in report.plans:
         if plan.applicable and not plan.opted_out:
             path = out / _file_name(plan)
-            path.write_text(header + dump_yaml(plan.body(report.generated_at)), encoding="utf-8")
+            body = dump_yaml(plan.body(report.generated_at))
+            path.write_text(header + plan.target.dry_run_note + body, encoding="utf-8")
             written.append(path)
     if report.plans:
         path = out / "gpuquotarecommendations.yaml"

@@ -84,4 +84,6 @@ def test_a_new_dry_run_replaces_only_the_files_an_earlier_run_wrote(tmp_path: Pa
     report = recommend(serving_fleet(tmp_path / "s.duckdb"), clock=lambda: NOW)
     names = {p.name for p in write_dry_run(report, out)}
     assert {p.name for p in out.iterdir()} == names | {"mine.yaml"}
-    assert (out / "clusterqueue-team-a.yaml").read_text().startswith("# written by `gpulens recommend` (run ")
+    text = (out / "clusterqueue-team-a.yaml").read_text()
+    assert text.startswith("# written by `gpulens recommend` (run ")
+    assert "# resourceGroups is an atomic list" in text

@@ -37,6 +37,8 @@ class QuotaTarget(ABC):
     name: ClassVar[str]
     object_kind: ClassVar[str]
     rbac: ClassVar[tuple[RbacRule, ...]]
+    dry_run_note: ClassVar[str] = ""
+    """Comment lines for dry-run files of this kind (what to know before applying them by hand)."""
 
     @property
     @abstractmethod

@@ -36,6 +36,11 @@ class ClusterQueueTarget(QuotaTarget):
     name = "kueue"
     object_kind = "ClusterQueue"
     rbac = (RbacRule(KUEUE_GROUP, "clusterqueues", ("get", "list", "patch"), cluster_scoped=True),)
+    dry_run_note = (
+        "# resourceGroups is an atomic list: this body was rebuilt from the store (GPU resources only).\n"
+        "# `gpulens recommend --apply` rebuilds it from the live object; applying this file by hand\n"
+        "# replaces every resource group of the queue.\n"
+    )
 
     def __init__(
         self,
