@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,5 +108,18 @@ def test_apply_without_a_reachable_cluster_is_one_line(store: Path, tmp_path: Pa
 def test_help_explains_the_guard_rails() -> None:
     proc = gpulens("recommend", "--help")
     assert proc.returncode == 0
-    for fragment in ("--apply", "--kubeconfig", "--target", "auto-apply", "server-side apply", "dry run"):
-        assert fragment in proc.stdout.replace("\n", " ") or fragment in proc.stdout
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", proc.stdout).split()).lower()
+    for fragment in ("--apply", "--kubeconfig", "--target", "--no-store", "auto-apply", "server-side apply",
+                     "dry run by default", "low-confidence changes are refused"):
+        assert fragment in text
+
+
+def test_no_store_leaves_the_store_untouched(tmp_path: Path) -> None:
+    import duckdb
+
+    store = build_writer_store(tmp_path / "fresh.duckdb")
+    proc = gpulens("recommend", "--db", str(store), "--no-store", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    with duckdb.connect(str(store), read_only=True) as con:
+        tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    assert "recommendations" not in tables

@@ -64,6 +64,11 @@ def register(app: typer.Typer) -> None:
         namespace: Annotated[
             str, typer.Option("--namespace", help="Namespace of the GPUQuotaRecommendation objects.")
         ] = "gpulens",
+        store: Annotated[
+            bool,
+            typer.Option("--store/--no-store", help="Record the run in the store's recommendations table "
+                         "(--no-store opens the store read-only)."),
+        ] = True,
     ) -> None:
         from pydantic import ValidationError
 
@@ -83,6 +88,7 @@ def register(app: typer.Typer) -> None:
                 borrowing_limit_ratio=borrowing_limit_ratio,
                 lending_limit_ratio=lending_limit_ratio,
                 record_namespace=namespace,
+                store_results=store,
                 rightsizing=MigFitSettings(headroom=headroom / 100, low_confidence_days=min_confidence_days),
                 quota=QuotaSettings(percentile=percentile / 100, headroom=headroom / 100, max_step=max_step / 100,
                                     low_confidence_days=min_confidence_days),
