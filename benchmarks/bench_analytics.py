@@ -167,6 +167,14 @@ def subset(facts: Path, dest: Path, blocks: int) -> None:
             target.hardlink_to(f)
 
 
+def _peak_rss_gib() -> float:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss it is not inherited from the parent across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024**2
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
 def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
     con = duckdb.connect()
     con.execute("SET memory_limit = '4GB'")
@@ -180,23 +188,21 @@ def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
         """,
         {"glob": str(facts / "device_samples" / "**" / "*.parquet")},
     ).fetchone()
-    queue.put({"seconds": time.perf_counter() - t0, "groups": rows[0] if rows else 0,
-               "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2})
+    queue.put({"seconds": time.perf_counter() - t0, "groups": rows[0] if rows else 0, "rss_gib": _peak_rss_gib()})
 
 
-def _analyze(store: Path, facts: Path, days: int, queue) -> None:  # type: ignore[no-untyped-def]
+def _analyze(store: Path, facts: Path, days: int, bucket: int, queue) -> None:  # type: ignore[no-untyped-def]
     from analytics.run import analyze
     from analytics.settings import AnalysisSettings
 
     settings = AnalysisSettings(
-        window_seconds=days * 86400, bucket_seconds=300, end=START + timedelta(days=days), parquet_dir=facts
+        window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=days), parquet_dir=facts
     )
     t0 = time.perf_counter()
     summary = analyze(store, settings)
     queue.put({"seconds": time.perf_counter() - t0, "reconciled": summary.reconciled,
                "capacity_ge_hours": summary.capacity_ge_hours, "drain": len(summary.drain_candidates),
-               "phases": summary.phase_seconds,
-               "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2})
+               "phases": summary.phase_seconds, "rss_gib": _peak_rss_gib()})
 
 
 def _guarded(target, args, queue) -> None:  # type: ignore[no-untyped-def]
@@ -225,6 +231,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fleets", default="200", help="GPU counts, each a multiple of the first (default 200)")
     ap.add_argument("--days", type=int, default=1, help="days of history at 60 s (the fleet-scale run uses 7)")
+    ap.add_argument("--bucket", type=int, default=300, help="analysis bucket in seconds (default 300, as analyze)")
     ap.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one, removed)")
     args = ap.parse_args()
     fleets = [int(x) for x in args.fleets.split(",")]
@@ -233,14 +240,15 @@ def main() -> None:
         ap.error("every fleet size must be a multiple of the first")
     per_gpu = args.days * 86400 // INTERVAL
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-analytics-"))
-    marker, key = root / "facts.key", f"{max(fleets)} GPUs, {args.days} d, block {block}"
+    marker = root / "facts.json"
+    have = json.loads(marker.read_text()) if marker.exists() else {}
     t0 = time.perf_counter()
-    if marker.exists() and marker.read_text() == key:  # --dir kept from an earlier run with the same fleet
-        print(f"reusing the facts in {root}")
+    if have.get("days") == args.days and have.get("block") == block and have.get("gpus", 0) >= max(fleets):
+        print(f"reusing the facts in {root} ({have['gpus']} GPUs generated earlier)")
     else:
         shutil.rmtree(root / "facts", ignore_errors=True)
         make_facts(root / "facts", max(fleets), args.days, block)
-        marker.write_text(key)
+        marker.write_text(json.dumps({"gpus": max(fleets), "days": args.days, "block": block}))
     gen = time.perf_counter() - t0
     print(f"generated {max(fleets)} GPUs x {args.days} d = {max(fleets) * per_gpu:,} device samples "
           f"(+ GPU samples and allocations) in {gen:.1f} s")
@@ -254,7 +262,7 @@ def main() -> None:
         subset(root / "facts", work / "facts", gpus // block)
         make_store(work / "store.duckdb", gpus)
         floor = _in_child(_floor, work / "facts")
-        full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days)
+        full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket)
         row = {"gpus": gpus, "samples": gpus * per_gpu, "floor": floor, "analyze": full,
                "ratio": full["seconds"] / floor["seconds"]}
         results.append(row)
