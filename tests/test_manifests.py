@@ -186,6 +186,7 @@ def test_the_exporter_rbac_is_read_only_and_exactly_what_tenant_resolution_reads
     assert granted == {
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("", "namespaces", "get"), ("", "namespaces", "list"), ("", "namespaces", "watch"),
+        ("apps", "replicasets", "get"), ("batch", "jobs", "get"),
         ("kueue.x-k8s.io", "localqueues", "get"), ("kueue.x-k8s.io", "clusterqueues", "get"),
         ("resource.k8s.io", "resourceslices", "list"),
     }
