@@ -17,7 +17,7 @@ from kubernetes import client
 
 from collector.inventory import KubernetesClusterApi, collect_inventory, parse_quantity
 from collector.store import Store
-from tests.test_collector_scrape import http_stand_in
+from tests.support.http_stub import http_stand_in
 
 NOW = 1_790_000_000.0
 

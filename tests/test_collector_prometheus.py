@@ -27,7 +27,7 @@ from collector.prometheus import (
 from collector.render import render_text, series_for
 from collector.store import Store
 from collector.synthetic import HOSTILE, synthetic_frames
-from tests.test_collector_scrape import http_stand_in
+from tests.support.http_stub import http_stand_in
 
 T0 = 1_790_000_000.0
 STEP = 60.0

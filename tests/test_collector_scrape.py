@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import duckdb
@@ -16,44 +13,10 @@ import duckdb
 from collector.render import render_text, series_for
 from collector.scrape import scrape_loop, scrape_once
 from collector.synthetic import HOSTILE, synthetic_frames
+from tests.support.http_stub import Responder, http_stand_in
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 T0 = 1_790_000_000.0
-
-Responder = Callable[[BaseHTTPRequestHandler], tuple[int, str, bytes]]
-
-
-@contextmanager
-def http_stand_in(respond: Responder) -> Iterator[str]:
-    """A real HTTP server on a free loopback port; ``respond`` gives (status, content type, body)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server naming
-            try:
-                status, ctype, body = respond(self)
-            except (BrokenPipeError, ConnectionResetError):
-                return
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            try:
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence the test log
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _static(body: str, status: int = 200) -> Responder:
