@@ -20,7 +20,7 @@ from exporter.tenancy.resolver import TenantResolver
 from exporter.tenancy.rules import Rule, RuleKind, TenancyConfig, load_tenancy_config
 from gpulens.errors import UserError
 from tests.fakes.kubelet import FakeKubelet, container, pod
-from tests.fakes.kubernetes_api import FakeKubernetesApi
+from tests.fakes.kubernetes_api import ANY, FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, load_capture
 
@@ -109,16 +109,24 @@ def test_lookups_are_cached_and_scoped_to_this_node(api: FakeKubernetesApi) -> N
     r = resolver(api, clock=clock)
     for _ in range(5):
         r.resolve("a", "mine")
-    assert sum("/api/v1/pods" in p for p in api.requests) == 1
-    assert all("fieldSelector=spec.nodeName%3Dgpu-node-1" in p for p in api.requests if "/api/v1/pods" in p)
+    pod_lists = api.requests_to("GET", "/api/v1/pods")
+    assert len(pod_lists) == 1
+    assert all(r.query == {"fieldSelector": "spec.nodeName=gpu-node-1"} for r in pod_lists)
     assert r.resolve("a", "other").uid is None, "pods of other nodes are not listed"
 
 
 def test_an_unreachable_api_server_falls_back_to_the_namespace_and_counts(api: FakeKubernetesApi) -> None:
-    api.fail_with = 500
+    api.fail(ANY, ANY, 500, times=None)
     r = resolver(api)
     assert r.resolve("team-z", "p").tenant == "team-z"
     assert r.take_errors() >= 1
+
+
+def test_a_hanging_api_server_times_out_and_falls_back_to_the_namespace(api: FakeKubernetesApi) -> None:
+    api.add_pod("team-h", "p", NODE, labels={"gpulens.io/tenant": "never-seen"})
+    api.hang(ANY, ANY, seconds=10, times=None)
+    r = TenantResolver(HttpKubernetesApi(api.url, timeout_seconds=0.2), NODE, clock=Clock())
+    assert (r.resolve("team-h", "p").tenant, r.take_errors()) == ("team-h", 2)  # pod list + namespace
 
 
 def test_finished_pods_that_an_old_kubelet_still_lists_hold_no_device(

@@ -1,4 +1,4 @@
-"""`gpulens recommend` as a user runs it: the real CLI in a subprocess, against FakeKubernetesWriteApi."""
+"""`gpulens recommend` as a user runs it: the real CLI in a subprocess, against FakeKubernetesApi."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakes.fake_kube_api import FakeKubernetesWriteApi
+from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.recommend_cluster import (
     CQ_V1BETA2,
     RQ_PATH,
@@ -56,7 +56,7 @@ def test_a_dry_run_explains_prints_a_diff_per_object_and_writes_yaml(store: Path
 
 
 def test_apply_patches_through_the_kubeconfig(store: Path, tmp_path: Path) -> None:
-    with FakeKubernetesWriteApi() as fake:
+    with FakeKubernetesApi() as fake:
         for name in ("team-a", "team-b", "team-c"):
             fake.put(f"{CQ_V1BETA2}/{name}", live_cluster_queue(name))
         fake.put(RQ_PATH, live_resource_quota())
@@ -71,7 +71,7 @@ def test_apply_patches_through_the_kubeconfig(store: Path, tmp_path: Path) -> No
 
 
 def test_a_403_is_one_clear_line_and_exit_2(store: Path, tmp_path: Path) -> None:
-    with FakeKubernetesWriteApi() as fake:
+    with FakeKubernetesApi() as fake:
         fake.put(RQ_PATH, live_resource_quota())
         fake.fail("PATCH", RQ_PATH, 403, 'resourcequotas "gpu-quota" is forbidden: User "bob" cannot patch')
         proc = gpulens("recommend", "--db", str(store), "--target", "resourcequota", "--out", str(tmp_path / "o"),

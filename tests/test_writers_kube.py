@@ -1,4 +1,4 @@
-"""Quota writers against FakeKubernetesWriteApi: server-side apply requests, guard rails, 409, 403, RBAC."""
+"""Quota writers against FakeKubernetesApi: server-side apply requests, guard rails, 409, 403, RBAC."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from analytics.recommend import RecommendationReport, RecommendSettings, apply_recommendations, recommend
 from analytics.writers.kube_api import KubeApi, KubeConnection, connection_from_kubeconfig
-from tests.fakes.fake_kube_api import FakeKubernetesWriteApi, RecordedRequest
+from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.recommend_cluster import (
     CQ_V1BETA2,
     RQ_PATH,
@@ -30,8 +30,8 @@ CR_PREFIX = "/apis/gpulens.io/v1alpha1/namespaces/gpulens/gpuquotarecommendation
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeKubernetesWriteApi]:
-    with FakeKubernetesWriteApi() as api:
+def fake() -> Iterator[FakeKubernetesApi]:
+    with FakeKubernetesApi() as api:
         for name in ("team-a", "team-c"):
             api.put(f"{CQ_V1BETA2}/{name}", live_cluster_queue(name))
         api.put(f"{CQ_V1BETA2}/team-b", live_cluster_queue("team-b", annotations={"gpulens.io/auto-apply": "false"}))
@@ -45,7 +45,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> RecommendationReport:
     return recommend(store, RecommendSettings(), clock=lambda: NOW)
 
 
-def run_apply(report: RecommendationReport, fake: FakeKubernetesWriteApi, record: bool = True) -> RecommendationReport:
+def run_apply(report: RecommendationReport, fake: FakeKubernetesApi, record: bool = True) -> RecommendationReport:
     with KubeApi(KubeConnection(server=fake.url, headers={"Authorization": "Bearer t"})) as api:
         return apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None, record=record)
 
@@ -54,12 +54,12 @@ def outcome(report: RecommendationReport, ref: str) -> str:
     return next(f"{o.status}: {o.message}" for o in report.outcomes if o.ref == ref)
 
 
-def patches(fake: FakeKubernetesWriteApi, path: str) -> list[RecordedRequest]:
+def patches(fake: FakeKubernetesApi, path: str) -> list[RecordedRequest]:
     return [r for r in fake.requests_to("PATCH") if r.path == path]
 
 
 def test_apply_is_a_server_side_apply_of_only_the_fields_gpulens_owns(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     run_apply(report, fake, record=False)
     (req,) = patches(fake, f"{CQ_V1BETA2}/team-a")
@@ -83,7 +83,7 @@ def test_apply_is_a_server_side_apply_of_only_the_fields_gpulens_owns(
     assert stored["metadata"]["annotations"]["owner"] == "platform"
 
 
-def test_applied_objects_carry_audit_annotations(report: RecommendationReport, fake: FakeKubernetesWriteApi) -> None:
+def test_applied_objects_carry_audit_annotations(report: RecommendationReport, fake: FakeKubernetesApi) -> None:
     run_apply(report, fake, record=False)
     notes = patches(fake, f"{CQ_V1BETA2}/team-a")[0].body["metadata"]["annotations"]
     assert json.loads(notes["gpulens.io/applied-from"]) == {"h100/nvidia.com/gpu": 16}
@@ -96,7 +96,7 @@ def test_v1beta1_cluster_queues_are_written_at_their_own_path(tmp_path: Path) ->
     report = recommend(build_writer_store(tmp_path / "s.duckdb"),
                        RecommendSettings(kueue_version="v1beta1", targets=("kueue",)), clock=lambda: NOW)
     path = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues/team-a"
-    with FakeKubernetesWriteApi() as fake:
+    with FakeKubernetesApi() as fake:
         obj = live_cluster_queue("team-a")
         obj["apiVersion"] = "kueue.x-k8s.io/v1beta1"
         fake.put(path, obj)
@@ -107,7 +107,7 @@ def test_v1beta1_cluster_queues_are_written_at_their_own_path(tmp_path: Path) ->
 
 
 def test_a_409_conflict_is_retried_after_reading_the_object_again(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     path = f"{CQ_V1BETA2}/team-a"
     fake.fail("PATCH", path, 409, "Operation cannot be fulfilled: the object has been modified")
@@ -119,7 +119,7 @@ def test_a_409_conflict_is_retried_after_reading_the_object_again(
 
 
 def test_a_403_is_reported_clearly_with_the_rbac_to_grant(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     path = f"{CQ_V1BETA2}/team-a"
     fake.fail("PATCH", path, 403, 'clusterqueues.kueue.x-k8s.io "team-a" is forbidden: User "x" cannot patch')
@@ -131,7 +131,7 @@ def test_a_403_is_reported_clearly_with_the_rbac_to_grant(
 
 
 def test_an_object_annotated_auto_apply_false_is_never_patched(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     done = run_apply(report, fake, record=False)
     assert outcome(done, "ClusterQueue team-b").startswith("skipped: opted out")
@@ -139,7 +139,7 @@ def test_an_object_annotated_auto_apply_false_is_never_patched(
 
 
 def test_low_confidence_changes_are_refused_and_nothing_is_sent(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     plan = next(p for p in report.plans if p.name == "team-c")
     assert plan.changes and not plan.applicable
@@ -150,7 +150,7 @@ def test_low_confidence_changes_are_refused_and_nothing_is_sent(
 
 
 def test_a_value_changed_since_the_evidence_is_not_overwritten(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     fake.put(f"{CQ_V1BETA2}/team-a", live_cluster_queue("team-a", gpus=30))
     done = run_apply(report, fake, record=False)
@@ -159,7 +159,7 @@ def test_a_value_changed_since_the_evidence_is_not_overwritten(
 
 
 def test_resourcequota_apply_writes_only_the_gpu_request_keys(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     done = run_apply(report, fake, record=False)
     assert outcome(done, "ResourceQuota ns-c/gpu-quota") == "applied: nvidia.com/gpu 8 -> 6"
@@ -171,7 +171,7 @@ def test_resourcequota_apply_writes_only_the_gpu_request_keys(
 
 
 def test_recommendation_objects_are_recorded_spec_then_status(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     run_apply(report, fake)
     name = f"{CR_PREFIX}/clusterqueue-team-a"
@@ -204,7 +204,7 @@ def permission(req: RecordedRequest) -> tuple[str, str, str | None]:
 
 
 def test_every_request_is_allowed_by_the_rbac_and_every_write_verb_is_needed(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     existing = set(fake.objects)
     run_apply(report, fake)
@@ -232,7 +232,7 @@ def test_every_request_is_allowed_by_the_rbac_and_every_write_verb_is_needed(
 
 
 def test_a_kubeconfig_token_is_sent_as_a_bearer_header(tmp_path: Path) -> None:
-    with FakeKubernetesWriteApi() as fake:
+    with FakeKubernetesApi() as fake:
         fake.put(RQ_PATH, live_resource_quota())
         with KubeApi(connection_from_kubeconfig(fake.kubeconfig(tmp_path, token="s3cret"))) as api:
             assert api.get(RQ_PATH)["kind"] == "ResourceQuota"
@@ -242,7 +242,7 @@ def test_a_kubeconfig_token_is_sent_as_a_bearer_header(tmp_path: Path) -> None:
 def test_borrowing_and_lending_limits_change_only_when_configured(tmp_path: Path) -> None:
     report = recommend(build_writer_store(tmp_path / "s.duckdb"),
                        RecommendSettings(targets=("kueue",), lending_limit_ratio=0.5), clock=lambda: NOW)
-    with FakeKubernetesWriteApi() as fake:
+    with FakeKubernetesApi() as fake:
         fake.put(f"{CQ_V1BETA2}/team-a", live_cluster_queue("team-a"))
         run_apply(report, fake, record=False)
     (req,) = patches(fake, f"{CQ_V1BETA2}/team-a")
@@ -260,7 +260,7 @@ def test_names_from_the_store_cannot_escape_their_url_path_segment() -> None:
 
 
 def test_a_missing_live_object_is_reported_and_the_others_still_apply(
-    report: RecommendationReport, fake: FakeKubernetesWriteApi
+    report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     del fake.objects[f"{CQ_V1BETA2}/team-a"]
     done = run_apply(report, fake, record=False)
