@@ -13,7 +13,12 @@ import pytest
 import typer.main
 import yaml
 
+from exporter.kubelet.dra import ResourceSliceDirectory
+from exporter.tenancy.kube_api import HttpKubernetesApi
+from exporter.tenancy.resolver import TenantResolver
 from gpulens.cli import app
+from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
+from tests.support.rbac import WRITE_VERBS, granted, permission
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "deploy" / "base"
@@ -24,7 +29,6 @@ CLUSTER_SCOPED = frozenset(
 CUSTOM_KINDS = frozenset({"ServiceMonitor", "PrometheusRule"})
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "CronJob"})
 KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
 
 
 def _load_kustomization(directory: Path) -> list[dict[str, Any]]:
@@ -174,22 +178,35 @@ def test_every_pod_but_the_exporter_runs_as_non_root() -> None:
         assert spec["securityContext"]["runAsUser"] != 0, obj["metadata"]["name"]
 
 
-def test_the_exporter_rbac_is_read_only_and_exactly_what_tenant_resolution_reads() -> None:
+def exporter_api_traffic() -> list[RecordedRequest]:
+    """Every request tenant resolution and DRA resolution make, with each rule and owner kind exercised."""
+    node = "gpu-node-1"
+    with FakeKubernetesApi() as api:
+        api.add_pod("a", "labelled", node, labels={"gpulens.io/tenant": "vision"})
+        api.add_pod("b", "queued", node, labels={"kueue.x-k8s.io/queue-name": "lq"})
+        api.objects["/apis/kueue.x-k8s.io/v1beta1/namespaces/b/localqueues/lq"] = {"spec": {"clusterQueue": "cq"}}
+        api.add_pod("c", "web-7d9-x", node, owner=("ReplicaSet", "web-7d9"))
+        api.add_owner("/apis/apps/v1/namespaces/c/replicasets/web-7d9", ("Deployment", "web"))
+        api.add_pod("c", "train-0", node, owner=("Job", "train-0"))
+        api.add_owner("/apis/batch/v1/namespaces/c/jobs/train-0", ("JobSet", "train"))
+        api.add_namespace("c", {"capsule.clastix.io/tenant": "oil"})
+        client = HttpKubernetesApi(api.url)
+        resolver = TenantResolver(client, node, clock=lambda: 0.0)
+        infos = [resolver.resolve(ns, pod) for ns, pod in
+                 (("a", "labelled"), ("b", "queued"), ("c", "web-7d9-x"), ("c", "train-0"))]
+        assert [(i.rule, i.workload_kind) for i in infos] == [
+            ("pod_label", "Pod"), ("kueue", "Pod"), ("capsule", "Deployment"), ("capsule", "JobSet")]
+        ResourceSliceDirectory(client, node).uuid("gpu.nvidia.com", node, "gpu-0")
+        client.close()
+    return api.requests
+
+
+def test_the_exporter_rbac_is_read_only_and_exactly_what_tenant_and_dra_resolution_request() -> None:
+    needed = {(p.api_group, p.resource, p.verb) for p in map(permission, exporter_api_traffic())}
+    assert ("resource.k8s.io", "resourceslices", "list") in needed and ("", "pods", "list") in needed
     role = one("ClusterRole", "gpulens-exporter")
-    granted = {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    assert granted == {
-        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-        ("", "namespaces", "get"), ("", "namespaces", "list"), ("", "namespaces", "watch"),
-        ("apps", "replicasets", "get"), ("batch", "jobs", "get"),
-        ("kueue.x-k8s.io", "localqueues", "get"), ("kueue.x-k8s.io", "clusterqueues", "get"),
-        ("resource.k8s.io", "resourceslices", "list"),
-    }
+    assert granted(role["rules"]) == needed
+    assert {verb for _, _, verb in needed} & WRITE_VERBS == set()
     binding = one("ClusterRoleBinding", "gpulens-exporter")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpulens-exporter", "namespace": "gpulens"}]
 

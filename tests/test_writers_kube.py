@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import yaml
 from analytics.recommend import RecommendationReport, RecommendSettings, apply_recommendations, recommend
 from analytics.writers.kube_api import KubeApi, KubeConnection, connection_from_kubeconfig
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
+from tests.support.rbac import allowing, permission, role_rules
 from tests.support.recommend_cluster import (
     CQ_V1BETA2,
     RQ_PATH,
@@ -187,48 +189,28 @@ def test_recommendation_objects_are_recorded_spec_then_status(
     assert (team_c["Applied"]["status"], team_c["LowConfidence"]["status"]) == ("False", "True")
 
 
-def rbac_rules() -> list[dict[str, object]]:
-    docs = list(yaml.safe_load_all((Path(__file__).parents[1] / "deploy/rbac/gpulens-recommender.yaml").read_text()))
-    return [rule | {"namespace": d["metadata"].get("namespace")} for d in docs if d["kind"] in ("ClusterRole", "Role")
-            for rule in d["rules"]]
-
-
-def permission(req: RecordedRequest) -> tuple[str, str, str | None]:
-    """(api group, resource[/subresource], namespace) of a request path."""
-    parts = req.path.strip("/").split("/")
-    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    namespace = None
-    if rest[0] == "namespaces":
-        namespace, rest = rest[1], rest[2:]
-    return group, rest[0] + ("/" + rest[2] if len(rest) > 2 else ""), namespace
-
-
 def test_every_request_is_allowed_by_the_rbac_and_every_write_verb_is_needed(
     report: RecommendationReport, fake: FakeKubernetesApi
 ) -> None:
     existing = set(fake.objects)
     run_apply(report, fake)
-    rules = rbac_rules()
-    used = set()
+    rbac_file = Path(__file__).parents[1] / "deploy/rbac/gpulens-recommender.yaml"
+    rules = role_rules(yaml.safe_load_all(rbac_file.read_text()))
+    used: set[tuple[int, str]] = set()
     for req in fake.requests:
-        group, resource, namespace = permission(req)
-        verbs = {"get"} if req.method == "GET" else {"patch"}
+        needs = [permission(req)]
         if req.method == "PATCH" and req.path not in existing and not req.path.endswith("/status"):
-            verbs.add("create")  # server-side apply that creates is authorised as create too
+            needs.append(replace(needs[0], verb="create"))  # server-side apply that creates is authorised as create too
             existing.add(req.path)
-        for verb in verbs:
-            allowing = [
-                i for i, r in enumerate(rules)
-                if group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]  # type: ignore[operator]
-                and (r["namespace"] is None or r["namespace"] == namespace)
-            ]
-            assert allowing, f"{req.method} {req.path} needs {verb}, not granted by deploy/rbac"
-            used.update((i, verb) for i in allowing)
+        for need in needs:
+            rule_ids = allowing(rules, need)
+            assert rule_ids, f"{req.method} {req.path} needs {need.verb}, not granted by deploy/rbac"
+            used.update((i, need.verb) for i in rule_ids)
     for i, rule in enumerate(rules):
-        for verb in rule["verbs"]:  # type: ignore[attr-defined]
+        for verb in rule["verbs"]:
             assert (i, verb) in used or verb in ("get", "list"), f"rule {rule} grants unused {verb}"
-    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in rules)  # type: ignore[operator]
-    assert all(v in ("get", "list", "create", "patch") for r in rules for v in r["verbs"])  # type: ignore[attr-defined]
+    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in rules)
+    assert all(v in ("get", "list", "create", "patch") for r in rules for v in r["verbs"])
 
 
 def test_a_kubeconfig_token_is_sent_as_a_bearer_header(tmp_path: Path) -> None:
