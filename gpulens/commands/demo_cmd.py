@@ -94,8 +94,9 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         _say(f"\nDone in {time.perf_counter() - began:.0f} s.")
         _say(f"  report:     {report.resolve()}  (open it in a browser)")
         _say(f"  store:      {db.resolve()}")
-        _say(f"  dashboard:  gpulens dashboard --db {db}")
-        _say("  exporter:   gpulens exporter --backend sim --listen 127.0.0.1:9400   (then curl :9400/metrics)")
+        prog = _program()
+        _say(f"  dashboard:  {prog} dashboard --db {db}")
+        _say(f"  exporter:   {prog} exporter --backend sim --listen 127.0.0.1:9400   (then curl :9400/metrics)")
         if serve:
             _say("\nExporters keep serving (Ctrl-C to stop):")
             for handle in exporters:
@@ -108,6 +109,18 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
     finally:
         for handle in exporters:
             handle.stop()
+
+
+def _program() -> str:
+    """How the user can run gpulens again: the script that runs now (e.g. ``.venv/bin/gpulens``)."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "gpulens" and argv0.exists():
+        resolved = argv0.resolve()
+        try:
+            return str(resolved.relative_to(Path.cwd()))
+        except ValueError:
+            return str(resolved)
+    return "gpulens"
 
 
 def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
