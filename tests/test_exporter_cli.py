@@ -7,60 +7,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.support.exporter import http_get
-from tests.support.prometheus import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def gpulens(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("gpulens: error: ")
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
-@contextmanager
-def running_exporter(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpulens.cli", "exporter", "--listen", f"127.0.0.1:{port}", *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                if http_get(url + "/healthz", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "exporter did not become healthy"
-            time.sleep(0.2)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+from tests.support.cli import ROOT, assert_one_line_error, gpulens
+from tests.support.exporter import http_get, running_exporter_process
 
 
 def test_a_bad_scenario_file_gives_one_line_naming_the_file(tmp_path: Path) -> None:
@@ -126,7 +78,7 @@ def test_help_explains_the_backends_and_every_setting() -> None:
 
 
 def test_the_sim_exporter_serves_mig_and_tenant_series_and_stops_cleanly_on_sigterm() -> None:
-    with running_exporter("--backend", "sim", "--interval", "1s") as (proc, url):
+    with running_exporter_process("--backend", "sim", "--interval", "1s") as (proc, url):
         status, _, body = http_get(url + "/metrics")
         text = body.decode()
         assert status == 200

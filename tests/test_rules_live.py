@@ -8,11 +8,8 @@ every dashboard query runs without a runtime error (for example a many-to-many m
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,8 @@ import yaml
 
 from dashboards.grafana.generate import JSON_DIR
 from dashboards.grafana.promql import substitute_grafana_variables
-from tests.support.prometheus import PrometheusServer, free_port, require_binary, running_prometheus
+from tests.support.exporter import start_exporter_process, stop_process, wait_healthy
+from tests.support.prometheus import PrometheusServer, require_binary, running_prometheus
 from tests.test_grafana import expressions
 from tests.test_rules import RULES_FILE
 
@@ -31,30 +29,6 @@ NODES = ("gpu-h200-mig-0", "gpu-a100-mig-0", "gpu-h100-ts-0")
 JOB = "gpulens-exporter"
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
-
-
-def _wait_healthy(proc: subprocess.Popen[str], url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, proc.communicate()[1]
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as response:  # noqa: S310 - loopback
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"exporter at {url} did not become healthy"
-        time.sleep(0.2)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _every_second(rules_file: Path, out: Path) -> Path:
@@ -88,16 +62,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
     targets: list[str] = []
     try:
         for node in NODES:
-            port = free_port()
-            proc = subprocess.Popen(  # noqa: S603 - our own CLI
-                [sys.executable, "-m", "gpulens.cli", "exporter", "--backend", "sim", "--node", node,
-                 "--interval", "1s", "--listen", f"127.0.0.1:{port}"],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            )
+            proc, url = start_exporter_process("--backend", "sim", "--node", node, "--interval", "1s",
+                                               stdout=subprocess.DEVNULL)
             procs.append(proc)
-            targets.append(f"127.0.0.1:{port}")
+            targets.append(url.removeprefix("http://"))
         for proc, target in zip(procs, targets, strict=True):
-            _wait_healthy(proc, f"http://{target}")
+            wait_healthy(proc, f"http://{target}")
         rules = _every_second(RULES_FILE, tmp / "rules.yaml")
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -113,7 +83,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
             yield server
     finally:
         for proc in procs:
-            _stop(proc)
+            stop_process(proc)
 
 
 def _agree_eventually(server: PrometheusServer, left: str, right: str, label: str, attempts: int = 30) -> dict[str, float]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.fakes.kubernetes_api import FakeKubernetesApi
+from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.recommend_cluster import (
     CQ_V1BETA2,
     RQ_PATH,
@@ -18,21 +17,6 @@ from tests.support.recommend_cluster import (
     live_cluster_queue,
     live_resource_quota,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def gpulens(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpulens: error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 @pytest.fixture(scope="module")

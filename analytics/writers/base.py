@@ -70,19 +70,29 @@ class QuotaTarget(ABC):
     ) -> dict[str, Any]:
         """The server-side apply body: identity, our annotations and our spec fields only."""
         meta = obj.get("metadata", {})
-        metadata: dict[str, Any] = {"name": meta["name"]}
-        if meta.get("namespace"):
-            metadata["namespace"] = meta["namespace"]
-        if annotations:
-            metadata["annotations"] = dict(annotations)
+        metadata = _identity(meta["name"], meta.get("namespace"), annotations)
         if resource_version:
             metadata["resourceVersion"] = resource_version
-        return {
-            "apiVersion": self.api_version,
-            "kind": self.object_kind,
-            "metadata": metadata,
-            "spec": self.owned_spec(copy.deepcopy(dict(obj)), values),
-        }
+        return self.object_of(metadata, self.owned_spec(copy.deepcopy(dict(obj)), values))
+
+    def snapshot_object(self, entries: Sequence[QuotaEvidence], spec: dict[str, Any]) -> dict[str, Any]:
+        """An object of this kind named after ``entries`` (one object's entries) with the store's annotations."""
+        key = entries[0].key
+        return self.object_of(_identity(key.name, key.namespace, entries[0].annotations, keep_empty=True), spec)
+
+    def object_of(self, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": self.object_kind, "metadata": metadata, "spec": spec}
+
+
+def _identity(name: str, namespace: str | None, annotations: Mapping[str, str], *,
+              keep_empty: bool = False) -> dict[str, Any]:
+    """``metadata`` with name, namespace (when namespaced) and annotations (empty ones only with ``keep_empty``)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    if annotations or keep_empty:
+        metadata["annotations"] = dict(annotations)
+    return metadata
 
 
 TARGETS: dict[str, Callable[..., QuotaTarget]] = {}

@@ -72,16 +72,11 @@ class ClusterQueueTarget(QuotaTarget):
             items.sort(key=lambda e: e.key.resource)
             covered = tuple(e.key.resource for e in items)
             groups[covered].append({"name": flavor, "resources": [_resource(e) for e in items]})
-        return {
-            "apiVersion": self.api_version,
-            "kind": self.object_kind,
-            "metadata": {"name": entries[0].key.name, "annotations": dict(entries[0].annotations)},
-            "spec": {
-                "resourceGroups": [
-                    {"coveredResources": list(covered), "flavors": flavors} for covered, flavors in groups.items()
-                ]
-            },
-        }
+        return self.snapshot_object(entries, {
+            "resourceGroups": [
+                {"coveredResources": list(covered), "flavors": flavors} for covered, flavors in groups.items()
+            ]
+        })
 
     def current_values(self, obj: Mapping[str, Any]) -> dict[EntryKey, float]:
         out = {}

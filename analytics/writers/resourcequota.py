@@ -44,13 +44,8 @@ class ResourceQuotaTarget(QuotaTarget):
         return f"/api/v1/namespaces/{segment(namespace)}/resourcequotas/{segment(name)}"
 
     def object_from_snapshot(self, entries: Sequence[QuotaEvidence]) -> dict[str, Any]:
-        first = entries[0].key
-        return {
-            "apiVersion": "v1",
-            "kind": self.object_kind,
-            "metadata": {"name": first.name, "namespace": first.namespace, "annotations": dict(entries[0].annotations)},
-            "spec": {"hard": {hard_key(e.key.resource): str(format_quantity(e.nominal or 0)) for e in entries}},
-        }
+        return self.snapshot_object(
+            entries, {"hard": {hard_key(e.key.resource): str(format_quantity(e.nominal or 0)) for e in entries}})
 
     def current_values(self, obj: Mapping[str, Any]) -> dict[EntryKey, float]:
         hard = obj.get("spec", {}).get("hard", {}) or {}

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import signal
+import subprocess
+import sys
+import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -13,6 +19,9 @@ from exporter.cycle import CollectionCycle, ExporterState
 from exporter.exposition import SnapshotCollector
 from exporter.model import Allocation, DeviceReadings
 from tests.support.fakes import NODE, FakeAllocationSource, FakeClock, FakeDeviceSource
+from tests.support.prometheus import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fixed_timer(step: float = 0.25) -> Callable[[], float]:
@@ -51,3 +60,48 @@ def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 1
             return int(resp.status), dict(resp.headers.items()), resp.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), dict(exc.headers.items()), exc.read()
+
+
+def start_exporter_process(*args: str, stdout: int = subprocess.PIPE) -> tuple[subprocess.Popen[str], str]:
+    """``gpulens exporter <args>`` in a subprocess on a free loopback port: (process, base URL)."""
+    port = free_port()
+    proc = subprocess.Popen(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "gpulens.cli", "exporter", "--listen", f"127.0.0.1:{port}", *args],
+        cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_healthy(proc: subprocess.Popen[str], url: str, timeout: float = 60.0) -> None:
+    """Wait until ``url``/healthz answers 200; fail with the exporter's stderr if it exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            if http_get(url + "/healthz", timeout=2)[0] == 200:
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"exporter at {url} did not become healthy"
+        time.sleep(0.2)
+
+
+def stop_process(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 20 s; nothing when it already exited."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def running_exporter_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A healthy ``gpulens exporter <args>`` subprocess, stopped on exit: (process, base URL)."""
+    proc, url = start_exporter_process(*args)
+    try:
+        wait_healthy(proc, url)
+        yield proc, url
+    finally:
+        stop_process(proc)
