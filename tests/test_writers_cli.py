@@ -89,6 +89,13 @@ def test_apply_without_a_reachable_cluster_is_one_line(store: Path, tmp_path: Pa
     assert_one_line_error(proc, "cannot reach the API server http://127.0.0.1:9")
 
 
+def test_a_kubeconfig_that_is_not_yaml_is_one_line(store: Path, tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text("clusters: [unclosed\n  - server: {\n")
+    proc = gpulens("recommend", "--db", str(store), "--out", str(tmp_path / "o"), "--apply", "--kubeconfig", str(config))
+    assert_one_line_error(proc, f"cannot load kubeconfig {config}")
+
+
 def test_help_explains_the_guard_rails() -> None:
     proc = gpulens("recommend", "--help")
     assert proc.returncode == 0

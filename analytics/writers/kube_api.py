@@ -102,6 +102,7 @@ class KubeApi:
 
 def connection_from_kubeconfig(path: Path | None = None, context: str | None = None) -> KubeConnection:
     """Read a kubeconfig (``path``, else ``$KUBECONFIG`` or ``~/.kube/config``; in a pod, the service account)."""
+    import yaml
     from kubernetes import client, config  # heavy import, only when applying
     from kubernetes.config.config_exception import ConfigException
 
@@ -113,8 +114,9 @@ def connection_from_kubeconfig(path: Path | None = None, context: str | None = N
             config.load_kube_config(
                 config_file=str(path) if path else None, context=context, client_configuration=cfg
             )
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
-        raise ValueError(f"cannot load kubeconfig {path or '(default)'}: {exc}") from exc
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split())  # YAML errors span lines: the CLI prints one
+        raise ValueError(f"cannot load kubeconfig {path or '(default)'}: {detail}") from exc
     headers = {}
     token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
     if token:
