@@ -146,6 +146,17 @@ def test_finished_pods_that_an_old_kubelet_still_lists_hold_no_device(
     devices.close()
 
 
+def test_names_from_pods_and_labels_cannot_steer_a_lookup_to_another_path(api: FakeKubernetesApi) -> None:
+    api.add_pod("ns", "p", NODE, labels={"kueue.x-k8s.io/queue-name": "../../../../../api/v1/secrets"},
+                owner=("ReplicaSet", ".."))
+    info = resolver(api).resolve("ns", "p")
+    assert (info.tenant, info.rule, info.workload_kind) == ("ns", "namespace", "ReplicaSet")
+    paths = {r.path for r in api.requests}
+    assert paths == {"/api/v1/pods", "/api/v1/namespaces/ns",
+                     "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/localqueues/..%2F..%2F..%2F..%2F..%2Fapi%2Fv1%2Fsecrets",
+                     "/apis/apps/v1/namespaces/ns/replicasets/%2E%2E"}
+
+
 def test_bad_tenancy_yaml_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "tenancy.yaml"
     path.write_text("rules:\n  - kind: nope\n")

@@ -9,10 +9,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def segment(name: str) -> str:
+    """One URL path segment: names come from pods and labels, so ``/``, ``..`` or ``?`` must not steer the GET."""
+    return quote(name, safe="") if name not in (".", "..") else name.replace(".", "%2E")
 
 
 class KubernetesApiError(RuntimeError):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.tenancy.kube_api import KubernetesApi, KubernetesApiError
+from exporter.tenancy.kube_api import KubernetesApi, KubernetesApiError, segment
 from exporter.tenancy.rules import RuleKind, TenancyConfig
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -104,12 +104,12 @@ class TenantResolver:
 
     def _cluster_queue(self, namespace: str, local_queue: str) -> str | None:
         version = self.config.kueue_api_version
-        path = f"/apis/kueue.x-k8s.io/{version}/namespaces/{namespace}/localqueues/{local_queue}"
+        path = f"/apis/kueue.x-k8s.io/{version}/namespaces/{segment(namespace)}/localqueues/{segment(local_queue)}"
         obj = self._cache.get(("lq", namespace, local_queue), lambda: self._get(path))
         return (obj or {}).get("spec", {}).get("clusterQueue")
 
     def _namespace_labels(self, namespace: str) -> dict[str, str]:
-        obj = self._cache.get(("ns", namespace), lambda: self._get(f"/api/v1/namespaces/{namespace}"))
+        obj = self._cache.get(("ns", namespace), lambda: self._get(f"/api/v1/namespaces/{segment(namespace)}"))
         return dict((obj or {}).get("metadata", {}).get("labels") or {})
 
     # -- pods and owners -------------------------------------------------------------------------------
@@ -139,8 +139,9 @@ class TenantResolver:
         if owner is None:
             return "Pod", pod_name
         kind, name = owner
-        parent_paths = {"ReplicaSet": f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}",
-                        "Job": f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}"}
+        where = f"namespaces/{segment(namespace)}"
+        parent_paths = {"ReplicaSet": f"/apis/apps/v1/{where}/replicasets/{segment(name)}",
+                        "Job": f"/apis/batch/v1/{where}/jobs/{segment(name)}"}
         if kind in parent_paths:
             obj = self._cache.get(("owner", kind, namespace, name), lambda: self._get(parent_paths[kind]))
             parent = _controller((obj or {}).get("metadata", {}))
