@@ -59,8 +59,8 @@ def health_status(state: ExporterState, now: float, max_age_seconds: float) -> t
     return True, f"ok: last successful collection cycle {max(age, 0.0):.1f}s ago"
 
 
-def _xid_rises(previous: NodeSnapshot | None, gpus: DeviceReadings) -> list[tuple[str, int, int]]:
-    """(gpu uuid, xid code, increase) for every XID count that rose since ``previous``."""
+def _xid_rises(previous: NodeSnapshot | None, gpus: DeviceReadings) -> list[tuple[str, int, int, int]]:
+    """(gpu uuid, xid code, increase, new total) for every XID count that rose since ``previous``."""
     before: dict[str, Mapping[int, int]] = {}
     if previous is not None:
         before = {g.uuid: g.health.xid_counts for g in previous.gpus}
@@ -69,7 +69,7 @@ def _xid_rises(previous: NodeSnapshot | None, gpus: DeviceReadings) -> list[tupl
         old = before.get(gpu.uuid, {})
         for code, count in gpu.health.xid_counts.items():
             if count > old.get(code, 0):
-                rises.append((gpu.uuid, code, count - old.get(code, 0)))
+                rises.append((gpu.uuid, code, count - old.get(code, 0), count))
     return rises
 
 
@@ -175,11 +175,8 @@ class CollectionCycle:
             for name, count in _take_source_errors(self._devices, self._allocations).items():
                 errors[name] = errors.get(name, 0) + count
             if readings is not None:
-                for gpu, code, increase in _xid_rises(previous.snapshot, readings):
-                    cycle_span.add_event(
-                        "xid", {"gpu": gpu, "xid": code, "count": increase,
-                                "total": _xid_total(readings, gpu, code)}
-                    )
+                for gpu, code, increase, total in _xid_rises(previous.snapshot, readings):
+                    cycle_span.add_event("xid", {"gpu": gpu, "xid": code, "count": increase, "total": total})
                 for gpu, up in _health_changes(previous.snapshot, readings):
                     cycle_span.add_event("gpu_health_change", {"gpu": gpu, "up": up})
             duration = self._timer() - started
@@ -232,13 +229,6 @@ class CollectionCycle:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
-
-
-def _xid_total(readings: DeviceReadings, gpu_uuid: str, code: int) -> int:
-    for gpu in readings.gpus:
-        if gpu.uuid == gpu_uuid:
-            return int(gpu.health.xid_counts.get(code, 0))
-    return 0
 
 
 def _take_source_errors(*sources: Any) -> dict[str, int]:

@@ -188,20 +188,28 @@ def device_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) 
     yield from (ge, activity, used, total)
 
 
+def pod_sm_shares(processes: Iterable[GpuProcess]) -> dict[tuple[str, str], float]:
+    """(device UUID, pod UID) -> summed SM utilization of the pod's measured processes on the device."""
+    shares: dict[tuple[str, str], float] = {}
+    for p in processes:
+        if p.pod_uid is not None and p.sm_utilization_ratio is not None:
+            key = (p.device_uuid, p.pod_uid)
+            shares[key] = shares.get(key, 0.0) + p.sm_utilization_ratio
+    return shares
+
+
 def allocation_activity(
-    allocation: Allocation, device: DeviceIdentity | None, processes: Iterable[GpuProcess]
+    allocation: Allocation, device: DeviceIdentity | None, sm_shares: dict[tuple[str, str], float]
 ) -> float | None:
     """Active GPU-equivalents of one allocation, or None when the hardware cannot say.
 
-    Per-process SM utilization of the pod's own processes wins (shared GPUs with attribution on);
-    otherwise the allocated share times the device's activity.
+    Per-process SM utilization of the pod's own processes (``sm_shares``, from :func:`pod_sm_shares`)
+    wins (shared GPUs with attribution on); otherwise the allocated share times the device's activity.
     """
     if allocation.pod_uid is not None:
-        shares = [p.sm_utilization_ratio for p in processes
-                  if p.device_uuid == allocation.device_uuid and p.pod_uid == allocation.pod_uid
-                  and p.sm_utilization_ratio is not None]
-        if shares:
-            return min(sum(shares), 1.0) * (1.0 if device is None else device.gpu_equivalents)
+        share = sm_shares.get((allocation.device_uuid, allocation.pod_uid))
+        if share is not None:
+            return min(share, 1.0) * (1.0 if device is None else device.gpu_equivalents)
     if device is None or device.activity_ratio is None:
         return None
     return allocation.gpu_equivalents * device.activity_ratio
@@ -224,6 +232,7 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
     per_container: dict[tuple[str, ...], float] = defaultdict(float)
     sums: dict[tuple[str, str], list[float]] = {}
     measured: set[tuple[str, str]] = set()
+    sm_shares = pod_sm_shares(snapshot.processes)  # indexed once, not scanned per allocation
     for a in snapshot.allocations:
         d = devices.get(a.device_uuid)
         gpu = d.gpu if d is not None else ""
@@ -235,7 +244,7 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
         acc = sums.setdefault(tkey, [0.0, 0.0, 0.0, 0.0])  # allocated, active, unmeasured, devices
         acc[0] += a.gpu_equivalents
         acc[3] += 1
-        act = allocation_activity(a, d, snapshot.processes)
+        act = allocation_activity(a, d, sm_shares)
         if act is None:
             acc[2] += a.gpu_equivalents
         else:

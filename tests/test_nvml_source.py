@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from exporter.model import SharingMode
+from exporter.model import DeviceReadings, SharingMode
 from exporter.nvml.funnel import ErrorClass, NvmlFunnel, classify
 from exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeMig, FakeNvml
@@ -77,6 +77,26 @@ def test_utilization_rates_are_never_asked_of_mig_gpus_or_mig_devices() -> None:
     h200 = readings[H200_UUID]
     assert h200.activity_ratio is None and all(m.activity_ratio is None for m in h200.mig_instances), (
         "GPU-Util is N/A in MIG mode: absent without GPM, never 0")
+
+
+def test_what_never_changes_for_a_mig_uuid_is_read_once_not_every_cycle() -> None:
+    fake = node_fake()
+    source = open_source(fake)
+    first = source.read_devices(fake.now)
+    migs = sum(len(g.mig_instances) for g in first.gpus)
+    static = ("nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes_v2")
+    before = {name: fake.count_calls(name) for name in static}
+    assert before == dict.fromkeys(static, migs)
+    for _ in range(3):
+        fake.advance(5.0)
+        again = source.read_devices(fake.now)
+    assert {name: fake.count_calls(name) for name in static} == before
+    def identities(readings: DeviceReadings) -> list[tuple[object, ...]]:
+        return [(m.uuid, m.gpu_instance_id, m.compute_instance_id, m.profile, m.slices, m.compute_instance_slices)
+                for g in readings.gpus for m in g.mig_instances]
+
+    assert identities(again) == identities(first)
+    assert fake.count_calls("nvmlDeviceGetUUID") > migs, "slots are still re-enumerated every cycle"
 
 
 def test_gpm_gives_per_gpu_instance_activity_from_samples_kept_between_cycles() -> None:

@@ -69,6 +69,17 @@ class _GpuState:
     mig_uuids: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _MigIdentity:
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    """GPU-instance profile, e.g. ``3g.71gb``."""
+    gi_slices: int
+    ci_slices: int
+    memory_bytes: int
+
+
 class NvmlDeviceSource:
     """A :class:`exporter.model.DeviceSource` on NVML (``pynvml`` or a fake with the same names)."""
 
@@ -97,7 +108,7 @@ class NvmlDeviceSource:
         self.driver_version = _text(self.funnel.call("nvmlSystemGetDriverVersion"))
         self.gpm = GpmSampler(self.funnel)
         self._gpus: dict[str, _GpuState] = {}
-        self._mig_static: dict[str, tuple[str, int, int, int]] = {}
+        self._mig_static: dict[str, _MigIdentity] = {}
         self._driver_down = False
         self._driver_retry_at = 0.0
         self._driver_backoff = backoff_initial
@@ -295,27 +306,27 @@ class NvmlDeviceSource:
             if mh is None:
                 continue
             uuid = _text(f.call("nvmlDeviceGetUUID", mh))
-            gi = f.call("nvmlDeviceGetGpuInstanceId", mh)
-            ci = f.call("nvmlDeviceGetComputeInstanceId", mh)
-            if uuid is None or gi is None:
+            if uuid is None:
                 continue
             static = self._mig_static.get(uuid)
-            if static is None:  # a MIG UUID's profile never changes: a recreated instance gets a new UUID
-                static = self._mig_static[uuid] = self._mig_identity(mh)
+            if static is None:  # a MIG UUID never changes its ids or profile: a recreated instance gets a new UUID
+                identity = self._mig_identity(mh)
+                if identity is None:
+                    continue
+                static = self._mig_static[uuid] = identity
             seen.add(uuid)
-            profile, gi_slices, ci_slices, memory_bytes = static
             mem = f.call("nvmlDeviceGetMemoryInfo", mh)
-            total = int(mem.total) if mem is not None else memory_bytes
+            total = int(mem.total) if mem is not None else static.memory_bytes
             raw.append(MigInstance(
                 uuid=uuid,
                 parent_uuid=state.uuid,
-                gpu_instance_id=int(gi),
-                compute_instance_id=int(ci or 0),
-                profile=profile,
-                slices=gi_slices,
+                gpu_instance_id=static.gpu_instance_id,
+                compute_instance_id=static.compute_instance_id,
+                profile=static.profile,
+                slices=static.gi_slices,
                 memory_total_bytes=total,
                 memory_used_bytes=int(mem.used) if mem is not None else None,
-                compute_instance_slices=ci_slices if ci_slices < gi_slices else None,
+                compute_instance_slices=static.ci_slices if static.ci_slices < static.gi_slices else None,
             ))
             processes.extend(self._processes(mh, uuid, None))
         for gone in [u for u, _ in self._mig_static.items() if u not in seen and u in state.mig_uuids]:
@@ -333,14 +344,19 @@ class NvmlDeviceSource:
             migs.extend(_with_activity(m, activity) for m in members)
         return tuple(migs), processes
 
-    def _mig_identity(self, mh: Any) -> tuple[str, int, int, int]:
-        """(GPU-instance profile, GI slices, CI slices, memory bytes) of a MIG device handle."""
-        attrs = self.funnel.call("nvmlDeviceGetAttributes_v2", mh)
-        profile = _mig_profile(_text(self.funnel.call("nvmlDeviceGetName", mh)), attrs)
+    def _mig_identity(self, mh: Any) -> _MigIdentity | None:
+        """What never changes for a MIG device UUID (read once per UUID); None when it has no GI id."""
+        f = self.funnel
+        gi = f.call("nvmlDeviceGetGpuInstanceId", mh)
+        if gi is None:
+            return None
+        ci = f.call("nvmlDeviceGetComputeInstanceId", mh)
+        attrs = f.call("nvmlDeviceGetAttributes_v2", mh)
+        profile = _mig_profile(_text(f.call("nvmlDeviceGetName", mh)), attrs)
         gi_slices = int(attrs.gpuInstanceSliceCount) if attrs is not None else profile_slices(profile)
         ci_slices = int(attrs.computeInstanceSliceCount) if attrs is not None else gi_slices
         memory = int(getattr(attrs, "memorySizeMB", 0)) * MIB
-        return profile, gi_slices, ci_slices, memory
+        return _MigIdentity(int(gi), int(ci or 0), profile, gi_slices, ci_slices, memory)
 
     def _processes(self, handle: Any, device_uuid: str, state: _GpuState | None) -> list[GpuProcess]:
         """Compute processes with their memory; per-process SM utilization on non-MIG GPUs only."""
