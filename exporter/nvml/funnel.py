@@ -92,14 +92,15 @@ class NvmlFunnel:
 
     def has(self, function: str) -> bool:
         """False once the driver said it lacks ``function`` (or the binding does not define it)."""
-        return function not in self._missing and self._function(function) is not None
+        return self._callable(function) is not None
 
     def call(self, function: str, *args: Any) -> Any:
         """``nvml.<function>(*args)``; ``None`` when absent or benign; lifecycle errors raise."""
-        if not self.has(function):
+        fn = self._callable(function)
+        if fn is None:
             return None
         try:
-            return self.call_raw(function, *args)
+            return self._invoke(function, fn, args)
         except self.nvml.NVMLError:
             return None
 
@@ -119,14 +120,19 @@ class NvmlFunnel:
         fn = self._function(function)
         if fn is None:
             raise AttributeError(f"the NVML binding has no {function}")
+        return self._invoke(function, fn, args)
+
+    def _invoke(self, function: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Call ``fn``, timing it; an ``NVMLError`` is classified and counted under the same lock hold."""
         stats = self._stats(function)
         start = self._timer()
         try:
-            return fn(*args)
+            result = fn(*args)
         except self.nvml.NVMLError as exc:
             code = int(getattr(exc, "value", -1))
             kind = classify(code)
             with self._lock:
+                self._count_call(stats, self._timer() - start)
                 stats.errors += 1
                 stats.last_error = str(exc)
                 self.error_counts[kind] += 1
@@ -135,17 +141,27 @@ class NvmlFunnel:
             if kind is ErrorClass.LIFECYCLE:
                 raise GpuLifecycleError(function, code, str(exc)) from exc
             raise
-        finally:
-            self._record(stats, self._timer() - start)
-
-    def _record(self, stats: CallStats, elapsed: float) -> None:
+        except BaseException:
+            with self._lock:
+                self._count_call(stats, self._timer() - start)
+            raise
+        elapsed = self._timer() - start
         with self._lock:
-            stats.calls += 1
-            stats.seconds += elapsed
-            stats.max_seconds = max(stats.max_seconds, elapsed)
+            self._count_call(stats, elapsed)
+        return result
+
+    @staticmethod
+    def _count_call(stats: CallStats, elapsed: float) -> None:
+        stats.calls += 1
+        stats.seconds += elapsed
+        stats.max_seconds = max(stats.max_seconds, elapsed)
 
     def missing_functions(self) -> frozenset[str]:
         return frozenset(self._missing)
+
+    def _callable(self, function: str) -> Callable[..., Any] | None:
+        """The binding's function, or None when the binding or the driver lacks it."""
+        return None if function in self._missing else self._function(function)
 
     def _function(self, function: str) -> Callable[..., Any] | None:
         try:
