@@ -115,6 +115,18 @@ def test_lookups_are_cached_and_scoped_to_this_node(api: FakeKubernetesApi) -> N
     assert r.resolve("a", "other").uid is None, "pods of other nodes are not listed"
 
 
+def test_lookups_of_objects_that_went_away_do_not_pile_up(api: FakeKubernetesApi) -> None:
+    clock = Clock()
+    r = resolver(api, TenancyConfig(cache_seconds=60), clock=clock)
+    for hour in range(5):  # a node running a new batch of Jobs every hour, in a new namespace each time
+        for i in range(10):
+            api.add_pod(f"batch-{hour}", f"job-{hour}-{i}-0", NODE, owner=("Job", f"job-{hour}-{i}"))
+        infos = [r.resolve(f"batch-{hour}", f"job-{hour}-{i}-0") for i in range(10)]
+        assert {i.workload_kind for i in infos} == {"Job"}
+        assert r.cached_lookups() == 11, "this hour's namespace and Jobs"
+        clock.t += 3600
+
+
 def test_an_unreachable_api_server_falls_back_to_the_namespace_and_counts(api: FakeKubernetesApi) -> None:
     api.fail(ANY, ANY, 500, times=None)
     r = resolver(api)

@@ -38,15 +38,25 @@ class PodInfo:
 
 
 class _TtlCache:
+    """Values loaded at most once per ``ttl``; expired entries are swept once per ``ttl``, so objects
+    that went away (finished Jobs, deleted namespaces) do not pile up over the exporter's lifetime."""
+
     def __init__(self, ttl: float, clock: Callable[[], float]) -> None:
         self._ttl, self._clock = ttl, clock
         self._items: dict[Any, tuple[float, Any]] = {}
+        self._swept_at: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def get(self, key: Any, load: Callable[[], Any]) -> Any:
         hit = self._items.get(key)
         now = self._clock()
         if hit is not None and now - hit[0] < self._ttl:
             return hit[1]
+        if self._swept_at is None or now - self._swept_at >= self._ttl:
+            self._swept_at = now
+            self._items = {k: v for k, v in self._items.items() if now - v[0] < self._ttl}
         value = load()
         self._items[key] = (now, value)
         return value
@@ -65,6 +75,10 @@ class TenantResolver:
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._pods_at: float | None = None
         self.errors = 0
+
+    def cached_lookups(self) -> int:
+        """Namespaces, LocalQueues and owners held in the cache now (bounded by what one TTL sees)."""
+        return len(self._cache)
 
     def take_errors(self) -> int:
         count, self.errors = self.errors, 0
