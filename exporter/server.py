@@ -27,6 +27,7 @@ from exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, 
 from exporter.model import AllocationSource, DeviceSource
 from exporter.settings import Backend, ExporterSettings
 from gpulens import __version__
+from gpulens.config import read_user_file
 from gpulens.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,7 @@ INDEX_HTML = (
 
 def load_basic_auth(path: Path) -> dict[str, str]:
     """Read ``user:sha256hex`` lines (``#`` comments and blank lines allowed) into {user: hex digest}."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read basic-auth file {path}: {exc.strerror or exc}") from exc
+    text = read_user_file(path, "basic-auth file ")
     users: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()

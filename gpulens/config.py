@@ -22,13 +22,19 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def read_user_file(path: Path, what: str = "") -> str:
+    """The UTF-8 text of a file the user named; unreadable or binary becomes ``cannot read <what><path>: ...``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {what}{path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"cannot read {what}{path}: not UTF-8 text (byte {exc.start})") from exc
+
+
 def load_yaml_model(path: Path, model: type[M]) -> M:
     """Parse ``path`` as YAML into ``model``; any problem becomes a ``UserError`` naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    return parse_yaml_model(text, model, origin=str(path))
+    return parse_yaml_model(read_user_file(path), model, origin=str(path))
 
 
 def parse_yaml_model(text: str, model: type[M], *, origin: str) -> M:

@@ -26,6 +26,18 @@ def test_a_missing_scenario_file_gives_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("flag", "what"),
+    [("--scenario", "scenario "), ("--basic-auth-file", "basic-auth file "), ("--tenancy-config", "")],
+)
+def test_a_binary_file_where_text_belongs_gives_one_line(tmp_path: Path, flag: str, what: str) -> None:
+    binary = tmp_path / "config.yaml"
+    binary.write_bytes(b"\xff\xfe\x00rules")
+    backend = ["--backend", "nvml"] if flag == "--tenancy-config" else []  # read before NVML is opened
+    assert_one_line_error(gpulens("exporter", *backend, flag, str(binary)),
+                          f"cannot read {what}{binary}: not UTF-8 text")
+
+
+@pytest.mark.parametrize(
     ("args", "fragment"),
     [
         (["--bogus"], "--bogus"),

@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from exporter.mig_catalog import GpuModel, layout_problems, model_by_name
 from exporter.model import WHOLE_GPU_PROFILE, SharingMode
+from gpulens.config import read_user_file
 from gpulens.errors import UserError
 
 DEFAULT_SCENARIO_PATH = Path(__file__).with_name("default_scenario.yaml")
@@ -426,8 +427,4 @@ def parse_scenario(text: str, *, origin: str) -> Scenario:
 def load_scenario(path: Path | None = None) -> Scenario:
     """Load a scenario file, or the built-in default when ``path`` is None. Problems raise ``UserError``."""
     path = DEFAULT_SCENARIO_PATH if path is None else Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read scenario {path}: {exc.strerror or exc}") from None
-    return parse_scenario(text, origin=str(path))
+    return parse_scenario(read_user_file(path, "scenario "), origin=str(path))
