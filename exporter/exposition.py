@@ -38,6 +38,7 @@ KNOWN_THROTTLE_REASONS = (
     "display_clock_setting",
 )
 """Clock-event reasons reported as 0/1 for every GPU that answers (others appear when active)."""
+_KNOWN_THROTTLE_SET = frozenset(KNOWN_THROTTLE_REASONS)
 
 WARM_MEMORY = 30
 """Cycles a format stays pre-rendered after a scraper last asked for it (150 s at the default 5 s)."""
@@ -134,7 +135,7 @@ def gpu_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
                 family.add_metric(key, float(value))
         if h.remapped_rows_failure is not None:
             remap.add_metric(key, 1.0 if h.remapped_rows_failure else 0.0)
-        for reason in (*KNOWN_THROTTLE_REASONS, *sorted(h.throttle_reasons - set(KNOWN_THROTTLE_REASONS))):
+        for reason in (*KNOWN_THROTTLE_REASONS, *sorted(h.throttle_reasons - _KNOWN_THROTTLE_SET)):
             throttle.add_metric([node, gpu.uuid, reason], 1.0 if reason in h.throttle_reasons else 0.0)
         if h.ecc_corrected_total is not None:
             ecc.add_metric([node, gpu.uuid, "corrected"], float(h.ecc_corrected_total))
