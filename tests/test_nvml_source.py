@@ -79,7 +79,7 @@ def test_utilization_rates_are_never_asked_of_mig_gpus_or_mig_devices() -> None:
         "GPU-Util is N/A in MIG mode: absent without GPM, never 0")
 
 
-def test_what_never_changes_for_a_mig_uuid_is_read_once_not_every_cycle() -> None:
+def test_what_never_changes_for_mig_devices_is_read_once_not_every_cycle() -> None:
     fake = node_fake()
     source = open_source(fake)
     first = source.read_devices(fake.now)
@@ -87,10 +87,13 @@ def test_what_never_changes_for_a_mig_uuid_is_read_once_not_every_cycle() -> Non
     static = ("nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes_v2")
     before = {name: fake.count_calls(name) for name in static}
     assert before == dict.fromkeys(static, migs)
+    mig_gpus = sum(g.sharing_mode is SharingMode.MIG for g in first.gpus)
+    assert fake.count_calls("nvmlDeviceGetMaxMigDeviceCount") == mig_gpus
     for _ in range(3):
         fake.advance(5.0)
         again = source.read_devices(fake.now)
     assert {name: fake.count_calls(name) for name in static} == before
+    assert fake.count_calls("nvmlDeviceGetMaxMigDeviceCount") == mig_gpus, "the slot count is hardware"
     def identities(readings: DeviceReadings) -> list[tuple[object, ...]]:
         return [(m.uuid, m.gpu_instance_id, m.compute_instance_id, m.profile, m.slices, m.compute_instance_slices)
                 for g in readings.gpus for m in g.mig_instances]

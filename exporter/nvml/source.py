@@ -67,6 +67,8 @@ class _GpuState:
     last_error: str | None = None
     process_ts_us: int = 0
     mig_uuids: set[str] = field(default_factory=set)
+    mig_slots: int = 0
+    """MIG device slots of the GPU (a hardware constant once MIG mode answers with a positive count)."""
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,9 @@ class NvmlDeviceSource:
         raw: list[MigInstance] = []
         processes: list[GpuProcess] = []
         seen: set[str] = set()
-        for slot in range(int(f.call("nvmlDeviceGetMaxMigDeviceCount", h) or 0)):
+        if not state.mig_slots:
+            state.mig_slots = int(f.call("nvmlDeviceGetMaxMigDeviceCount", h) or 0)
+        for slot in range(state.mig_slots):
             mh = f.call("nvmlDeviceGetMigDeviceHandleByIndex", h, slot)  # NotFound on empty slots -> None
             if mh is None:
                 continue
