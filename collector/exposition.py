@@ -2,11 +2,15 @@
 
 Every sample line becomes one row: ``line`` (1-based line number), ``metric``, ``value`` (float),
 ``ts_ms`` (the sample's own timestamp in milliseconds, or null) and one string column per label name.
-All lines are handled at once by polars (no Python loop per sample): one capture-free regex pass
-validates every line, literal splits cut out name, value and timestamp and the label pairs of plain
-blocks (``{a="x",b="y"}``), one regex pass finds the pairs of other blocks (blanks, escapes), and a pivot
-makes the label columns. Only label values that contain escapes are unescaped in Python.
-A malformed line raises :class:`ExpositionError` naming the target and the line.
+All lines are handled at once by polars (no Python loop per sample).
+
+The common line, ``name{a="x",b="y"} value [ts]`` with no escape nor blank, is validated by one
+capture-free regex and cut by ONE literal split on ``"``: label names and values alternate in the
+pieces, so each label column is a gather at a position that is the same for every line of one metric
+and label count (read from the first such line, checked on every line). Other lines (escapes, blanks,
+labels in another order) take the general path: a second validation regex, one regex pass for the
+pairs, then a pivot. Only label values that contain escapes are unescaped in Python. A malformed line
+raises :class:`ExpositionError` naming the target and the line.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
 _LABELS = rf"\{{[ \t]*(?:{_LABEL}[ \t]*(?:,[ \t]*{_LABEL}[ \t]*)*,?[ \t]*)?\}}"
 _SIMPLE_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
-_SIMPLE_LINE = rf"^{_NAME}\{{{_SIMPLE_PAIR}(?:,{_SIMPLE_PAIR})*\}}[ \t]"
 _SAMPLE = rf"^({_NAME})[ \t]*({_LABELS})?[ \t]+([^ \t]+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
 _FLOAT = r"(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)"
 _VALID_FLOAT = rf"^{_FLOAT}$"
-_VALID_VALUE_IN_LINE = rf"[ \t]{_FLOAT}(?:[ \t]+-?[0-9]+)?[ \t]*$"
+_VALUE_AND_TS = rf"{_FLOAT}(?:[ \t]+-?[0-9]+)?"
+_VALID_VALUE_IN_LINE = rf"[ \t]{_VALUE_AND_TS}[ \t]*$"
+_SIMPLE_LINE = rf"^{_NAME}\{{{_SIMPLE_PAIR}(?:,{_SIMPLE_PAIR})*\}}[ \t]+{_VALUE_AND_TS}[ \t]*$"
 
 LONG_SCHEMA = {"line": pl.Int64, "metric": pl.Utf8, "value": pl.Float64, "ts_ms": pl.Int64}
 
@@ -60,21 +65,102 @@ def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _first_error(parts: pl.DataFrame, target: str) -> None:
-    """Raise for the first invalid line of ``parts`` (lines that failed the full-line check)."""
-    row = parts.row(0, named=True)
+def _column_name(label: str) -> str:
+    """A label named like one of our own columns (``line``, ``value``, ...) becomes ``label_<name>``."""
+    return f"label_{label}" if label in LONG_SCHEMA else label
+
+
+def _first_error(bad: pl.DataFrame, target: str) -> None:
+    """Raise for the first line of ``bad`` (lines that failed the full-line check)."""
+    row = bad.row(0, named=True)
     match = re.match(_SAMPLE, row["raw"])
     if match and not re.match(_VALID_FLOAT, match.group(3)):
         raise ExpositionError(target, row["line"], f"invalid sample value {match.group(3)[:50]!r}")
     raise ExpositionError(target, row["line"], f"not a valid sample line: {row['raw'][:200]!r}")
 
 
-def _simple_labels(parts: pl.DataFrame) -> pl.DataFrame:
-    """Label pairs of lines whose block is ``{a="x",b="y"}`` with no escape nor blank: literal splits only."""
-    block = pl.col("raw").str.splitn("{", 2).struct.field("field_1").str.split('"}').list.first()
-    pairs = parts.select("line", pair=block.str.split('",')).explode("pair")
-    kv = pl.col("pair").str.splitn('="', 2)
-    return pairs.select("line", label=kv.struct.field("field_0"), raw_value=kv.struct.field("field_1"))
+def _value_and_ts(words: pl.Expr) -> list[pl.Expr]:
+    """``value`` and ``ts_ms`` from ``"<value> [<ts>]"`` (any blanks between them)."""
+    parts = words.str.replace_all(r"[ \t]+", " ").str.split_exact(" ", 1)
+    return [
+        parts.struct.field("field_0").cast(pl.Float64, strict=False).alias("value"),
+        parts.struct.field("field_1").cast(pl.Int64, strict=False).alias("ts_ms"),
+    ]
+
+
+# -- the common line: one split on '"' ------------------------------------------------------------
+
+
+def _simple_positions(simple: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Per (metric, label count): the position of each label name, read from the group's first line.
+
+    Returns the position table (``metric``, ``pairs``, ``_first``: the group's first piece such as
+    ``metric{node=``, ``_p<k>``: the position of label k) and the label names in order of k. A group
+    whose first line names a label twice gets ``_first`` null: its lines take the general path, which
+    reports the duplicate.
+    """
+    firsts = simple.unique(["metric", "pairs"], keep="first", maintain_order=True)
+    names: list[str] = []
+    positions: list[dict[str, int]] = []
+    for pieces in firsts["pieces"].to_list():
+        group = [pieces[0].split("{", 1)[1][:-1], *(p[1:-1] for p in pieces[2:-1:2])]
+        at = {name: i for i, name in enumerate(group)}
+        positions.append(at if len(at) == len(group) else {})
+        names.extend(n for n in group if n not in names)
+    table = firsts.select(
+        "metric",
+        "pairs",
+        _first=pl.col("pieces").list.first(),
+    ).with_columns(
+        pl.Series("_valid", [bool(at) for at in positions], dtype=pl.Boolean),
+        *(pl.Series(f"_p{k}", [at.get(name) for at in positions], dtype=pl.Int64) for k, name in enumerate(names)),
+    )
+    return table.with_columns(pl.when("_valid").then(pl.col("_first"))).drop("_valid"), names
+
+
+def _parse_simple(simple: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Parse lines that matched the simple-line regex: (parsed rows, rows left for the general path)."""
+    pieces = pl.col("raw").str.split('"')
+    simple = simple.select(
+        "line",
+        "raw",
+        pieces.alias("pieces"),
+        metric=pieces.list.first().str.splitn("{", 2).struct.field("field_0"),
+        pairs=(pieces.list.len() - 1) // 2,
+    )
+    table, names = _simple_positions(simple)
+    simple = simple.join(table, on=["metric", "pairs"], how="left", maintain_order="left")
+    # A line is cut at its group's positions only when it names the same labels in the same order:
+    # the same first piece ('metric{a='), and the piece before each other label's value is ',<label>='.
+    same_names = [
+        pl.col(f"_p{k}").is_null()
+        | (pl.col(f"_p{k}") == 0)
+        | (pl.col("pieces").list.get(2 * pl.col(f"_p{k}"), null_on_oob=True) == f",{name}=")
+        for k, name in enumerate(names)
+    ]
+    same_first = pl.col("pieces").list.first() == pl.col("_first")
+    simple = simple.with_columns(ok=pl.all_horizontal(same_first, *same_names).fill_null(False))
+    fast = simple.filter("ok")
+    values = [
+        pl.col("pieces").list.get(2 * pl.col(f"_p{k}") + 1, null_on_oob=True).alias(_column_name(name))
+        for k, name in enumerate(names)
+    ]
+    # The tail piece is '} <value> [<ts>]'; blanks other than single spaces are rare and normalized first.
+    tail = pl.col("pieces").list.last()
+    if fast.select(tail.str.contains(r"\t|  ").any()).item():
+        tail = pl.concat_str(pl.lit("} "), tail.str.strip_chars("} \t").str.replace_all(r"[ \t]+", " "))
+    words = tail.str.split_exact(" ", 2)
+    parsed = fast.select(
+        "line",
+        "metric",
+        words.struct.field("field_1").cast(pl.Float64, strict=False).alias("value"),
+        words.struct.field("field_2").cast(pl.Int64, strict=False).alias("ts_ms"),
+        *values,
+    )
+    return parsed, simple.filter(~pl.col("ok")).select("line", "raw")
+
+
+# -- any other line: a regex pass and a pivot --------------------------------------------------------
 
 
 def _general_labels(parts: pl.DataFrame) -> pl.DataFrame:
@@ -89,45 +175,25 @@ def _general_labels(parts: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
-    """Parse exposition ``text`` (from ``target``, used in errors) into the long sample frame."""
-    lines = pl.DataFrame({"raw": text.split("\n")}).with_row_index("line", offset=1)
-    lines = lines.with_columns(pl.col("line").cast(pl.Int64), pl.col("raw").str.strip_chars())
-    samples = lines.filter((pl.col("raw") != "") & ~pl.col("raw").str.starts_with("#"))
-    if samples.height == 0:
-        return pl.DataFrame(schema=LONG_SCHEMA)
-    # Validation by a capture-free match (a fast DFA); the pieces are then cut out with literal splits.
-    valid = pl.col("raw").str.contains(_SAMPLE) & pl.col("raw").str.contains(_VALID_VALUE_IN_LINE)
-    bad = samples.filter(~valid)
-    if bad.height:
-        _first_error(bad, target)
+def _parse_general(rows: pl.DataFrame, target: str) -> pl.DataFrame:
+    """Parse valid lines of any form (with or without a label block) the general way."""
     has_block = pl.col("raw").str.contains("{", literal=True)
     tail = pl.when(has_block).then(pl.col("raw").str.split("}").list.last()).otherwise(pl.col("raw"))
-    words = tail.str.strip_chars().str.replace_all(r"[ \t]+", " ")
-    with_block = words.str.split_exact(" ", 1)
-    bare = words.str.split_exact(" ", 2)
-    parts = samples.select(
+    words = tail.str.strip_chars()
+    bare = words.str.replace_all(r"[ \t]+", " ").str.splitn(" ", 2)
+    metric = pl.when(has_block).then(pl.col("raw").str.splitn("{", 2).struct.field("field_0").str.strip_chars())
+    base = rows.select(
         "line",
-        metric=pl.when(has_block)
-        .then(pl.col("raw").str.splitn("{", 2).struct.field("field_0").str.strip_chars())
-        .otherwise(bare.struct.field("field_0")),
-        value=pl.when(has_block).then(with_block.struct.field("field_0")).otherwise(bare.struct.field("field_1")),
-        ts_ms=pl.when(has_block).then(with_block.struct.field("field_1")).otherwise(bare.struct.field("field_2")),
-        simple=pl.col("raw").str.contains(_SIMPLE_LINE),
-        raw=pl.when(has_block).then(pl.col("raw")),
-    ).with_columns(
-        pl.col("value").cast(pl.Float64, strict=False),
-        pl.col("ts_ms").cast(pl.Int64, strict=False),
-    )
-    base = parts.select("line", "metric", "value", "ts_ms")
-    labels = pl.concat([_simple_labels(parts.filter(pl.col("simple"))),
-                        _general_labels(parts.filter(~pl.col("simple") & pl.col("raw").is_not_null()))])
+        metric=metric.otherwise(bare.struct.field("field_0")),
+        value_ts=pl.when(has_block).then(words).otherwise(bare.struct.field("field_1")),
+    ).select("line", "metric", *_value_and_ts(pl.col("value_ts")))
+    labels = _general_labels(rows.filter(has_block))
     if labels.height == 0:
         return base
-    name = pl.col("label")
-    # A label named like one of our own columns (``line``, ``value``, ...) becomes ``label_<name>``.
     labels = labels.with_columns(
-        label=pl.when(name.is_in(list(LONG_SCHEMA))).then(pl.lit("label_") + name).otherwise(name)
+        label=pl.col("label").map_elements(_column_name, return_dtype=pl.Utf8)
+        if labels.select(pl.col("label").is_in(list(LONG_SCHEMA)).any()).item()
+        else pl.col("label")
     )
     escaped = pl.col("raw_value").str.contains("\\", literal=True)
     if labels.select(escaped.any()).item():
@@ -144,3 +210,25 @@ def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
         row = dup.row(0, named=True)
         raise ExpositionError(target, row["line"], f"label {row['label']!r} appears twice") from None
     return base.join(wide, on="line", how="left")
+
+
+def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
+    """Parse exposition ``text`` (from ``target``, used in errors) into the long sample frame."""
+    lines = pl.DataFrame({"raw": text.split("\n")}).with_row_index("line", offset=1)
+    lines = lines.with_columns(pl.col("line").cast(pl.Int64), pl.col("raw").str.strip_chars())
+    samples = lines.filter((pl.col("raw") != "") & ~pl.col("raw").str.starts_with("#"))
+    if samples.height == 0:
+        return pl.DataFrame(schema=LONG_SCHEMA)
+    is_simple = pl.col("raw").str.contains(_SIMPLE_LINE)
+    samples = samples.with_columns(simple=is_simple)
+    other = samples.filter(~pl.col("simple")).select("line", "raw")
+    if other.height:
+        valid = pl.col("raw").str.contains(_SAMPLE) & pl.col("raw").str.contains(_VALID_VALUE_IN_LINE)
+        bad = other.filter(~valid)
+        if bad.height:
+            _first_error(bad, target)
+    parsed, unmatched = _parse_simple(samples.filter("simple").select("line", "raw"))
+    if other.height == 0 and unmatched.height == 0:
+        return parsed
+    rest = _parse_general(pl.concat([other, unmatched]), target)
+    return pl.concat([parsed, rest], how="diagonal_relaxed").sort("line")

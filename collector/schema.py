@@ -64,6 +64,9 @@ DIMENSIONS = {
     """,
 }
 
+# Facts carry no PRIMARY KEY: a DuckDB primary key is an ART index that every insert probes and every
+# checkpoint rewrites, so ingest cost grew with the store. Each fact's key is FACT_KEYS below, and
+# :mod:`collector.store` keeps it unique (an anti-join against the stored rows of the batch's time span).
 FACTS = {
     # One row per device per sample time. MIG memory is the GPU instance's (shared by its compute
     # instances); activity is NULL where the hardware gives none (e.g. A100 MIG).
@@ -75,8 +78,7 @@ FACTS = {
         activity_ratio DOUBLE,
         memory_used_bytes BIGINT,
         memory_total_bytes BIGINT,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (device_id, ts)
+        source VARCHAR NOT NULL
     """,
     # Physical readings, one row per GPU per sample time.
     "gpu_samples": """
@@ -97,8 +99,7 @@ FACTS = {
         pcie_replay_total BIGINT,
         nvlink_crc_errors_total BIGINT,
         thermal_violation_seconds_total DOUBLE,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (gpu_uuid, ts)
+        source VARCHAR NOT NULL
     """,
     # Which container held which device at a sample time (one row per holder; shared GPUs have many).
     "allocations": """
@@ -114,8 +115,7 @@ FACTS = {
         gpu_equivalents DOUBLE NOT NULL,
         workload_kind VARCHAR,
         workload_name VARCHAR,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (device_id, ts, namespace, pod, container)
+        source VARCHAR NOT NULL
     """,
     # Discrete events: XIDs (kind 'xid', code = XID number), health transitions, ...
     "events": """
@@ -124,11 +124,10 @@ FACTS = {
         gpu_uuid VARCHAR NOT NULL,
         device_id VARCHAR,
         kind VARCHAR NOT NULL,
-        code INTEGER,
+        code INTEGER NOT NULL,
         count BIGINT NOT NULL DEFAULT 1,
         detail VARCHAR,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (gpu_uuid, kind, code, ts)
+        source VARCHAR NOT NULL
     """,
     # Quota objects as seen at a time: Kueue ClusterQueue flavors/resources and ResourceQuotas.
     "quota_snapshots": """
@@ -144,8 +143,7 @@ FACTS = {
         lending_limit DOUBLE,
         usage DOUBLE,
         annotations JSON,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (ts, object_kind, object_namespace, object_name, flavor, resource)
+        source VARCHAR NOT NULL
     """,
     # Requests waiting for capacity (Kueue pending workloads, unschedulable pods), by shape.
     "pending_demand": """
@@ -159,8 +157,7 @@ FACTS = {
         gpu_model VARCHAR NOT NULL DEFAULT '',
         quantity DOUBLE NOT NULL,         -- devices of that shape
         workloads INTEGER NOT NULL,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (ts, tenant, cluster_queue, namespace, flavor, resource, profile, gpu_model)
+        source VARCHAR NOT NULL
     """,
     # Namespace inventory: tenancy layers that isolation risk looks at.
     "namespace_snapshots": """
@@ -170,8 +167,7 @@ FACTS = {
         labels JSON,
         network_policies INTEGER NOT NULL DEFAULT 0,
         virtual_cluster VARCHAR,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (ts, namespace)
+        source VARCHAR NOT NULL
     """,
     # Pod inventory with owners and GPU requests (for rightsizing by workload).
     "pod_snapshots": """
@@ -187,10 +183,21 @@ FACTS = {
         workload_name VARCHAR,
         gpu_requests JSON,                -- resource name -> quantity
         labels JSON,
-        source VARCHAR NOT NULL,
-        PRIMARY KEY (ts, namespace, pod)
+        source VARCHAR NOT NULL
     """,
 }
+
+FACT_KEYS: dict[str, tuple[str, ...]] = {
+    "device_samples": ("device_id", "ts"),
+    "gpu_samples": ("gpu_uuid", "ts"),
+    "allocations": ("device_id", "ts", "namespace", "pod", "container"),
+    "events": ("gpu_uuid", "kind", "code", "ts"),
+    "quota_snapshots": ("ts", "object_kind", "object_namespace", "object_name", "flavor", "resource"),
+    "pending_demand": ("ts", "tenant", "cluster_queue", "namespace", "flavor", "resource", "profile", "gpu_model"),
+    "namespace_snapshots": ("ts", "namespace"),
+    "pod_snapshots": ("ts", "namespace", "pod"),
+}
+"""The unique key of each fact table (every key holds ``ts``; every key column is NOT NULL)."""
 
 BOOKKEEPING = {
     # Per-source high-water mark: ingest resumes after it.

@@ -3,8 +3,12 @@
 A *window* is what one source delivered for one span of time (a scrape, a ``query_range`` chunk, a day
 of simulated history). :meth:`Store.ingest_window` writes the window's fact rows, its dimension
 upserts, its gaps, its ``ingest_batches`` row and the source's watermark in ONE transaction: a kill in
-the middle leaves no half window, and the same window twice adds nothing (facts are inserted with
-``INSERT OR IGNORE`` on their primary keys, from a registered Arrow table, never row by row).
+the middle leaves no half window, and the same window twice adds nothing: fact rows are inserted in
+bulk from a registered Arrow table (never row by row), less the rows whose key (``FACT_KEYS``) is
+already stored. That check is one anti-join against the stored rows of the batch's own time span,
+which DuckDB's min/max zone maps narrow to a few row groups, so a window costs the same whatever the
+size of the store (a primary-key index would be probed on every insert and rewritten on every
+checkpoint).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from collector.schema import DIMENSIONS, FACTS, connect
+from collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
 
@@ -59,16 +63,26 @@ def from_datetime(value: datetime) -> float:
     return value.replace(tzinfo=UTC).timestamp()
 
 
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str | None]:
+    """The table's columns in order, each with its DEFAULT expression (``None`` when it has none)."""
     rows = con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+        "SELECT column_name, column_default FROM information_schema.columns "
+        "WHERE table_name = ? ORDER BY ordinal_position",
         [table],
     ).fetchall()
-    return [r[0] for r in rows]
+    return {r[0]: r[1] for r in rows}
 
 
 def _as_arrow(frame: Frame) -> pa.Table:
     return frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
+
+
+def _as_polars(frame: Frame) -> pl.DataFrame:
+    if isinstance(frame, pl.DataFrame):
+        return frame
+    converted = pl.from_arrow(frame)
+    assert isinstance(converted, pl.DataFrame)  # a pa.Table converts to a frame, never a series
+    return converted
 
 
 class Store:
@@ -133,13 +147,12 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             for table, frame in frames.items():
-                arrow = _as_arrow(frame)
-                if arrow.num_rows == 0:
+                if (frame.height if isinstance(frame, pl.DataFrame) else frame.num_rows) == 0:
                     continue
                 if table in FACTS:
-                    rows[table] = self._insert_facts(table, arrow)
+                    rows[table] = self._insert_facts(table, _as_polars(frame))
                 elif table in DIMENSIONS:
-                    rows[table] = self._upsert_dimension(table, arrow)
+                    rows[table] = self._upsert_dimension(table, _as_arrow(frame))
                 else:
                     raise ValueError(f"not a store table: {table!r}")
             for gap in gaps:
@@ -168,24 +181,36 @@ class Store:
         self.con.register(name, arrow)
         return name
 
-    def _insert_facts(self, table: str, arrow: pa.Table) -> int:
-        cols = [c for c in arrow.column_names if c in self._table_columns[table]]
-        unknown = set(arrow.column_names) - set(self._table_columns[table])
+    def _insert_facts(self, table: str, incoming: pl.DataFrame) -> int:
+        """Insert the rows whose key is not stored yet (the first of equal keys in ``incoming``)."""
+        columns = self._table_columns[table]
+        unknown = set(incoming.columns) - set(columns)
         if unknown:
             raise ValueError(f"{table}: unknown columns {sorted(unknown)}")
-        name = self._register(arrow)
+        keys = FACT_KEYS[table]
+        present = [k for k in keys if k in incoming.columns]
+        if present and incoming.select(pl.struct(present).is_duplicated().any()).item():
+            incoming = incoming.unique(present, keep="first", maintain_order=True)
+        span = incoming.select(lo=pl.col("ts").min(), hi=pl.col("ts").max()).row(0) if "ts" in present else None
+        cols = [c for c in columns if c in incoming.columns]
+        # A key column the frame lacks takes its DEFAULT, as the INSERT will store it.
+        staged = [*cols, *(f"{columns[k] or 'NULL'} AS {k}" for k in keys if k not in incoming.columns)]
+        match = " AND ".join(f"t.{k} = n.{k}" for k in keys)
+        name = self._register(incoming.to_arrow())
         try:
             col_list = ", ".join(cols)
-            # Bulk insert from the registered Arrow table; duplicates of stored keys are ignored.
             inserted = self.con.execute(
-                f"INSERT OR IGNORE INTO {table} ({col_list}) SELECT {col_list} FROM {name}"  # noqa: S608
+                f"INSERT INTO {table} ({col_list}) SELECT {col_list} "  # noqa: S608 - names from the schema
+                f"FROM (SELECT {', '.join(staged)} FROM {name}) n "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.ts BETWEEN ? AND ? AND {match})",
+                list(span) if span else [None, None],
             ).fetchall()
             return int(inserted[0][0]) if inserted else 0
         finally:
             self.con.unregister(name)
 
     def _upsert_dimension(self, table: str, arrow: pa.Table) -> int:
-        table_cols = self._table_columns[table]
+        table_cols = list(self._table_columns[table])
         cols = [c for c in arrow.column_names if c in table_cols]
         key = table_cols[0]
         name = self._register(arrow)
