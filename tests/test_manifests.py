@@ -211,8 +211,26 @@ def test_the_exporter_rbac_is_read_only_and_exactly_what_tenant_and_dra_resoluti
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpulens-exporter", "namespace": "gpulens"}]
 
 
-def test_the_collector_rbac_never_writes() -> None:
+def collector_api_traffic() -> list[RecordedRequest]:
+    """Every request ``gpulens collect --kubernetes`` makes through the real ``kubernetes`` client."""
+    from kubernetes import client
+
+    from collector.inventory import KubernetesClusterApi, snapshot_frames
+
+    with FakeKubernetesApi() as api:
+        for path in ("/api/v1/namespaces", "/api/v1/pods", "/api/v1/nodes", "/api/v1/resourcequotas",
+                     "/apis/networking.k8s.io/v1/networkpolicies", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+                     "/apis/kueue.x-k8s.io/v1beta2/localqueues"):
+            api.objects[path] = {"kind": "List", "items": []}
+        snapshot_frames(KubernetesClusterApi(client.ApiClient(client.Configuration(host=api.url))), 0.0)
+    return api.requests
+
+
+def test_the_collector_rbac_grants_every_request_it_makes_and_never_writes() -> None:
+    needed = {(p.api_group, p.resource, p.verb) for p in map(permission, collector_api_traffic())}
+    assert ("kueue.x-k8s.io", "clusterqueues", "list") in needed and ("", "nodes", "list") in needed
     role = one("ClusterRole", "gpulens-collector")
+    assert needed <= granted(role["rules"])
     verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert verbs & WRITE_VERBS == set()
 
