@@ -226,11 +226,11 @@ def collector_api_traffic() -> list[RecordedRequest]:
     return api.requests
 
 
-def test_the_collector_rbac_grants_every_request_it_makes_and_never_writes() -> None:
+def test_the_collector_rbac_grants_exactly_the_requests_it_makes_and_never_writes() -> None:
     needed = {(p.api_group, p.resource, p.verb) for p in map(permission, collector_api_traffic())}
     assert ("kueue.x-k8s.io", "clusterqueues", "list") in needed and ("", "nodes", "list") in needed
     role = one("ClusterRole", "gpulens-collector")
-    assert needed <= granted(role["rules"])
+    assert needed == granted(role["rules"])
     verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert verbs & WRITE_VERBS == set()
 
