@@ -92,6 +92,7 @@ class Store:
         self.path = path
         self.con = connect(path)
         self._table_columns = {t: _columns(self.con, t) for t in (*DIMENSIONS, *FACTS)}
+        self._staged: list[str] = []  # Arrow views registered by the window being written
 
     def __enter__(self) -> Store:
         return self
@@ -145,6 +146,7 @@ class Store:
         rows: dict[str, int] = {}
         con = self.con
         con.execute("BEGIN TRANSACTION")
+        self._staged = []
         try:
             for table, frame in frames.items():
                 if (frame.height if isinstance(frame, pl.DataFrame) else frame.num_rows) == 0:
@@ -174,11 +176,17 @@ class Store:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        finally:
+            # After COMMIT or ROLLBACK: an aborted transaction refuses even an unregister.
+            for name in self._staged:
+                con.unregister(name)
         return WindowResult(source, start, end, rows, len(gaps))
 
     def _register(self, arrow: pa.Table) -> str:
+        """Register ``arrow`` as a view for this window's statements (unregistered when the window ends)."""
         name = f"_in_{uuid.uuid4().hex}"
         self.con.register(name, arrow)
+        self._staged.append(name)
         return name
 
     def _insert_facts(self, table: str, incoming: pl.DataFrame) -> int:
@@ -197,57 +205,51 @@ class Store:
         staged = [*cols, *(f"{columns[k] or 'NULL'} AS {k}" for k in keys if k not in incoming.columns)]
         match = " AND ".join(f"t.{k} = n.{k}" for k in keys)
         name = self._register(incoming.to_arrow())
-        try:
-            col_list = ", ".join(cols)
-            inserted = self.con.execute(
-                f"INSERT INTO {table} ({col_list}) SELECT {col_list} "  # noqa: S608 - names from the schema
-                f"FROM (SELECT {', '.join(staged)} FROM {name}) n "
-                f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.ts BETWEEN ? AND ? AND {match})",
-                list(span) if span else [None, None],
-            ).fetchall()
-            return int(inserted[0][0]) if inserted else 0
-        finally:
-            self.con.unregister(name)
+        col_list = ", ".join(cols)
+        inserted = self.con.execute(
+            f"INSERT INTO {table} ({col_list}) SELECT {col_list} "  # noqa: S608 - names from the schema
+            f"FROM (SELECT {', '.join(staged)} FROM {name}) n "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.ts BETWEEN ? AND ? AND {match})",
+            list(span) if span else [None, None],
+        ).fetchall()
+        return int(inserted[0][0]) if inserted else 0
 
     def _upsert_dimension(self, table: str, arrow: pa.Table) -> int:
         table_cols = list(self._table_columns[table])
         cols = [c for c in arrow.column_names if c in table_cols]
         key = table_cols[0]
         name = self._register(arrow)
-        try:
-            fresh = self.con.execute(
-                f"SELECT count(DISTINCT n.{key}) FROM {name} n ANTI JOIN {table} t ON n.{key} = t.{key}"  # noqa: S608
-            ).fetchall()[0][0]
-            col_list = ", ".join(cols)
-            updates = []
-            for c in cols:
-                if c == key:
-                    continue
-                if c == "first_seen":
-                    updates.append(f"first_seen = least({table}.first_seen, excluded.first_seen)")
-                elif c == "last_seen":
-                    updates.append(f"last_seen = greatest({table}.last_seen, excluded.last_seen)")
-                else:
-                    updates.append(f"{c} = coalesce(excluded.{c}, {table}.{c})")
-            # One row per key in the incoming frame (the latest when several), then upsert.
-            order = "last_seen DESC NULLS LAST" if "last_seen" in cols else "1"
+        fresh = self.con.execute(
+            f"SELECT count(DISTINCT n.{key}) FROM {name} n ANTI JOIN {table} t ON n.{key} = t.{key}"  # noqa: S608
+        ).fetchall()[0][0]
+        col_list = ", ".join(cols)
+        updates = []
+        for c in cols:
+            if c == key:
+                continue
+            if c == "first_seen":
+                updates.append(f"first_seen = least({table}.first_seen, excluded.first_seen)")
+            elif c == "last_seen":
+                updates.append(f"last_seen = greatest({table}.last_seen, excluded.last_seen)")
+            else:
+                updates.append(f"{c} = coalesce(excluded.{c}, {table}.{c})")
+        # One row per key in the incoming frame (the latest when several), then upsert.
+        order = "last_seen DESC NULLS LAST" if "last_seen" in cols else "1"
+        dedup = (
+            f"SELECT {col_list} FROM {name} "  # noqa: S608
+            f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1"
+        )
+        if "first_seen" in cols:
             dedup = (
-                f"SELECT {col_list} FROM {name} "  # noqa: S608
-                f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1"
+                f"SELECT * REPLACE (min(first_seen) OVER (PARTITION BY {key}) AS first_seen) "  # noqa: S608
+                f"FROM {name} QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1"
             )
-            if "first_seen" in cols:
-                dedup = (
-                    f"SELECT * REPLACE (min(first_seen) OVER (PARTITION BY {key}) AS first_seen) "  # noqa: S608
-                    f"FROM {name} QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1"
-                )
-                dedup = f"SELECT {col_list} FROM ({dedup})"  # noqa: S608
-            conflict = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
-            self.con.execute(
-                f"INSERT INTO {table} ({col_list}) {dedup} ON CONFLICT ({key}) {conflict}"  # noqa: S608
-            ).fetchall()
-            return int(fresh)
-        finally:
-            self.con.unregister(name)
+            dedup = f"SELECT {col_list} FROM ({dedup})"  # noqa: S608
+        conflict = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
+        self.con.execute(
+            f"INSERT INTO {table} ({col_list}) {dedup} ON CONFLICT ({key}) {conflict}"  # noqa: S608
+        ).fetchall()
+        return int(fresh)
 
     def query(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a read query on the store (tests and summaries)."""
