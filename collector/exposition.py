@@ -2,15 +2,17 @@
 
 Every sample line becomes one row: ``line`` (1-based line number), ``metric``, ``value`` (float),
 ``ts_ms`` (the sample's own timestamp in milliseconds, or null) and one string column per label name.
-All lines are handled at once by polars (no Python loop per sample).
+All lines are handled at once by Arrow and polars (no Python loop per sample).
 
-The common line, ``name{a="x",b="y"} value [ts]`` with no escape nor blank, is validated by one
-capture-free regex and cut by ONE literal split on ``"``: label names and values alternate in the
-pieces, so each label column is a gather at a position that is the same for every line of one metric
-and label count (read from the first such line, checked on every line). Other lines (escapes, blanks,
-labels in another order) take the general path: a second validation regex, one regex pass for the
-pairs, then a pivot. Only label values that contain escapes are unescaped in Python. A malformed line
-raises :class:`ExpositionError` naming the target and the line.
+The common line, ``name{a="x",b="y"} value [ts]`` with no escape, is cut by ONE literal split on
+``"``: label names and values alternate in the pieces, so each label column is a gather at a position
+that is the same for every line of one metric and label count. The positions are read from the
+group's first line, whose pieces are checked by regex in Python; every other line of the group must
+have the very same name pieces (compared as strings) and a valid ``} value [ts]`` tail, which together
+make it a valid line. Any other line (escapes, blanks, labels in another order, anything malformed)
+takes the general path: a full-line validation regex, one regex pass for the pairs, then a pivot. Only
+label values that contain escapes are unescaped in Python. A malformed line raises
+:class:`ExpositionError` naming the target and the line.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from __future__ import annotations
 import re
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
 _LABELS = rf"\{{[ \t]*(?:{_LABEL}[ \t]*(?:,[ \t]*{_LABEL}[ \t]*)*,?[ \t]*)?\}}"
-_SIMPLE_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
 _SAMPLE = rf"^({_NAME})[ \t]*({_LABELS})?[ \t]+([^ \t]+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
 _FLOAT = r"(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)"
 _VALID_FLOAT = rf"^{_FLOAT}$"
 _VALUE_AND_TS = rf"{_FLOAT}(?:[ \t]+-?[0-9]+)?"
 _VALID_VALUE_IN_LINE = rf"[ \t]{_VALUE_AND_TS}[ \t]*$"
-_SIMPLE_LINE = rf"^{_NAME}\{{{_SIMPLE_PAIR}(?:,{_SIMPLE_PAIR})*\}}[ \t]+{_VALUE_AND_TS}[ \t]*$"
+_FIRST_PIECE = re.compile(rf"{_NAME}\{{[a-zA-Z_][a-zA-Z0-9_]*=")
+_NAME_PIECE = re.compile(r",[a-zA-Z_][a-zA-Z0-9_]*=")
+_TAIL_PIECE = rf"^\}}[ \t]+{_VALUE_AND_TS}$"
 
 LONG_SCHEMA = {"line": pl.Int64, "metric": pl.Utf8, "value": pl.Float64, "ts_ms": pl.Int64}
 
@@ -91,62 +96,76 @@ def _value_and_ts(words: pl.Expr) -> list[pl.Expr]:
 # -- the common line: one split on '"' ------------------------------------------------------------
 
 
-def _simple_positions(simple: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+def _group_names(pieces: list[str]) -> list[str] | None:
+    """Label names of a split line (``metric{a=``, value, ``,b=``, value, ..., tail), or ``None`` when
+    its name pieces are not exactly that or a name repeats (such lines take the general path)."""
+    if len(pieces) % 2 == 0 or not _FIRST_PIECE.fullmatch(pieces[0]):
+        return None
+    if not all(_NAME_PIECE.fullmatch(p) for p in pieces[2:-1:2]):
+        return None
+    names = [pieces[0].split("{", 1)[1][:-1], *(p[1:-1] for p in pieces[2:-1:2])]
+    return names if len(set(names)) == len(names) else None
+
+
+def _group_positions(split: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Per (metric, label count): the position of each label name, read from the group's first line.
 
     Returns the position table (``metric``, ``pairs``, ``_first``: the group's first piece such as
-    ``metric{node=``, ``_p<k>``: the position of label k) and the label names in order of k. A group
-    whose first line names a label twice gets ``_first`` null: its lines take the general path, which
-    reports the duplicate.
+    ``metric{node=``, null when the first line is not plain; ``_p<k>``: the position of label k) and
+    the label names in order of k.
     """
-    firsts = simple.unique(["metric", "pairs"], keep="first", maintain_order=True)
+    firsts = split.unique(["metric", "pairs"], keep="first", maintain_order=True)
     names: list[str] = []
-    positions: list[dict[str, int]] = []
+    positions: list[dict[str, int] | None] = []
     for pieces in firsts["pieces"].to_list():
-        group = [pieces[0].split("{", 1)[1][:-1], *(p[1:-1] for p in pieces[2:-1:2])]
-        at = {name: i for i, name in enumerate(group)}
-        positions.append(at if len(at) == len(group) else {})
-        names.extend(n for n in group if n not in names)
+        group = _group_names(pieces)
+        positions.append({name: i for i, name in enumerate(group)} if group else None)
+        names.extend(n for n in group or () if n not in names)
     table = firsts.select(
         "metric",
         "pairs",
-        _first=pl.col("pieces").list.first(),
+        _first=pl.Series([pieces[0] if at else None for pieces, at in zip(
+            firsts["pieces"].to_list(), positions, strict=True)], dtype=pl.Utf8),
     ).with_columns(
-        pl.Series("_valid", [bool(at) for at in positions], dtype=pl.Boolean),
-        *(pl.Series(f"_p{k}", [at.get(name) for at in positions], dtype=pl.Int64) for k, name in enumerate(names)),
+        pl.Series(f"_p{k}", [at.get(name) if at else None for at in positions], dtype=pl.Int64)
+        for k, name in enumerate(names)
     )
-    return table.with_columns(pl.when("_valid").then(pl.col("_first"))).drop("_valid"), names
+    return table, names
 
 
-def _parse_simple(simple: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Parse lines that matched the simple-line regex: (parsed rows, rows left for the general path)."""
+def _parse_plain(candidates: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Parse lines with a label block and no backslash: (parsed rows, rows left for the general path)."""
     pieces = pl.col("raw").str.split('"')
-    simple = simple.select(
+    split = candidates.select(
         "line",
         "raw",
         pieces.alias("pieces"),
         metric=pieces.list.first().str.splitn("{", 2).struct.field("field_0"),
         pairs=(pieces.list.len() - 1) // 2,
     )
-    table, names = _simple_positions(simple)
-    simple = simple.join(table, on=["metric", "pairs"], how="left", maintain_order="left")
-    # A line is cut at its group's positions only when it names the same labels in the same order:
-    # the same first piece ('metric{a='), and the piece before each other label's value is ',<label>='.
+    table, names = _group_positions(split)
+    split = split.join(table, on=["metric", "pairs"], how="left", maintain_order="left")
+    # A line is cut at its group's positions only when its name pieces are the group's: the same first
+    # piece ('metric{a='), the same count, and ',<label>=' before each other label's value.
     same_names = [
         pl.col(f"_p{k}").is_null()
         | (pl.col(f"_p{k}") == 0)
         | (pl.col("pieces").list.get(2 * pl.col(f"_p{k}"), null_on_oob=True) == f",{name}=")
         for k, name in enumerate(names)
     ]
-    same_first = pl.col("pieces").list.first() == pl.col("_first")
-    simple = simple.with_columns(ok=pl.all_horizontal(same_first, *same_names).fill_null(False))
-    fast = simple.filter("ok")
+    tail = pl.col("pieces").list.last()
+    plain = [
+        pl.col("pieces").list.first() == pl.col("_first"),
+        pl.col("pieces").list.len() % 2 == 1,
+        tail.str.contains(_TAIL_PIECE),
+    ]
+    split = split.with_columns(ok=pl.all_horizontal(*plain, *same_names).fill_null(False))
+    fast = split.filter("ok")
     values = [
         pl.col("pieces").list.get(2 * pl.col(f"_p{k}") + 1, null_on_oob=True).alias(_column_name(name))
         for k, name in enumerate(names)
     ]
     # The tail piece is '} <value> [<ts>]'; blanks other than single spaces are rare and normalized first.
-    tail = pl.col("pieces").list.last()
     if fast.select(tail.str.contains(r"\t|  ").any()).item():
         tail = pl.concat_str(pl.lit("} "), tail.str.strip_chars("} \t").str.replace_all(r"[ \t]+", " "))
     words = tail.str.split_exact(" ", 2)
@@ -157,7 +176,7 @@ def _parse_simple(simple: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         words.struct.field("field_2").cast(pl.Int64, strict=False).alias("ts_ms"),
         *values,
     )
-    return parsed, simple.filter(~pl.col("ok")).select("line", "raw")
+    return parsed, split.filter(~pl.col("ok")).select("line", "raw")
 
 
 # -- any other line: a regex pass and a pivot --------------------------------------------------------
@@ -212,23 +231,28 @@ def _parse_general(rows: pl.DataFrame, target: str) -> pl.DataFrame:
     return base.join(wide, on="line", how="left")
 
 
+def _lines(text: str) -> pl.DataFrame:
+    """``line`` (1-based) and ``raw`` (stripped) of every line of ``text``, split by Arrow."""
+    split = pc.split_pattern(pa.array([text], pa.large_string()), "\n").flatten()
+    raw = pl.Series("raw", split).str.strip_chars()
+    return pl.DataFrame(raw).with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+
+
 def parse_exposition(text: str, target: str = "<text>") -> pl.DataFrame:
     """Parse exposition ``text`` (from ``target``, used in errors) into the long sample frame."""
-    lines = pl.DataFrame({"raw": text.split("\n")}).with_row_index("line", offset=1)
-    lines = lines.with_columns(pl.col("line").cast(pl.Int64), pl.col("raw").str.strip_chars())
+    lines = _lines(text)
     samples = lines.filter((pl.col("raw") != "") & ~pl.col("raw").str.starts_with("#"))
     if samples.height == 0:
         return pl.DataFrame(schema=LONG_SCHEMA)
-    is_simple = pl.col("raw").str.contains(_SIMPLE_LINE)
-    samples = samples.with_columns(simple=is_simple)
-    other = samples.filter(~pl.col("simple")).select("line", "raw")
-    if other.height:
-        valid = pl.col("raw").str.contains(_SAMPLE) & pl.col("raw").str.contains(_VALID_VALUE_IN_LINE)
-        bad = other.filter(~valid)
-        if bad.height:
-            _first_error(bad, target)
-    parsed, unmatched = _parse_simple(samples.filter("simple").select("line", "raw"))
-    if other.height == 0 and unmatched.height == 0:
+    plain = pl.col("raw").str.contains("{", literal=True) & ~pl.col("raw").str.contains("\\", literal=True)
+    samples = samples.with_columns(plain=plain)
+    parsed, unmatched = _parse_plain(samples.filter("plain").select("line", "raw"))
+    other = pl.concat([samples.filter(~pl.col("plain")).select("line", "raw"), unmatched]).sort("line")
+    if other.height == 0:
         return parsed
-    rest = _parse_general(pl.concat([other, unmatched]), target)
+    valid = pl.col("raw").str.contains(_SAMPLE) & pl.col("raw").str.contains(_VALID_VALUE_IN_LINE)
+    bad = other.filter(~valid)
+    if bad.height:
+        _first_error(bad, target)
+    rest = _parse_general(other, target)
     return pl.concat([parsed, rest], how="diagonal_relaxed").sort("line")

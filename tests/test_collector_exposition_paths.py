@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.exposition import escape_label_value, parse_exposition
+from collector.exposition import ExpositionError, escape_label_value, parse_exposition
 
 NAMES = ["node", "gpu", "device", "pod", "value", "line", "x"]
 VALUES = st.text(alphabet=st.sampled_from(list('ab0 ,={}"\\\n')), max_size=6)
@@ -69,3 +70,13 @@ def test_plain_lines_of_one_metric_with_labels_in_another_order_keep_their_value
 def test_tabs_and_repeated_blanks_around_the_value_and_timestamp_are_accepted() -> None:
     long = parse_exposition('m{a="1"}\t2.5 \t 1000\nm{a="2"}  3\n', "t")
     assert long.select("a", "value", "ts_ms").rows() == [("1", 2.5, 1000), ("2", 3.0, None)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ['m{a="1"b="2"} 1', 'm{a="1"}} 1', 'm{a=""b"} 1', 'm{a="1"}1', 'm{a="1"} 1 2 3', 'm{a="1"} 0x10'],
+)
+def test_a_malformed_line_after_a_plain_line_of_its_metric_is_still_reported(bad: str) -> None:
+    with pytest.raises(ExpositionError) as err:
+        parse_exposition(f'm{{a="0"}} 0\n{bad}\nm{{a="2"}} 2\n', "node-1")
+    assert err.value.line == 2
