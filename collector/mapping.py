@@ -139,10 +139,10 @@ def _profile_of(resource: pl.Expr) -> pl.Expr:
 
 def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
     """``quota_snapshots`` and ``pending_demand`` from Kueue's metrics (``+Inf`` limits become NULL)."""
-    df = _ensure(long.filter(pl.col("metric").is_in(KUEUE_METRICS)),
-                 ("cluster_queue", "flavor", "resource", "status", "cohort")).with_columns(_TS)
-    if df.height == 0:
+    kueue = long.filter(pl.col("metric").is_in(KUEUE_METRICS))
+    if kueue.height == 0:
         return {}
+    df = _ensure(kueue, ("cluster_queue", "flavor", "resource", "status", "cohort")).with_columns(_TS)
 
     def finite(metric: str) -> pl.Expr:
         return pl.col("value").filter((pl.col("metric") == metric) & pl.col("value").is_finite()).first()
