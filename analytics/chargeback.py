@@ -85,13 +85,23 @@ def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCos
     """Fleet cost per day (list, contracted): each GPU present in a bucket costs bucket hours x price."""
     rows = con.execute(
         """
-        SELECT b.day, g.list_price, g.contracted_price, count(*) AS gpu_buckets
-        FROM (SELECT DISTINCT db.gpu_uuid, db.bucket_start FROM an_db db) x
-        JOIN (SELECT gpu_uuid, any_value(list_price) AS list_price, any_value(contracted_price) AS contracted_price
-              FROM an_dev GROUP BY gpu_uuid) g USING (gpu_uuid)
-        JOIN an_buckets b USING (bucket_start)
-        GROUP BY ALL
-        """
+        WITH present AS (  -- each (GPU, bucket) once: a GPU of one device in an_db, a split GPU in an_gpub
+            SELECT gk, b FROM an_db WHERE NOT multi_device
+            UNION ALL
+            SELECT gk, b FROM an_gpub
+        ),
+        per_bucket AS (
+            SELECT p.b, g.list_price, g.contracted_price, count(*) AS gpus
+            FROM present p
+            JOIN (SELECT gk, any_value(list_price) AS list_price, any_value(contracted_price) AS contracted_price
+                  FROM an_dev GROUP BY gk) g USING (gk)
+            GROUP BY ALL
+        )
+        SELECT CAST($start::TIMESTAMP + to_seconds(b * $bs) AS DATE) AS day, list_price, contracted_price,
+               sum(gpus) AS gpu_buckets
+        FROM per_bucket GROUP BY ALL
+        """,
+        {"start": window.start, "bs": window.bucket_seconds},
     ).fetchall()
     per_day: dict[date, tuple[Decimal, Decimal]] = defaultdict(lambda: (Decimal(0), Decimal(0)))
     hours_total = Decimal(0)
@@ -114,12 +124,14 @@ def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCos
 def _lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Line]:
     rows = con.execute(
         """
-        SELECT CAST(i.bucket_start AS DATE), i.tenant, i.state, coalesce(i.gpu_model, ''),
-               sum(i.ge_hours), sum(i.cost_usd) / any_value(d.list_price)
-        FROM idle_capacity i
-        JOIN (SELECT gpu_uuid, any_value(list_price) AS list_price FROM an_dev GROUP BY gpu_uuid) d USING (gpu_uuid)
-        WHERE i.run_id = ?
-        GROUP BY ALL
+        WITH lines AS (
+            SELECT CAST(bucket_start AS DATE) AS day, tenant, state, coalesce(gpu_model, '') AS model,
+                   fsum(ge_hours) AS ge_hours, fsum(cost_usd) AS cost_usd
+            FROM idle_capacity WHERE run_id = ? GROUP BY ALL
+        ),
+        price AS (SELECT coalesce(gpu_model, '') AS model, any_value(list_price) AS list_price FROM an_dev GROUP BY ALL)
+        SELECT l.day, l.tenant, l.state, l.model, l.ge_hours, l.cost_usd / p.list_price
+        FROM lines l JOIN price p USING (model)
         ORDER BY ALL
         """,
         [run_id],

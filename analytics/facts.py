@@ -74,10 +74,11 @@ def resolve_window(
 
 
 def infer_sample_interval(con: duckdb.DuckDBPyConnection, window: Window) -> float:
-    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_known``)."""
+    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_kb``, ``an_kb_unlisted``)."""
     row = con.execute(
         """
-        SELECT median((epoch(last_ts) - epoch(first_ts)) / (n - 1)) FILTER (WHERE n > 1) FROM an_known
+        SELECT median((epoch(last_ts) - epoch(first_ts)) / (n - 1)) FILTER (WHERE n > 1)
+        FROM (SELECT n, first_ts, last_ts FROM an_kb UNION ALL SELECT n, first_ts, last_ts FROM an_kb_unlisted)
         """
     ).fetchone()
     spacing = row[0] if row is not None else None

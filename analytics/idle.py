@@ -8,13 +8,28 @@ Bucket time without device samples, or inside a collection gap, is ``unknown``; 
 exceed the measured capacity. A MIG GPU's slices that no GPU instance covers are an
 ``unpartitioned`` pseudo-device (``device_id`` = GPU UUID), unallocated whenever the GPU reports.
 Per GPU and bucket, costs add up to exactly price x bucket hours.
+
+How it runs at fleet scale: the facts are read once each and aggregated per device key ``dk`` (an
+integer from ``an_dev``) and bucket number ``b`` (0 = the window's first bucket); every later step
+works on those small integer keys, and names are joined back only in the rows written. Temp tables:
+
+- ``an_kb``: per device and bucket, samples, first/last time, mean activity and memory;
+- ``an_hold``: per device, bucket, tenant and namespace, the holders' GE-samples;
+- ``an_db``: per device and bucket of the device's lifetime, known hours and the scale factors;
+- ``an_gpub``: per GPU split into several devices (MIG) and bucket, shares present;
+- ``an_known`` and ``an_alloc``: per device, samples with and without activity readings, and which
+  tenants and namespaces held it in the window (what isolation risk reads).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import duckdb
 
 from analytics.facts import Window
+
+_EPOCH = datetime(1970, 1, 1)
 
 _GAP_FILTER = """
     AND NOT EXISTS (
@@ -24,10 +39,23 @@ _GAP_FILTER = """
     )
 """
 
+BUCKET_OF_TS = "CAST((epoch_us(s.ts) - $start_us) // $bs_us AS INTEGER)"
+"""SQL: the bucket number of a fact row ``s`` inside the window (needs ``bucket_params``)."""
+
+
+def bucket_params(window: Window) -> dict[str, object]:
+    """Bound parameters of the bucket arithmetic: window start and end, in µs the start and bucket length."""
+    return {
+        "start": window.start,
+        "end": window.end,
+        "start_us": (window.start - _EPOCH) // timedelta(microseconds=1),
+        "bs_us": window.bucket_seconds * 1_000_000,
+    }
+
 
 def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window) -> None:
-    """Per device and bucket: samples and their mean activity (``an_known``), holder shares (``an_alloc``)."""
-    params = {"start": window.start, "end": window.end, "bs": window.bucket_seconds}
+    """Read device samples and allocations once: ``an_kb``, ``an_hold``, ``an_known``, ``an_alloc``."""
+    params = bucket_params(window)
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_gaps AS
@@ -38,144 +66,206 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window) -> None:
     )
     row = con.execute("SELECT count(*) FROM an_gaps").fetchone()
     gap_filter = _GAP_FILTER if row is not None and row[0] else ""
+    # Devices missing from the inventory share the key NULL here; only the sample interval and the
+    # tenancy need them one by one, which the (rare) second passes below provide.
     con.execute(
         f"""
+        CREATE OR REPLACE TEMP TABLE an_hold AS
+        SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace,
+               sum(s.gpu_equivalents) AS ge_samples, count(*) AS samples
+        FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
+        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        GROUP BY ALL
+        """,  # noqa: S608 - constant fragments; values are bound
+        params,
+    )
+    # The holders' sum per device and bucket rides along with the samples' aggregation (one hash
+    # table instead of a second aggregation and a join); buckets with holders but no samples get n = 0.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE an_kb AS
+        SELECT dk, b,
+               count(ts) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
+               count(activity_ratio) AS n_activity, avg(activity_ratio) AS activity_avg,
+               avg(memory_used_bytes) AS memory_avg, sum(ge_samples) AS ge_samples
+        FROM (
+            SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, s.activity_ratio, s.memory_used_bytes,
+                   NULL::DOUBLE AS ge_samples
+            FROM f_device_samples s LEFT JOIN an_dev d USING (device_id)
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            UNION ALL
+            SELECT dk, b, NULL, NULL, NULL, ge_samples FROM an_hold WHERE dk IS NOT NULL
+        )
+        GROUP BY dk, b
+        """,  # noqa: S608 - constant fragments; values are bound
+        params,
+    )
+    con.execute(
+        """
         CREATE OR REPLACE TEMP TABLE an_known AS
-        SELECT s.device_id, time_bucket(to_seconds($bs), s.ts, $start::TIMESTAMP) AS bucket_start,
-               count(*) AS n, min(s.ts) AS first_ts, max(s.ts) AS last_ts,
-               count(s.activity_ratio) AS n_activity, avg(s.activity_ratio) AS activity_avg,
-               avg(s.memory_used_bytes) AS memory_avg
-        FROM f_device_samples s
-        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-        GROUP BY ALL
-        """,  # noqa: S608 - gap_filter is a constant fragment; values are bound
-        params,
+        SELECT d.device_id, sum(k.n) AS n, sum(k.n_activity) AS n_activity
+        FROM an_kb k JOIN an_dev d USING (dk) WHERE k.n > 0 GROUP BY d.device_id
+        """
     )
     con.execute(
-        f"""
+        """
         CREATE OR REPLACE TEMP TABLE an_alloc AS
-        SELECT s.device_id, time_bucket(to_seconds($bs), s.ts, $start::TIMESTAMP) AS bucket_start,
-               s.tenant, s.namespace, sum(s.gpu_equivalents) AS ge_samples, count(*) AS samples
-        FROM f_allocations s
+        SELECT d.device_id, h.tenant, h.namespace
+        FROM (SELECT DISTINCT dk, tenant, namespace FROM an_hold WHERE dk IS NOT NULL) h JOIN an_dev d USING (dk)
+        """
+    )
+    none = "" if _has_unlisted(con, "an_kb") else "LIMIT 0"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE an_kb_unlisted AS
+        SELECT s.device_id, {BUCKET_OF_TS} AS b, count(*) AS n, min(s.ts) AS first_ts, max(s.ts) AS last_ts
+        FROM f_device_samples s ANTI JOIN an_dev d USING (device_id)
         WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-        GROUP BY ALL
-        """,  # noqa: S608 - gap_filter is a constant fragment; values are bound
+        GROUP BY ALL {none}
+        """,  # noqa: S608 - constant fragments; values are bound
         params,
     )
+    if _has_unlisted(con, "an_hold"):
+        con.execute(
+            f"""
+            INSERT INTO an_alloc
+            SELECT DISTINCT s.device_id, s.tenant, s.namespace
+            FROM f_allocations s ANTI JOIN an_dev d USING (device_id)
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            """,  # noqa: S608 - constant fragments; values are bound
+            {"start": window.start, "end": window.end},
+        )
+    con.execute("DELETE FROM an_kb WHERE dk IS NULL")
+    con.execute("DELETE FROM an_hold WHERE dk IS NULL")
+
+
+def _has_unlisted(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether facts name devices that the inventory does not list (``table`` is one of our constants)."""
+    sampled = " AND n > 0" if table == "an_kb" else ""
+    row = con.execute(f"SELECT count(*) FROM {table} WHERE dk IS NULL{sampled}").fetchone()  # noqa: S608
+    return bool(row and row[0])
 
 
 def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interval_s: float) -> None:
     """``an_db``: per device and bucket, known hours, allocated GE-hours and the scale factors."""
+    # A device's grid is its listed lifetime, stretched to every bucket it has samples in; the sampled
+    # buckets are already in an_kb, so only devices with a bucket missing get the grid generated.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE an_life AS
+        WITH seen AS (
+            SELECT dk, min(b) AS first_b, max(b) AS last_b, count(*) AS sampled FROM an_kb WHERE n > 0 GROUP BY dk
+        ),
+        life AS (
+            SELECT d.dk, d.gk, d.ge, d.multi_device, s.sampled,
+                   time_bucket(to_seconds($bs),
+                               greatest(least(coalesce(d.first_seen, $start),
+                                              coalesce($start + to_seconds(s.first_b * $bs), $end)), $start),
+                               $start::TIMESTAMP) AS lo,
+                   least(greatest(coalesce(d.last_seen, $end), coalesce($start + to_seconds(s.last_b * $bs), $start)),
+                         $end - to_seconds($bs)) AS hi
+            FROM an_dev d LEFT JOIN seen s USING (dk)
+        )
+        SELECT dk, gk, ge, multi_device, coalesce(sampled, 0) AS sampled,
+               CAST((epoch_us(lo) - $start_us) // $bs_us AS INTEGER) AS lo_b,
+               CAST((epoch_us(hi) - $start_us) // $bs_us AS INTEGER) AS hi_b
+        FROM life WHERE lo <= hi
+        """,
+        {**bucket_params(window), "bs": window.bucket_seconds},
+    )
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_db AS
-        WITH seen AS (
-            SELECT device_id, min(bucket_start) AS first_b, max(bucket_start) AS last_b FROM an_known GROUP BY ALL
+        WITH missing AS (  -- life buckets without samples (an_kb may hold them if someone held the device)
+            SELECT g.dk, g.b FROM (
+                SELECT dk, CAST(unnest(range(lo_b, hi_b + 1)) AS INTEGER) AS b
+                FROM an_life WHERE sampled < hi_b - lo_b + 1
+            ) g ANTI JOIN an_kb k USING (dk, b)
         ),
-        life AS (  -- the device's listed lifetime, stretched to every bucket it has samples in
-            SELECT d.device_id,
-                   time_bucket(to_seconds($bs), greatest(least(coalesce(d.first_seen, $start), coalesce(s.first_b, $end)),
-                                                         $start), $start::TIMESTAMP) AS lo,
-                   least(greatest(coalesce(d.last_seen, $end), coalesce(s.last_b, $start)),
-                         $end - to_seconds($bs)) AS hi
-            FROM an_dev d LEFT JOIN seen s USING (device_id)
-        ),
-        grid AS (
-            SELECT device_id, unnest(generate_series(lo, hi, to_seconds($bs))) AS bucket_start
-            FROM life WHERE lo <= hi
-        ),
-        alloc AS (
-            SELECT device_id, bucket_start, sum(ge_samples) AS ge_samples FROM an_alloc GROUP BY ALL
+        keys AS (
+            SELECT k.dk, k.b, l.gk, l.ge, l.multi_device, k.n, k.n_activity, k.activity_avg, k.memory_avg,
+                   k.ge_samples
+            FROM an_kb k JOIN an_life l ON l.dk = k.dk AND k.b BETWEEN l.lo_b AND l.hi_b
+            UNION ALL
+            SELECT m.dk, m.b, l.gk, l.ge, l.multi_device, 0, 0, NULL, NULL, NULL
+            FROM missing m JOIN an_life l USING (dk)
         ),
         base AS (
-            SELECT g.device_id, g.bucket_start, d.gpu_uuid, d.ge, d.cost_share, d.kind,
-                   coalesce(k.n, 0) AS n, coalesce(k.n_activity, 0) AS n_activity,
-                   k.activity_avg, k.memory_avg,
-                   least(coalesce(k.n, 0) * $w, $bh) AS known_h,
-                   CASE WHEN coalesce(k.n, 0) * $w > $bh THEN $bh / (k.n * $w) ELSE 1.0 END AS sample_scale,
-                   coalesce(a.ge_samples, 0) * $w AS alloc_raw
-            FROM grid g
-            JOIN an_dev d USING (device_id)
-            LEFT JOIN an_known k USING (device_id, bucket_start)
-            LEFT JOIN alloc a USING (device_id, bucket_start)
+            SELECT dk, b, gk, ge, multi_device, n, n_activity, activity_avg, memory_avg,
+                   least(n * $w, $bh) AS known_h,
+                   CASE WHEN n * $w > $bh THEN $bh / (n * $w) ELSE 1.0 END AS sample_scale,
+                   coalesce(ge_samples, 0) * $w AS alloc_raw
+            FROM keys
         )
         SELECT *,
                CASE WHEN alloc_raw * sample_scale > ge * known_h AND alloc_raw > 0
                     THEN ge * known_h / (alloc_raw * sample_scale) ELSE 1.0 END AS alloc_scale
         FROM base
         """,
-        {
-            "w": interval_s / 3600.0,
-            "bh": window.bucket_hours,
-            "bs": window.bucket_seconds,
-            "start": window.start,
-            "end": window.end,
-        },
+        {"w": interval_s / 3600.0, "bh": window.bucket_hours},
     )
     # Per MIG (or multi-device) GPU and bucket: shares present, the unpartitioned remainder, cost factor.
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_gpub AS
-        SELECT gpu_uuid, bucket_start,
-               sum(cost_share) AS share_sum, sum(ge) AS ge_sum, max(known_h) AS known_h,
-               bool_or(kind = 'mig') AS is_mig,
-               1.0 / greatest(1.0, sum(cost_share)) AS cost_factor
-        FROM an_db
-        SEMI JOIN (SELECT gpu_uuid FROM an_dev GROUP BY gpu_uuid HAVING count(*) > 1 OR bool_or(kind = 'mig')) m
-             USING (gpu_uuid)
+        SELECT db.gk, db.b,
+               sum(d.cost_share) AS share_sum, sum(d.ge) AS ge_sum, max(db.known_h) AS known_h,
+               bool_or(d.kind = 'mig') AS is_mig,
+               1.0 / greatest(1.0, sum(d.cost_share)) AS cost_factor
+        FROM an_db db JOIN an_dev d USING (dk)
+        WHERE db.multi_device
         GROUP BY ALL
         """
     )
 
 
-IDLE_SELECT = """
-WITH dev AS (SELECT * FROM an_dev),
-db AS (
+IDLE_SELECT_TEMPLATE = """
+WITH db AS (
     SELECT db.*, coalesce(gb.cost_factor, 1.0) AS cost_factor FROM an_db db
-    LEFT JOIN an_gpub gb USING (gpu_uuid, bucket_start)
+    LEFT JOIN an_gpub gb USING (gk, b)
 ),
+held AS ({held}),
 allocated AS (
-    SELECT a.device_id, a.bucket_start, a.tenant,
+    SELECT h.dk, h.b, h.tenant,
            CASE WHEN db.activity_avg IS NULL THEN 'allocated-unmeasured'
                 WHEN db.activity_avg < $thr THEN 'allocated-idle'
                 ELSE 'allocated-active' END AS state,
-           sum(a.ge_samples) * $w * db.sample_scale * db.alloc_scale AS ge_hours,
-           sum(a.samples) AS samples,
-           sum(a.ge_samples) * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
-           any_value(db.memory_avg) AS memory_avg_bytes,
-           any_value(db.cost_factor) AS cost_factor
-    FROM an_alloc a JOIN db USING (device_id, bucket_start)
-    GROUP BY a.device_id, a.bucket_start, a.tenant, db.activity_avg, db.sample_scale, db.alloc_scale, db.ge,
-             db.memory_avg
+           h.ge_samples * $w * db.sample_scale * db.alloc_scale AS ge_hours,
+           h.samples,
+           h.ge_samples * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
+           db.memory_avg AS memory_avg_bytes,
+           db.cost_factor
+    FROM held h JOIN db USING (dk, b)
 ),
 free AS (
-    SELECT device_id, bucket_start, NULL::VARCHAR AS tenant, 'unallocated' AS state,
+    SELECT dk, b, NULL::VARCHAR AS tenant, 'unallocated' AS state,
            ge * known_h - alloc_raw * sample_scale * alloc_scale AS ge_hours, n AS samples,
            NULL::DOUBLE AS memory_byte_hours, NULL::DOUBLE AS memory_avg_bytes, cost_factor
     FROM db
     UNION ALL
-    SELECT device_id, bucket_start, NULL, 'unknown', ge * ($bh - known_h), 0, NULL, NULL, cost_factor
+    SELECT dk, b, NULL, 'unknown', ge * ($bh - known_h), 0, NULL, NULL, cost_factor
     FROM db
 ),
 rows AS (SELECT * FROM (SELECT * FROM allocated UNION ALL SELECT * FROM free) WHERE ge_hours > 1e-12)
 SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
-       r.bucket_start, r.bucket_start + to_seconds($bs),
-       r.device_id, d.gpu_uuid, d.node, d.gpu_model, d.profile, d.sharing_mode, r.tenant, r.state,
+       $start::TIMESTAMP + to_seconds(r.b * $bs), $start::TIMESTAMP + to_seconds((r.b + 1) * $bs),
+       d.device_id, d.gpu_uuid, d.node, d.gpu_model, d.profile, d.sharing_mode, r.tenant, r.state,
        r.ge_hours, r.ge_hours * d.cost_share / d.ge * d.list_price * r.cost_factor,
        r.samples, r.memory_byte_hours, r.memory_avg_bytes
-FROM rows r JOIN dev d USING (device_id)
+FROM rows r JOIN an_dev d USING (dk)
 UNION ALL
 SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
-       gb.bucket_start, gb.bucket_start + to_seconds($bs),
-       gb.gpu_uuid, gb.gpu_uuid, any_value(d.node), any_value(d.gpu_model), 'unpartitioned', 'mig', NULL, s.state,
+       $start::TIMESTAMP + to_seconds(gb.b * $bs), $start::TIMESTAMP + to_seconds((gb.b + 1) * $bs),
+       any_value(d.gpu_uuid), any_value(d.gpu_uuid), any_value(d.node), any_value(d.gpu_model), 'unpartitioned',
+       'mig', NULL, s.state,
        greatest(0.0, 1.0 - gb.ge_sum) * s.hours,
        greatest(0.0, 1.0 - gb.share_sum) * s.hours * any_value(d.list_price),
        0, NULL, NULL
 FROM an_gpub gb
-JOIN an_dev d ON d.gpu_uuid = gb.gpu_uuid
+JOIN an_dev d ON d.gk = gb.gk
 CROSS JOIN LATERAL (VALUES ('unallocated', gb.known_h), ('unknown', $bh - gb.known_h)) s(state, hours)
 WHERE gb.is_mig AND (gb.share_sum < 1.0 - 1e-9 OR gb.ge_sum < 1.0 - 1e-9) AND s.hours > 1e-12
-GROUP BY gb.bucket_start, gb.gpu_uuid, s.state, s.hours, gb.ge_sum, gb.share_sum
+GROUP BY gb.b, gb.gk, s.state, s.hours, gb.ge_sum, gb.share_sum
 """
 
 
@@ -184,7 +274,7 @@ def insert_idle(
 ) -> None:
     """Write this run's ``idle_capacity`` rows (the caller holds the transaction)."""
     con.execute(
-        "INSERT INTO idle_capacity " + IDLE_SELECT,
+        "INSERT INTO idle_capacity " + idle_select(con),
         {
             "run_id": run_id,
             "start": window.start,
@@ -195,3 +285,16 @@ def insert_idle(
             "thr": threshold,
         },
     )
+
+
+def idle_select(con: duckdb.DuckDBPyConnection) -> str:
+    """The ``idle_capacity`` query; ``an_hold`` rows are summed over namespaces only where a tenant held
+    one device from several namespaces (``an_alloc`` tells, and it is small)."""
+    row = con.execute(
+        "SELECT count(*) FROM (SELECT device_id, tenant FROM an_alloc GROUP BY ALL HAVING count(*) > 1)"
+    ).fetchone()
+    if row is not None and row[0]:
+        held = "SELECT dk, b, tenant, sum(ge_samples) AS ge_samples, sum(samples) AS samples FROM an_hold GROUP BY ALL"
+    else:
+        held = "SELECT dk, b, tenant, ge_samples, samples FROM an_hold"
+    return IDLE_SELECT_TEMPLATE.replace("{held}", held)

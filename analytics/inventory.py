@@ -2,7 +2,8 @@
 
 Creates temp tables ``an_profiles`` (MIG catalog), ``an_buckets`` (the bucket grid), ``an_dev``
 (devices present in the window, priced) and ``an_addable`` (MIG profiles a GPU's unpartitioned
-slices could still hold).
+slices could still hold). ``an_dev`` numbers devices (``dk``) and GPUs (``gk``) with small integers:
+the per-bucket tables are keyed by them, names are joined back only when result rows are written.
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def build_inventory(
                  THEN p.memory_slices / $mem_slices ELSE d.gpu_equivalents END AS cost_share,
             coalesce(m.list_price, $fallback) AS list_price,
             coalesce(m.contracted_price, m.list_price, $fallback) AS contracted_price,
-            d.first_seen, d.last_seen, d.gpu_instance_id
+            d.first_seen, d.last_seen, d.gpu_instance_id,
+            CAST(row_number() OVER (ORDER BY d.device_id) AS INTEGER) AS dk,
+            CAST(dense_rank() OVER (ORDER BY d.gpu_uuid) AS INTEGER) AS gk,
+            count(*) OVER (PARTITION BY d.gpu_uuid) > 1
+                OR bool_or(d.kind = 'mig') OVER (PARTITION BY d.gpu_uuid) AS multi_device
         FROM devices d
         LEFT JOIN gpus g ON g.gpu_uuid = d.gpu_uuid
         LEFT JOIN an_models m ON m.alias = d.gpu_model
