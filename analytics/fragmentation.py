@@ -30,17 +30,17 @@ pending_lists AS (
                    ORDER BY profile || CASE WHEN gpu_model = '' THEN '' ELSE '@' || gpu_model END) AS shapes
     FROM pending GROUP BY b
 ),
-gpus AS (SELECT gk, any_value(node) AS node, any_value(gpu_model) AS gpu_model FROM an_dev GROUP BY gk),
+gpus AS (SELECT gk, any_value(nk) AS nk, any_value(gpu_model) AS gpu_model FROM an_dev GROUP BY gk),
 addable AS (SELECT g.gk, x.profile, x.ge FROM an_addable x JOIN (SELECT DISTINCT gk, gpu_uuid FROM an_dev) g USING (gpu_uuid)),
 best_addable AS (SELECT gk, arg_max(profile, (ge, profile)) AS profile, max(ge) AS ge FROM addable GROUP BY gk),
 units AS (
-    SELECT db.b, d.node, d.gpu_model, d.gk,
+    SELECT db.b, d.nk, d.gpu_model, d.gk,
            CASE WHEN d.kind = 'mig' THEN d.profile ELSE 'gpu' END AS shape, d.kind, d.ge,
            CASE WHEN d.kind = 'mig' THEN coalesce(d.slices, round(d.ge * 7)) ELSE 0 END AS slices
     FROM an_db db JOIN an_dev d USING (dk)
     WHERE db.known_h > 0 AND db.alloc_raw = 0
     UNION ALL
-    SELECT gb.b, g.node, g.gpu_model, gb.gk, 'unpartitioned', 'mig',
+    SELECT gb.b, g.nk, g.gpu_model, gb.gk, 'unpartitioned', 'mig',
            1.0 - gb.ge_sum, round((1.0 - gb.ge_sum) * 7)
     FROM an_gpub gb JOIN gpus g USING (gk)
     WHERE gb.is_mig AND gb.ge_sum < 1.0 - 1e-9 AND gb.known_h > 0
@@ -66,7 +66,7 @@ judged AS (
     LEFT JOIN fits_unpartitioned fu ON fu.b = u.b AND fu.gk = u.gk
 ),
 per_node AS (
-    SELECT b, node, gpu_model,
+    SELECT b, nk,
            count(*) FILTER (WHERE kind <> 'mig') AS free_gpus,
            coalesce(sum(slices) FILTER (WHERE kind = 'mig'), 0) AS free_mig_slices,
            sum(ge) AS free_ge,
@@ -74,18 +74,19 @@ per_node AS (
            coalesce(sum(ge) FILTER (WHERE NOT usable), 0) AS unusable_ge,
            arg_max(best_shape, (best_ge, best_shape)) FILTER (WHERE best_ge > 0) AS largest_shape,
            coalesce(max(best_ge), 0) AS largest_shape_ge
-    FROM judged GROUP BY ALL
+    FROM judged GROUP BY b, nk
 )
 SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
        $start::TIMESTAMP + to_seconds(n.b * $bs), $start::TIMESTAMP + to_seconds((n.b + 1) * $bs),
-       n.node, n.gpu_model, n.free_gpus, n.free_mig_slices, n.free_ge, n.usable_ge,
+       names.node, names.gpu_model, n.free_gpus, n.free_mig_slices, n.free_ge, n.usable_ge,
        CASE WHEN pl.shapes IS NULL THEN 0 ELSE n.unusable_ge END AS stranded_ge,
        CASE WHEN pl.shapes IS NULL THEN 0 ELSE n.unusable_ge * $bh END AS stranded_ge_hours,
        n.largest_shape, n.largest_shape_ge, pl.shapes,
        CASE WHEN pl.shapes IS NULL THEN 'no pending demand: free capacity is idle, not stranded'
             WHEN n.unusable_ge < 1e-9 THEN 'every free unit fits a pending shape'
             ELSE printf('%.3f GE free that no pending shape fits', n.unusable_ge) END
-FROM per_node n LEFT JOIN pending_lists pl USING (b)
+FROM per_node n JOIN (SELECT DISTINCT nk, node, gpu_model FROM an_dev) names USING (nk)
+LEFT JOIN pending_lists pl USING (b)
 """
 
 

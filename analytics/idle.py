@@ -199,7 +199,8 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
         )
         SELECT *,
                CASE WHEN alloc_raw * sample_scale > ge * known_h AND alloc_raw > 0
-                    THEN ge * known_h / (alloc_raw * sample_scale) ELSE 1.0 END AS alloc_scale
+                    THEN ge * known_h / (alloc_raw * sample_scale) ELSE 1.0 END AS alloc_scale,
+               1.0::DOUBLE AS cost_factor
         FROM base
         """,
         {"w": interval_s / 3600.0, "bh": window.bucket_hours},
@@ -217,14 +218,17 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
         GROUP BY ALL
         """
     )
+    # The devices of a split GPU cost the GPU's price at most once (only those rows change).
+    con.execute(
+        """
+        UPDATE an_db SET cost_factor = gb.cost_factor FROM an_gpub gb
+        WHERE an_db.multi_device AND an_db.gk = gb.gk AND an_db.b = gb.b AND gb.cost_factor <> 1.0
+        """
+    )
 
 
 IDLE_SELECT_TEMPLATE = """
-WITH db AS (
-    SELECT db.*, coalesce(gb.cost_factor, 1.0) AS cost_factor FROM an_db db
-    LEFT JOIN an_gpub gb USING (gk, b)
-),
-held AS ({held}),
+WITH held AS ({held}),
 allocated AS (
     SELECT h.dk, h.b, h.tenant,
            CASE WHEN db.activity_avg IS NULL THEN 'allocated-unmeasured'
@@ -235,16 +239,16 @@ allocated AS (
            h.ge_samples * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
            db.memory_avg AS memory_avg_bytes,
            db.cost_factor
-    FROM held h JOIN db USING (dk, b)
+    FROM held h JOIN an_db db USING (dk, b)
 ),
 free AS (
     SELECT dk, b, NULL::VARCHAR AS tenant, 'unallocated' AS state,
            ge * known_h - alloc_raw * sample_scale * alloc_scale AS ge_hours, n AS samples,
            NULL::DOUBLE AS memory_byte_hours, NULL::DOUBLE AS memory_avg_bytes, cost_factor
-    FROM db
+    FROM an_db
     UNION ALL
     SELECT dk, b, NULL, 'unknown', ge * ($bh - known_h), 0, NULL, NULL, cost_factor
-    FROM db
+    FROM an_db
 ),
 rows AS (SELECT * FROM (SELECT * FROM allocated UNION ALL SELECT * FROM free) WHERE ge_hours > 1e-12)
 SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,

@@ -2,7 +2,8 @@
 
 Creates temp tables ``an_profiles`` (MIG catalog), ``an_buckets`` (the bucket grid), ``an_dev``
 (devices present in the window, priced) and ``an_addable`` (MIG profiles a GPU's unpartitioned
-slices could still hold). ``an_dev`` numbers devices (``dk``) and GPUs (``gk``) with small integers:
+slices could still hold). ``an_dev`` numbers devices (``dk``), GPUs (``gk``) and node x model pairs
+(``nk``) with small integers:
 the per-bucket tables are keyed by them, names are joined back only when result rows are written.
 """
 
@@ -100,6 +101,7 @@ def build_inventory(
             d.first_seen, d.last_seen, d.gpu_instance_id,
             CAST(row_number() OVER (ORDER BY d.device_id) AS INTEGER) AS dk,
             CAST(dense_rank() OVER (ORDER BY d.gpu_uuid) AS INTEGER) AS gk,
+            CAST(dense_rank() OVER (ORDER BY d.node, coalesce(m.short, d.gpu_model)) AS INTEGER) AS nk,
             count(*) OVER (PARTITION BY d.gpu_uuid) > 1
                 OR bool_or(d.kind = 'mig') OVER (PARTITION BY d.gpu_uuid) AS multi_device
         FROM devices d
