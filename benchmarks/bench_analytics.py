@@ -8,6 +8,8 @@ written to ``<dir>/<table>/day=YYYY-MM-DD/*.parquet``, dimensions to a DuckDB st
 
 Each size runs, in fresh child processes (so peak RSS is per run): the floor, a plain DuckDB
 ``GROUP BY device_id, 5-minute bucket`` scan of the same device-sample files, then the full analysis.
+Wall and CPU seconds (user + system, all threads) are both printed: on a shared machine the CPU
+seconds say what the work costs, the wall seconds what the other jobs left of the cores.
 
     .venv/bin/python benchmarks/bench_analytics.py       # small: 200 GPUs x 1 day (0.3M samples)
     .venv/bin/python benchmarks/bench_analytics.py --fleets 1000,4000,8000 --days 7
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import resource
 import shutil
 import sys
@@ -175,11 +178,17 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system, every thread) this process has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
     con = duckdb.connect()
     con.execute("SET memory_limit = '4GB'")
     con.execute("SET enable_progress_bar = false")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     rows = con.execute(
         """
         SELECT count(*) FROM (
@@ -188,7 +197,8 @@ def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
         """,
         {"glob": str(facts / "device_samples" / "**" / "*.parquet")},
     ).fetchone()
-    queue.put({"seconds": time.perf_counter() - t0, "groups": rows[0] if rows else 0, "rss_gib": _peak_rss_gib()})
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "groups": rows[0] if rows else 0,
+               "rss_gib": _peak_rss_gib()})
 
 
 def _analyze(store: Path, facts: Path, days: int, bucket: int, queue) -> None:  # type: ignore[no-untyped-def]
@@ -198,9 +208,9 @@ def _analyze(store: Path, facts: Path, days: int, bucket: int, queue) -> None:  
     settings = AnalysisSettings(
         window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=days), parquet_dir=facts
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     summary = analyze(store, settings)
-    queue.put({"seconds": time.perf_counter() - t0, "reconciled": summary.reconciled,
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "reconciled": summary.reconciled,
                "capacity_ge_hours": summary.capacity_ge_hours, "drain": len(summary.drain_candidates),
                "phases": summary.phase_seconds, "rss_gib": _peak_rss_gib()})
 
@@ -252,8 +262,9 @@ def main() -> None:
     gen = time.perf_counter() - t0
     print(f"generated {max(fleets)} GPUs x {args.days} d = {max(fleets) * per_gpu:,} device samples "
           f"(+ GPU samples and allocations) in {gen:.1f} s")
-    print(f"{'GPUs':>6} {'samples':>11} {'floor s':>8} {'analyze s':>10} {'ratio':>6} "
-          f"{'floor RSS':>10} {'analyze RSS':>12}  reconciled")
+    print(f"load average before the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"{'GPUs':>6} {'samples':>11} {'floor s':>8} {'analyze s':>10} {'ratio':>6} {'floor CPU s':>12} "
+          f"{'analyze CPU s':>14} {'floor RSS':>10} {'analyze RSS':>12}  reconciled")
     results = []
     for gpus in fleets:
         work = root / f"fleet-{gpus}"
@@ -267,10 +278,11 @@ def main() -> None:
                "ratio": full["seconds"] / floor["seconds"]}
         results.append(row)
         print(f"{gpus:>6} {gpus * per_gpu:>11,} {floor['seconds']:>8.2f} {full['seconds']:>10.2f} "
-              f"{row['ratio']:>5.1f}x {floor['rss_gib']:>8.2f} G {full['rss_gib']:>10.2f} G  {full['reconciled']}",
-              flush=True)
+              f"{row['ratio']:>5.1f}x {floor['cpu']:>12.1f} {full['cpu']:>14.1f} "
+              f"{floor['rss_gib']:>8.2f} G {full['rss_gib']:>10.2f} G  {full['reconciled']}", flush=True)
         print("        phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in full["phases"].items()), flush=True)
         shutil.rmtree(work, ignore_errors=True)
+    print(f"load average after the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(json.dumps(results, default=str))
     if args.dir is None:
         shutil.rmtree(root, ignore_errors=True)
