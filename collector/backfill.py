@@ -102,7 +102,7 @@ def backfill_simulated(
         t += chunk
     rows: dict[str, int] = {}
     skipped = 0
-    with Store(str(db_path)) as store, store.deferred_checkpoints():
+    with Store(str(db_path)) as store:
         for i, (a, b) in enumerate(windows, start=1):
             t0 = time.perf_counter()
             if store.window_done(SOURCE, a, b):

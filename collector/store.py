@@ -14,8 +14,7 @@ checkpoint).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
@@ -118,19 +117,6 @@ class Store:
             [source, to_datetime(start), to_datetime(end)],
         ).fetchall()
         return bool(rows)
-
-    @contextmanager
-    def deferred_checkpoints(self) -> Iterator[None]:
-        """Many windows in a row (a backfill): one checkpoint at the end instead of DuckDB's automatic one
-        every 16 MiB of WAL, each of which costs more as the tables grow. Every window still commits
-        (to the WAL), so an interruption loses nothing committed."""
-        (threshold,) = self.con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0]
-        self.con.execute("SET checkpoint_threshold = '64 GiB'")
-        try:
-            yield
-        finally:
-            self.con.execute(f"SET checkpoint_threshold = '{threshold}'")
-            self.con.execute("CHECKPOINT")
 
     def count(self, table: str) -> int:
         if table not in self._table_columns and table not in ("ingest_batches", "gaps", "watermarks"):

@@ -94,17 +94,3 @@ def test_fact_tables_carry_no_index_that_grows_with_the_store(tmp_path: Path) ->
     assert not {t for (t,) in keyed + indexed} & set(FACTS)
     assert all("ts" in keys for keys in FACT_KEYS.values())
 
-
-def test_deferred_checkpoints_end_with_one_checkpoint_and_the_usual_setting(tmp_path: Path) -> None:
-    db = tmp_path / "s.duckdb"
-    with Store(str(db)) as store:
-        before = store.query("SELECT current_setting('checkpoint_threshold')")
-        with store.deferred_checkpoints():
-            for day in range(2):
-                start = T0 + day * 600
-                store.ingest_window("test", start, start + 600, _frames(start, start + 600))
-            assert store.query("SELECT current_setting('checkpoint_threshold')") != before
-        assert store.query("SELECT current_setting('checkpoint_threshold')") == before
-        wal = db.with_name(db.name + ".wal")
-        assert not wal.exists() or wal.stat().st_size == 0  # everything committed is in the file
-        assert store.count("device_samples") == 20 * 8
