@@ -13,9 +13,12 @@ How it runs at fleet scale: the facts are read once each and aggregated per devi
 integer from ``an_dev``) and bucket number ``b`` (0 = the window's first bucket); every later step
 works on those small integer keys, and names are joined back only in the rows written. Temp tables:
 
-- ``an_kb``: per device and bucket, samples, first/last time, mean activity and memory;
 - ``an_hold``: per device, bucket, tenant and namespace, the holders' GE-samples;
-- ``an_db``: per device and bucket of the device's lifetime, known hours and the scale factors;
+- ``an_kb``: per device and bucket, samples, first/last time, mean activity and memory, and the
+  holders' GE-samples (``an_kb_unlisted``: samples of devices the inventory does not list, which
+  only the sample interval uses);
+- ``an_life``: per device, its buckets (listed lifetime, stretched to every sampled bucket);
+- ``an_db``: per device and bucket of its life, known hours, allocated hours and scale factors;
 - ``an_gpub``: per GPU split into several devices (MIG) and bucket, shares present;
 - ``an_known`` and ``an_alloc``: per device, samples with and without activity readings, and which
   tenants and namespaces held it in the window (what isolation risk reads).

@@ -62,7 +62,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
         raise UserError("the store lists no devices in the window: nothing to analyse")
     clock.done("inventory")
     idle.prepare_samples(con, window)
-    clock.done("samples x allocations")
+    clock.done("read samples and allocations")
     interval = settings.sample_interval_seconds or infer_sample_interval(con, window)
     idle.build_device_buckets(con, window, interval)
     clock.done("device buckets")
