@@ -19,8 +19,8 @@ from pathlib import Path
 
 import duckdb
 
-from analytics.facts import Window
-from analytics.result_tables import append_columns, column_names
+from gpulens.analytics.facts import Window
+from gpulens.analytics.result_tables import append_columns, column_names
 
 UNALLOCATED = "__unallocated__"
 UNKNOWN = "__unknown__"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 FACT_TABLES = (
     "device_samples",

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import duckdb
 
-from analytics.facts import Window
-from analytics.idle import bucket_params
+from gpulens.analytics.facts import Window
+from gpulens.analytics.idle import bucket_params
 
 FRAGMENTATION_SELECT = """
 WITH pending AS (

@@ -16,9 +16,9 @@ from datetime import datetime
 
 import duckdb
 
-from analytics.facts import Window
-from analytics.result_tables import append_columns, column_names
-from analytics.settings import HealthRules
+from gpulens.analytics.facts import Window
+from gpulens.analytics.result_tables import append_columns, column_names
+from gpulens.analytics.settings import HealthRules
 
 _RANK = {"ok": 0, "warn": 1, "drain": 2}
 

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from analytics.facts import Window
+from gpulens.analytics.facts import Window
 
 _EPOCH = datetime(1970, 1, 1)
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from analytics.facts import Window
-from exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, MODELS, layout_problems, model_by_name
+from gpulens.analytics.facts import Window
+from gpulens.exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, MODELS, layout_problems, model_by_name
 
 if TYPE_CHECKING:
-    from analytics.prices import PriceBook
+    from gpulens.analytics.prices import PriceBook
 
 
 def short_model(name: str | None) -> str:

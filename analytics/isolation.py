@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from analytics.facts import Window
-from analytics.result_tables import append_columns, column_names
-from analytics.settings import HealthRules, RiskWeights
+from gpulens.analytics.facts import Window
+from gpulens.analytics.result_tables import append_columns, column_names
+from gpulens.analytics.settings import HealthRules, RiskWeights
 
 
 @dataclass(frozen=True)

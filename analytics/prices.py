@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from analytics.inventory import short_model
-from gpulens.config import load_yaml_model, parse_yaml_model
+from gpulens.analytics.inventory import short_model
+from gpulens.core.config import load_yaml_model, parse_yaml_model
 
 
 class ModelPrice(BaseModel):
@@ -50,7 +50,7 @@ def load_price_book(con: duckdb.DuckDBPyConnection, path: Path | None) -> PriceB
     """Prices from ``path`` if given; else the store's ``prices`` table over the packaged defaults."""
     if path is not None:
         return _book(load_yaml_model(path, PriceFile), {}, str(path))
-    text = resources.files("analytics").joinpath("default_prices.yaml").read_text(encoding="utf-8")
+    text = resources.files("gpulens.analytics").joinpath("default_prices.yaml").read_text(encoding="utf-8")
     defaults = parse_yaml_model(text, PriceFile, origin="analytics/default_prices.yaml")
     rows = con.execute("SELECT gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour FROM prices").fetchall()
     store = {str(m): ModelPrice(list_usd_per_gpu_hour=lp, contracted_usd_per_gpu_hour=cp) for m, lp, cp in rows}

@@ -20,9 +20,9 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from analytics.rightsizing.confidence import Confidence, vpa_confidence
-from analytics.rightsizing.strategy import WorkloadRecommendation
-from exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
+from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
+from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
+from gpulens.exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

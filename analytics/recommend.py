@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from analytics.quota import (
+from gpulens.analytics.quota import (
     MigConversion,
     QuotaRecommendation,
     QuotaSettings,
@@ -29,13 +29,13 @@ from analytics.quota import (
     propose_mig_conversions,
     recommend_quota,
 )
-from analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
-from analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
-from analytics.writers import TARGETS, QuotaTarget
-from analytics.writers.apply import ApplyOutcome, QuotaApplier
-from analytics.writers.crd import RecommendationPolicy
-from analytics.writers.kube_api import KubeApi
-from analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from gpulens.analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
+from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
+from gpulens.analytics.writers import TARGETS, QuotaTarget
+from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
+from gpulens.analytics.writers.crd import RecommendationPolicy
+from gpulens.analytics.writers.kube_api import KubeApi
+from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 
 GIB = 1024**3
 

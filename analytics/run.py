@@ -15,15 +15,15 @@ from pathlib import Path
 
 import duckdb
 
-from analytics import chargeback, fragmentation, health, idle, isolation
-from analytics.facts import bind_facts, infer_sample_interval, resolve_window
-from analytics.inventory import build_inventory, register_catalog
-from analytics.prices import load_price_book
-from analytics.result_tables import RESULT_TABLES, create_result_tables
-from analytics.settings import AnalysisSettings
-from analytics.summary import AnalysisSummary, build_summary
-from collector.schema import create_schema
-from gpulens.errors import UserError
+from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
+from gpulens.analytics.facts import bind_facts, infer_sample_interval, resolve_window
+from gpulens.analytics.inventory import build_inventory, register_catalog
+from gpulens.analytics.prices import load_price_book
+from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables
+from gpulens.analytics.settings import AnalysisSettings
+from gpulens.analytics.summary import AnalysisSummary, build_summary
+from gpulens.collector.schema import create_schema
+from gpulens.core.errors import UserError
 
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
 

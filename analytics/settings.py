@@ -1,7 +1,7 @@
 """Settings of one analysis run: window, thresholds, pricing choices, risk weights and health rules.
 
 Every default is explained in ``docs/analytics.md``; a YAML file can override any of them
-(``gpulens.config.load_yaml_model(path, AnalysisSettings)``).
+(``gpulens.core.config.load_yaml_model(path, AnalysisSettings)``).
 """
 
 from __future__ import annotations

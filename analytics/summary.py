@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import duckdb
 
-from analytics.chargeback import FleetCost
+from gpulens.analytics.chargeback import FleetCost
 
 STATES = ("allocated-active", "allocated-idle", "allocated-unmeasured", "unallocated", "unknown")
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
 
-from collector.schema import create_schema  # noqa: E402
+from gpulens.collector.schema import create_schema  # noqa: E402
 
 START = datetime(2026, 3, 2)
 INTERVAL = 60
@@ -202,8 +202,8 @@ def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
 
 
 def _analyze(store: Path, facts: Path, days: int, bucket: int, queue) -> None:  # type: ignore[no-untyped-def]
-    from analytics.run import analyze
-    from analytics.settings import AnalysisSettings
+    from gpulens.analytics.run import analyze
+    from gpulens.analytics.settings import AnalysisSettings
 
     settings = AnalysisSettings(
         window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=days), parquet_dir=facts

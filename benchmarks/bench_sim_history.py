@@ -24,14 +24,14 @@ DAY = 86400.0
 
 
 def _start() -> float:
-    from exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.scenario import load_scenario
 
     return load_scenario(None).epoch_seconds + 300 * DAY
 
 
 def _history(seconds: float, step: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from exporter.sim.fleet import SimulatedFleet
-    from exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.scenario import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     start = _start()
@@ -46,9 +46,9 @@ def _history(seconds: float, step: float, out: mp.Queue) -> None:  # type: ignor
 
 
 def _snapshots(seconds: float, step: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from exporter.sim.fleet import SimulatedFleet
-    from exporter.sim.history import sample_times, snapshot_rows
-    from exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.history import sample_times, snapshot_rows
+    from gpulens.exporter.sim.scenario import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     start = _start()

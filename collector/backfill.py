@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from collector.schema import ALL_TABLES
-from collector.store import Store, WindowResult
+from gpulens.collector.schema import ALL_TABLES
+from gpulens.collector.store import Store, WindowResult
 
 SOURCE = "sim"
 DAY = 86400.0
@@ -64,8 +64,8 @@ def history_frames(history: Any) -> dict[str, pl.DataFrame]:
 
 
 def _fleet(scenario: Any) -> Any:
-    from exporter.sim.fleet import SimulatedFleet
-    from exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.scenario import load_scenario
 
     if scenario is None or isinstance(scenario, Path | str):
         scenario = load_scenario(Path(scenario) if scenario is not None else None)

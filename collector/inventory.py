@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from collector.store import Store, WindowResult, to_datetime
+from gpulens.collector.store import Store, WindowResult, to_datetime
 
 SOURCE = "kubernetes"
 TENANT_LABELS = ("gpulens.io/tenant", "capsule.clastix.io/tenant", "tenant")
@@ -98,7 +98,7 @@ class KubernetesClusterApi:
         """In-cluster configuration when available (and no file given), else the kubeconfig."""
         from kubernetes import client, config
 
-        from gpulens.errors import UserError
+        from gpulens.core.errors import UserError
 
         cfg = client.Configuration()
         try:

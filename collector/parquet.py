@@ -12,8 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from collector.schema import ALL_TABLES, FACTS
-from gpulens.errors import UserError
+from gpulens.collector.schema import ALL_TABLES, FACTS
+from gpulens.core.errors import UserError
 
 
 @dataclass(frozen=True)

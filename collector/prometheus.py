@@ -22,9 +22,15 @@ import httpx
 import numpy as np
 import polars as pl
 
-from collector.mapping import DCGM_METRICS, GPULENS_METRICS, KUEUE_METRICS, SchemaName, to_store_frames
-from collector.store import Gap, Store, WindowResult
-from gpulens.errors import UserError
+from gpulens.collector.mapping import (
+    DCGM_METRICS,
+    GPULENS_METRICS,
+    KUEUE_METRICS,
+    SchemaName,
+    to_store_frames,
+)
+from gpulens.collector.store import Gap, Store, WindowResult
+from gpulens.core.errors import UserError
 
 SOURCE = "prometheus"
 RETRY_STATUS = {429, 500, 502, 503, 504}

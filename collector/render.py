@@ -12,7 +12,7 @@ from typing import Literal
 
 import polars as pl
 
-from collector.mapping import MIB
+from gpulens.collector.mapping import MIB
 
 Naming = Literal["gpulens", "dcgm"]
 

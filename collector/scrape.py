@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import httpx
 import polars as pl
 
-from collector.exposition import ExpositionError, parse_exposition
-from collector.mapping import SchemaName, to_store_frames
-from collector.store import Gap, Store
+from gpulens.collector.exposition import ExpositionError, parse_exposition
+from gpulens.collector.mapping import SchemaName, to_store_frames
+from gpulens.collector.store import Gap, Store
 
 SOURCE = "scrape"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"

@@ -23,7 +23,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
+from gpulens.collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
 

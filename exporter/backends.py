@@ -7,16 +7,16 @@ import os
 import socket
 from typing import Any
 
-from exporter.kubelet.client import PodResourcesClient
-from exporter.kubelet.dra import ResourceSliceDirectory
-from exporter.model import AllocationSource, DeviceSource
-from exporter.nvml.source import NvmlDeviceSource
-from exporter.settings import ExporterSettings
-from exporter.tenancy.allocations import KubeletAllocationSource
-from exporter.tenancy.kube_api import HttpKubernetesApi, KubernetesApi
-from exporter.tenancy.resolver import TenantResolver
-from exporter.tenancy.rules import load_tenancy_config
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
+from gpulens.exporter.kubelet.client import PodResourcesClient
+from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
+from gpulens.exporter.model import AllocationSource, DeviceSource
+from gpulens.exporter.nvml.source import NvmlDeviceSource
+from gpulens.exporter.settings import ExporterSettings
+from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
+from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi, KubernetesApi
+from gpulens.exporter.tenancy.resolver import TenantResolver
+from gpulens.exporter.tenancy.rules import load_tenancy_config
 
 log = logging.getLogger(__name__)
 

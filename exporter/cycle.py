@@ -16,7 +16,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from exporter.model import Allocation, AllocationSource, DeviceReadings, DeviceSource, NodeSnapshot
+from gpulens.exporter.model import Allocation, AllocationSource, DeviceReadings, DeviceSource, NodeSnapshot
 
 log = logging.getLogger(__name__)
 

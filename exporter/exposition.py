@@ -21,8 +21,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from exporter.cycle import ExporterState
-from exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
+from gpulens.exporter.cycle import ExporterState
+from gpulens.exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
 
 PREFIX = "gpulens_"
 

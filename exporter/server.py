@@ -22,13 +22,13 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from exporter.cycle import CollectionCycle, ExporterState, health_status
-from exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
-from exporter.model import AllocationSource, DeviceSource
-from exporter.settings import Backend, ExporterSettings
-from gpulens import __version__
-from gpulens.config import read_user_file
-from gpulens.errors import UserError
+from gpulens.core import __version__
+from gpulens.core.config import read_user_file
+from gpulens.core.errors import UserError
+from gpulens.exporter.cycle import CollectionCycle, ExporterState, health_status
+from gpulens.exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
+from gpulens.exporter.model import AllocationSource, DeviceSource
+from gpulens.exporter.settings import Backend, ExporterSettings
 
 log = logging.getLogger(__name__)
 
@@ -241,8 +241,8 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
     kubelet and never fall back to the simulator.
     """
     if settings.backend is Backend.SIM:
-        from exporter.sim.fleet import SimulatedFleet
-        from exporter.sim.scenario import load_scenario
+        from gpulens.exporter.sim.fleet import SimulatedFleet
+        from gpulens.exporter.sim.scenario import load_scenario
 
         fleet = SimulatedFleet(load_scenario(settings.scenario))
         names = fleet.node_names()
@@ -252,7 +252,7 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
         source = fleet.source(node)
         return source, source, "sim", node
     try:
-        from exporter.backends import node_name, open_nvml_backend
+        from gpulens.exporter.backends import node_name, open_nvml_backend
     except ImportError as exc:
         raise UserError(f"--backend {settings.backend.value}: the NVML backend is not available ({exc})") from exc
     devices, allocations = open_nvml_backend(settings)

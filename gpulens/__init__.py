@@ -1,3 +1,10 @@
-"""gpulens: GPU visibility, idle-capacity analytics, chargeback and quota feedback for shared Kubernetes GPUs."""
+"""gpulens: GPU visibility, idle-capacity analytics, chargeback and quota feedback for shared Kubernetes GPUs.
 
-__version__ = "0.1.0"
+The top-level folders install as one namespace (DESIGN.md, "Folders"): ``gpulens.core`` <
+``gpulens.exporter`` < ``gpulens.collector`` < ``gpulens.analytics`` < ``gpulens.dashboards`` <
+``gpulens.cli``.
+"""
+
+from gpulens.core import __version__
+
+__all__ = ["__version__"]

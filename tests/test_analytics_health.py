@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analytics.health import classify_xid
-from analytics.run import analyze
-from analytics.settings import AnalysisSettings, HealthRules
+from gpulens.analytics.health import classify_xid
+from gpulens.analytics.run import analyze
+from gpulens.analytics.settings import AnalysisSettings, HealthRules
 from tests.support.analytics_fleet import T0, Fleet
 
 END = T0 + timedelta(hours=1)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import duckdb
 
-from analytics.run import analyze
-from collector.parquet import export_parquet
+from gpulens.analytics.run import analyze
+from gpulens.collector.parquet import export_parquet
 from tests.test_analytics_idle_capacity import build, settings
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from analytics.report import write_report
+from gpulens.analytics.report import write_report
 from tests.support.prometheus import free_port, in_ci
 from tests.support.report_store import build_store
 

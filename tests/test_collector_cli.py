@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.timeparse import parse_duration, parse_time
-from gpulens.errors import UserError
+from gpulens.collector.timeparse import parse_duration, parse_time
+from gpulens.core.errors import UserError
 
 END = 1_790_000_000.0 - 1_790_000_000.0 % 3600
 

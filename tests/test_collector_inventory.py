@@ -15,8 +15,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from collector.inventory import KubernetesClusterApi, collect_inventory, parse_quantity
-from collector.store import Store
+from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory, parse_quantity
+from gpulens.collector.store import Store
 from tests.support.http_stub import http_stand_in
 
 NOW = 1_790_000_000.0

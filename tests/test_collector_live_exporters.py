@@ -8,12 +8,12 @@ from pathlib import Path
 
 import polars as pl
 
-from collector.scrape import scrape_once
-from collector.store import Store
-from exporter.server import serve_in_thread
-from exporter.settings import ExporterSettings
-from exporter.sim.fleet import SimulatedFleet
-from exporter.sim.scenario import load_scenario
+from gpulens.collector.scrape import scrape_once
+from gpulens.collector.store import Store
+from gpulens.exporter.server import serve_in_thread
+from gpulens.exporter.settings import ExporterSettings
+from gpulens.exporter.sim.fleet import SimulatedFleet
+from gpulens.exporter.sim.scenario import load_scenario
 
 T = 1_790_000_000.0 - 1_790_000_000.0 % 60 + 12 * 3600  # an instant in virtual time
 

@@ -15,8 +15,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from collector.exposition import parse_exposition
-from collector.prometheus import (
+from gpulens.collector.exposition import parse_exposition
+from gpulens.collector.prometheus import (
     HttpSettings,
     PrometheusClient,
     PrometheusError,
@@ -24,9 +24,9 @@ from collector.prometheus import (
     escape_promql_string,
     series_selector,
 )
-from collector.render import render_text, series_for
-from collector.store import Store
-from collector.synthetic import HOSTILE, synthetic_frames
+from gpulens.collector.render import render_text, series_for
+from gpulens.collector.store import Store
+from gpulens.collector.synthetic import HOSTILE, synthetic_frames
 from tests.support.http_stub import http_stand_in
 
 T0 = 1_790_000_000.0

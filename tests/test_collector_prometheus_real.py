@@ -9,12 +9,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from collector.render import render_openmetrics, series_for
-from collector.store import Store
-from collector.synthetic import HOSTILE, synthetic_frames
-from exporter.sim.fleet import SimulatedFleet
-from exporter.sim.scenario import load_scenario
+from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from gpulens.collector.render import render_openmetrics, series_for
+from gpulens.collector.store import Store
+from gpulens.collector.synthetic import HOSTILE, synthetic_frames
+from gpulens.exporter.sim.fleet import SimulatedFleet
+from gpulens.exporter.sim.scenario import load_scenario
 from tests.support.prometheus import promtool, running_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]

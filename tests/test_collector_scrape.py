@@ -10,9 +10,9 @@ from pathlib import Path
 
 import duckdb
 
-from collector.render import render_text, series_for
-from collector.scrape import scrape_loop, scrape_once
-from collector.synthetic import HOSTILE, synthetic_frames
+from gpulens.collector.render import render_text, series_for
+from gpulens.collector.scrape import scrape_loop, scrape_once
+from gpulens.collector.synthetic import HOSTILE, synthetic_frames
 from tests.support.http_stub import Responder, http_stand_in
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"

@@ -18,9 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from exporter.server import ExporterHandle, build_server, load_basic_auth, serve_in_thread
-from exporter.settings import ExporterSettings
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
+from gpulens.exporter.server import ExporterHandle, build_server, load_basic_auth, serve_in_thread
+from gpulens.exporter.settings import ExporterSettings
 from tests.support.exporter import fake_cycle, http_get
 from tests.support.fakes import (
     NODE,

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cycle import CollectionCycle
-from exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
-from exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
-from exporter.kubelet.dra import ResourceSliceDirectory
-from exporter.kubelet.proto import api_pb2
-from exporter.model import SharingMode
-from exporter.nvml.source import NvmlDeviceSource
-from exporter.tenancy.allocations import KubeletAllocationSource
-from exporter.tenancy.kube_api import HttpKubernetesApi
+from gpulens.exporter.cycle import CollectionCycle
+from gpulens.exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
+from gpulens.exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
+from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
+from gpulens.exporter.kubelet.proto import api_pb2
+from gpulens.exporter.model import SharingMode
+from gpulens.exporter.nvml.source import NvmlDeviceSource
+from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
+from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
 from tests.fakes.kubelet import FakeKubelet, container, dra_claim, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

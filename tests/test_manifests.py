@@ -13,10 +13,10 @@ import pytest
 import typer.main
 import yaml
 
-from exporter.kubelet.dra import ResourceSliceDirectory
-from exporter.tenancy.kube_api import HttpKubernetesApi
-from exporter.tenancy.resolver import TenantResolver
 from gpulens.cli import app
+from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
+from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
+from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.rbac import WRITE_VERBS, granted, permission
 
@@ -215,7 +215,7 @@ def collector_api_traffic() -> list[RecordedRequest]:
     """Every request ``gpulens collect --kubernetes`` makes through the real ``kubernetes`` client."""
     from kubernetes import client
 
-    from collector.inventory import KubernetesClusterApi, snapshot_frames
+    from gpulens.collector.inventory import KubernetesClusterApi, snapshot_frames
 
     with FakeKubernetesApi() as api:
         for path in ("/api/v1/namespaces", "/api/v1/pods", "/api/v1/nodes", "/api/v1/resourcequotas",

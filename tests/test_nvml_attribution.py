@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.attribution import PidPodResolver, memory_share_by_pod, pod_uid_from_cgroup
-from exporter.model import GpuProcess
-from exporter.nvml.source import NvmlDeviceSource
+from gpulens.exporter.attribution import PidPodResolver, memory_share_by_pod, pod_uid_from_cgroup
+from gpulens.exporter.model import GpuProcess
+from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, load_capture
 

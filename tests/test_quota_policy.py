@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analytics.quota import (
+from gpulens.analytics.quota import (
     QuotaEvidence,
     QuotaKey,
     QuotaSettings,
@@ -19,7 +19,7 @@ from analytics.quota import (
     propose_mig_conversions,
     recommend_quota,
 )
-from analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
+from gpulens.analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
 from tests.support.recommend_store import T0, StoreBuilder, gib
 
 SETTINGS = QuotaSettings()

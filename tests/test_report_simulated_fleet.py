@@ -9,13 +9,13 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from analytics.recommend import recommend
-from analytics.report import write_report
-from analytics.report.data import StoreReader
-from analytics.run import analyze
-from analytics.settings import AnalysisSettings
-from collector.backfill import backfill_simulated
-from dashboards.streamlit.launch import DB_ENV, PAGES
+from gpulens.analytics.recommend import recommend
+from gpulens.analytics.report import write_report
+from gpulens.analytics.report.data import StoreReader
+from gpulens.analytics.run import analyze
+from gpulens.analytics.settings import AnalysisSettings
+from gpulens.collector.backfill import backfill_simulated
+from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES
 
 pytestmark = pytest.mark.slow
 

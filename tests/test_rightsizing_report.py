@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analytics.recommend import RecommendSettings, recommend, write_dry_run
+from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
 from tests.support.recommend_cluster import WEEK, build_writer_store
 from tests.support.recommend_store import StoreBuilder, gib
 

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analytics.rightsizing import (
+from gpulens.analytics.rightsizing import (
     MigFitSettings,
     MigFitStrategy,
     WorkloadRecommendation,
     WorkloadUsage,
     load_workload_usage,
 )
-from analytics.rightsizing.evidence import sample_step_seconds
-from exporter.mig_catalog import model_by_name
+from gpulens.analytics.rightsizing.evidence import sample_step_seconds
+from gpulens.exporter.mig_catalog import model_by_name
 from tests.support.recommend_store import T0, StoreBuilder, gib
 
 WEEK = 7 * 288  # samples at a 5-minute step

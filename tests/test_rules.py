@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.grafana.promql import metric_names
+from gpulens.dashboards.grafana.promql import metric_names
 from tests.support.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[1]

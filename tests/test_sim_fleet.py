@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.model import AllocationSource, DeviceSource, SharingMode
-from exporter.sim.fleet import SimulatedFleet
-from exporter.sim.scenario import Scenario
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
+from gpulens.exporter.model import AllocationSource, DeviceSource, SharingMode
+from gpulens.exporter.sim.fleet import SimulatedFleet
+from gpulens.exporter.sim.scenario import Scenario
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0

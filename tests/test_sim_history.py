@@ -9,11 +9,11 @@ import duckdb
 import polars as pl
 import pytest
 
-from collector.schema import ALL_TABLES, create_schema
-from exporter.sim.fleet import SimulatedFleet
-from exporter.sim.history import COLUMNS, SimulatedHistory, snapshot_rows, to_ts
-from exporter.sim.scenario import load_scenario
-from gpulens.errors import UserError
+from gpulens.collector.schema import ALL_TABLES, create_schema
+from gpulens.core.errors import UserError
+from gpulens.exporter.sim.fleet import SimulatedFleet
+from gpulens.exporter.sim.history import COLUMNS, SimulatedHistory, snapshot_rows, to_ts
+from gpulens.exporter.sim.scenario import load_scenario
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0

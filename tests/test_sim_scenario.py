@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.mig_catalog import MODELS, layout_problems
-from exporter.model import SharingMode
-from exporter.sim.fleet import SimulatedFleet
-from exporter.sim.scenario import SCENARIOS_DIR, load_scenario, parse_duration
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
+from gpulens.exporter.mig_catalog import MODELS, layout_problems
+from gpulens.exporter.model import SharingMode
+from gpulens.exporter.sim.fleet import SimulatedFleet
+from gpulens.exporter.sim.scenario import SCENARIOS_DIR, load_scenario, parse_duration
 
 MINIMAL = """
 name: tiny

@@ -9,9 +9,9 @@ import duckdb
 import polars as pl
 import pytest
 
-from collector.schema import FACT_KEYS, FACTS
-from collector.store import Store
-from collector.synthetic import synthetic_frames
+from gpulens.collector.schema import FACT_KEYS, FACTS
+from gpulens.collector.store import Store
+from gpulens.collector.synthetic import synthetic_frames
 
 T0 = 1_790_000_000.0
 

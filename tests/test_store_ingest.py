@@ -8,10 +8,10 @@ import duckdb
 import polars as pl
 import pytest
 
-from collector.parquet import attach_parquet, export_parquet
-from collector.store import Gap, Store
-from collector.synthetic import synthetic_frames
-from gpulens.errors import UserError
+from gpulens.collector.parquet import attach_parquet, export_parquet
+from gpulens.collector.store import Gap, Store
+from gpulens.collector.synthetic import synthetic_frames
+from gpulens.core.errors import UserError
 
 T0 = 1_790_000_000.0  # 2026-09-21
 

@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from dashboards.streamlit.launch import DB_ENV, PAGES, db_path_from, streamlit_command
+from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES, db_path_from, streamlit_command
 from tests.support.report_store import EVIL_TENANT, build_store
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"

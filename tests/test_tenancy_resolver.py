@@ -10,15 +10,15 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from exporter.cycle import CollectionCycle
-from exporter.exposition import SnapshotCollector
-from exporter.kubelet.client import PodResourcesClient
-from exporter.nvml.source import NvmlDeviceSource
-from exporter.tenancy.allocations import KubeletAllocationSource
-from exporter.tenancy.kube_api import HttpKubernetesApi
-from exporter.tenancy.resolver import TenantResolver
-from exporter.tenancy.rules import Rule, RuleKind, TenancyConfig, load_tenancy_config
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
+from gpulens.exporter.cycle import CollectionCycle
+from gpulens.exporter.exposition import SnapshotCollector
+from gpulens.exporter.kubelet.client import PodResourcesClient
+from gpulens.exporter.nvml.source import NvmlDeviceSource
+from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
+from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
+from gpulens.exporter.tenancy.resolver import TenantResolver
+from gpulens.exporter.tenancy.rules import Rule, RuleKind, TenancyConfig, load_tenancy_config
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import ANY, FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

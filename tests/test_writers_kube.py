@@ -12,8 +12,13 @@ import jsonschema
 import pytest
 import yaml
 
-from analytics.recommend import RecommendationReport, RecommendSettings, apply_recommendations, recommend
-from analytics.writers.kube_api import KubeApi, KubeConnection, connection_from_kubeconfig
+from gpulens.analytics.recommend import (
+    RecommendationReport,
+    RecommendSettings,
+    apply_recommendations,
+    recommend,
+)
+from gpulens.analytics.writers.kube_api import KubeApi, KubeConnection, connection_from_kubeconfig
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.rbac import allowing, permission, role_rules
 from tests.support.recommend_cluster import (
@@ -233,8 +238,8 @@ def test_borrowing_and_lending_limits_change_only_when_configured(tmp_path: Path
 
 
 def test_names_from_the_store_cannot_escape_their_url_path_segment() -> None:
-    from analytics.writers.kueue import ClusterQueueTarget
-    from analytics.writers.resourcequota import ResourceQuotaTarget
+    from gpulens.analytics.writers.kueue import ClusterQueueTarget
+    from gpulens.analytics.writers.resourcequota import ResourceQuotaTarget
 
     assert ClusterQueueTarget().path("", "../../api/v1/secrets?x=1") == (
         "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/..%2F..%2Fapi%2Fv1%2Fsecrets%3Fx%3D1")

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 RESULT_TABLE_PRODUCERS: dict[str, str] = {
     "idle_capacity": "gpulens analyze",
@@ -308,7 +308,7 @@ class StoreReader:
 
     def write_focus(self, out_dir: Path) -> list[Path]:
         """Write the newest run's FOCUS chargeback as CSV and Parquet into ``out_dir`` (analytics' exporter)."""
-        from analytics.chargeback import write_focus
+        from gpulens.analytics.chargeback import write_focus
 
         run_id = self._run_id("chargeback")
         with self._cursor() as cur:

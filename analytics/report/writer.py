@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
-from analytics.report import html_parts as h
-from analytics.report import svg
-from analytics.report.data import AnalysisMissing, StoreReader
-from gpulens.errors import UserError
+from gpulens.analytics.report import html_parts as h
+from gpulens.analytics.report import svg
+from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.core.errors import UserError
 
 INDEX = "index.html"
 TENANTS_CSV = "tenants.csv"

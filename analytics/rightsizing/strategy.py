@@ -15,10 +15,10 @@ from typing import ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from analytics.rightsizing.confidence import Confidence, vpa_confidence
-from analytics.rightsizing.evidence import WorkloadUsage
-from exporter.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
-from exporter.model import WHOLE_GPU_PROFILE
+from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
+from gpulens.analytics.rightsizing.evidence import WorkloadUsage
+from gpulens.exporter.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
+from gpulens.exporter.model import WHOLE_GPU_PROFILE
 
 GIB = 1024**3
 

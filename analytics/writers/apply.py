@@ -13,10 +13,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from analytics.writers.base import RbacRule
-from analytics.writers.crd import CRD_GROUP, CRD_KIND, CRD_PLURAL, RecommendationPolicy, recommendation_path
-from analytics.writers.kube_api import ConflictError, ForbiddenError, KubeApi, KubeApiError, NotFoundError
-from analytics.writers.plan import ObjectPlan, entry_label, opted_out
+from gpulens.analytics.writers.base import RbacRule
+from gpulens.analytics.writers.crd import (
+    CRD_GROUP,
+    CRD_KIND,
+    CRD_PLURAL,
+    RecommendationPolicy,
+    recommendation_path,
+)
+from gpulens.analytics.writers.kube_api import (
+    ConflictError,
+    ForbiddenError,
+    KubeApi,
+    KubeApiError,
+    NotFoundError,
+)
+from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
 
 RECORDER_RBAC = (
     RbacRule(CRD_GROUP, CRD_PLURAL, ("get", "list", "create", "patch"), cluster_scoped=False),

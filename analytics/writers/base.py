@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from analytics.quota import QuotaEvidence
+from gpulens.analytics.quota import QuotaEvidence
 
 EntryKey = tuple[str, str]
 """(flavor, resource); flavor is '' where the object has none (ResourceQuota)."""

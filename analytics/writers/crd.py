@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from analytics.quota import MigConversion, QuotaRecommendation
-from analytics.writers.base import segment
+from gpulens.analytics.quota import MigConversion, QuotaRecommendation
+from gpulens.analytics.writers.base import segment
 
 CRD_GROUP = "gpulens.io"
 CRD_VERSION = "v1alpha1"

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from analytics.quota import MigConversion, QuotaRecommendation
-from analytics.writers.base import (
+from gpulens.analytics.quota import MigConversion, QuotaRecommendation
+from gpulens.analytics.writers.base import (
     AUDIT_AT,
     AUDIT_FROM,
     AUDIT_RECOMMENDATION,
@@ -23,7 +23,7 @@ from analytics.writers.base import (
     QuotaTarget,
     format_quantity,
 )
-from analytics.writers.crd import (
+from gpulens.analytics.writers.crd import (
     RecommendationPolicy,
     build_recommendation_object,
     recommendation_name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards.grafana.builders import (
+from gpulens.dashboards.grafana.builders import (
     GE_UNIT,
     bargauge_panel,
     new_dashboard,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboards.streamlit.launch import PAGES
+from gpulens.dashboards.streamlit.launch import PAGES
 
 HERE = Path(__file__).parent
 

@@ -13,9 +13,9 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from analytics.report.data import AnalysisMissing, StoreReader
-from dashboards.streamlit.launch import DB_ENV, db_path_from
-from gpulens.errors import UserError
+from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.core.errors import UserError
+from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
 
 
 def db_path() -> str:

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter.attribution import PidPodResolver
-from exporter.kubelet.device_ids import DeviceDirectory
-from exporter.mig_catalog import profile_slices
-from exporter.model import DeviceReadings, Gpu, GpuProcess, HealthReadings, MigInstance, SharingMode
-from exporter.nvml.funnel import GpuLifecycleError, NvmlFunnel
-from exporter.nvml.gpm import GpmSampler
-from exporter.nvml.xid import XidEvent, XidWatcher
+from gpulens.exporter.attribution import PidPodResolver
+from gpulens.exporter.kubelet.device_ids import DeviceDirectory
+from gpulens.exporter.mig_catalog import profile_slices
+from gpulens.exporter.model import DeviceReadings, Gpu, GpuProcess, HealthReadings, MigInstance, SharingMode
+from gpulens.exporter.nvml.funnel import GpuLifecycleError, NvmlFunnel
+from gpulens.exporter.nvml.gpm import GpmSampler
+from gpulens.exporter.nvml.xid import XidEvent, XidWatcher
 
 log = logging.getLogger(__name__)
 

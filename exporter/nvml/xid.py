@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.nvml.funnel import TIMEOUT, GpuLifecycleError, NvmlFunnel, nvml_error_code
+from gpulens.exporter.nvml.funnel import TIMEOUT, GpuLifecycleError, NvmlFunnel, nvml_error_code
 
 log = logging.getLogger(__name__)
 

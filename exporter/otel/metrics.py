@@ -13,7 +13,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot
+from gpulens.exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot
 
 SnapshotProvider = Callable[[], NodeSnapshot | None]
 

@@ -25,10 +25,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from exporter.model import NodeSnapshot
-from exporter.otel.metrics import register_instruments
-from exporter.settings import ExporterSettings, OtlpProtocol
-from gpulens import __version__
+from gpulens.core import __version__
+from gpulens.exporter.model import NodeSnapshot
+from gpulens.exporter.otel.metrics import register_instruments
+from gpulens.exporter.settings import ExporterSettings, OtlpProtocol
 
 log = logging.getLogger(__name__)
 

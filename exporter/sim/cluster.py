@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from exporter.mig_catalog import model_by_name
-from exporter.sim.scenario import shape_resource
-from exporter.sim.workloads import batch_slots, pod_present
+from gpulens.exporter.mig_catalog import model_by_name
+from gpulens.exporter.sim.scenario import shape_resource
+from gpulens.exporter.sim.workloads import batch_slots, pod_present
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.fleet import SimulatedFleet
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -169,7 +169,7 @@ def pod_labels(pod_queue: str | None, workload_name: str, tenant_labels: Mapping
 
 def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
     """The cluster's tenancy and queue objects at ``t``."""
-    from exporter.sim.fleet import pod_identity
+    from gpulens.exporter.sim.fleet import pod_identity
 
     s = fleet.scenario
     tarr = np.array([float(t)])

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.model import SharingMode
-from exporter.sim.faults import XID_CODE, Schedule, faults_on
-from exporter.sim.noise import centered_noise, stable_key, stable_unit
-from exporter.sim.plan import NodePlan
-from exporter.sim.scenario import FaultKind, Scenario
-from exporter.sim.workloads import (
+from gpulens.exporter.model import SharingMode
+from gpulens.exporter.sim.faults import XID_CODE, Schedule, faults_on
+from gpulens.exporter.sim.noise import centered_noise, stable_key, stable_unit
+from gpulens.exporter.sim.plan import NodePlan
+from gpulens.exporter.sim.scenario import FaultKind, Scenario
+from gpulens.exporter.sim.workloads import (
     NOISE_SLOT,
     HoldingTable,
     holding_table,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.sim.scenario import FaultKind, FaultSpec
+from gpulens.exporter.sim.scenario import FaultKind, FaultSpec
 
 XID_CODE = {FaultKind.XID79: 79, FaultKind.XID48: 48, FaultKind.XID13: 13}
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from exporter.model import (
+from gpulens.core.errors import UserError
+from gpulens.exporter.model import (
     Allocation,
     DeviceReadings,
     Gpu,
@@ -24,16 +25,15 @@ from exporter.model import (
     NodeSnapshot,
     SharingMode,
 )
-from exporter.sim.cluster import ClusterState, build_cluster_state
-from exporter.sim.evaluate import NodeArrays, NodeConstants, evaluate, node_constants
-from exporter.sim.faults import THERMAL_REASONS
-from exporter.sim.noise import stable_key, stable_uuid
-from exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
-from exporter.sim.scenario import Scenario
-from gpulens.errors import UserError
+from gpulens.exporter.sim.cluster import ClusterState, build_cluster_state
+from gpulens.exporter.sim.evaluate import NodeArrays, NodeConstants, evaluate, node_constants
+from gpulens.exporter.sim.faults import THERMAL_REASONS
+from gpulens.exporter.sim.noise import stable_key, stable_uuid
+from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
+from gpulens.exporter.sim.scenario import Scenario
 
 if TYPE_CHECKING:
-    from exporter.sim.history import SimulatedHistory
+    from gpulens.exporter.sim.history import SimulatedHistory
 
 
 def _opt(value: float) -> float | None:
@@ -114,7 +114,7 @@ class SimulatedFleet:
         self, start: float, end: float, step: float | None = None, nodes: list[str] | None = None
     ) -> SimulatedHistory:
         """Samples in [start, end) every ``step`` seconds, as polars frames shaped like the store's tables."""
-        from exporter.sim.history import build_history
+        from gpulens.exporter.sim.history import build_history
 
         return build_history(self, start, end, self.scenario.step if step is None else step, nodes)
 

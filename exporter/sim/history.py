@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from exporter.mig_catalog import model_by_name
-from exporter.model import NodeSnapshot, SharingMode
-from exporter.sim.evaluate import NodeArrays
-from exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
-from exporter.sim.plan import NodePlan, PodPlan
-from exporter.sim.scenario import FaultKind, shape_resource
-from exporter.sim.workloads import batch_slots, pod_present
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
+from gpulens.exporter.mig_catalog import model_by_name
+from gpulens.exporter.model import NodeSnapshot, SharingMode
+from gpulens.exporter.sim.evaluate import NodeArrays
+from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
+from gpulens.exporter.sim.plan import NodePlan, PodPlan
+from gpulens.exporter.sim.scenario import FaultKind, shape_resource
+from gpulens.exporter.sim.workloads import batch_slots, pod_present
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.fleet import SimulatedFleet
 
 SOURCE = "sim"
 TS = pl.Datetime("us")
@@ -237,7 +237,7 @@ def _gpu_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
 
 def _pod_names(seed: int, pod: PodPlan, t: np.ndarray) -> tuple[list[tuple[str, str]], np.ndarray]:
     """(name, uid) of each distinct pod incarnation over ``t``, and which one each time uses."""
-    from exporter.sim.fleet import pod_identity
+    from gpulens.exporter.sim.fleet import pod_identity
 
     if pod.archetype != "batch":
         return [pod_identity(seed, pod, -1)], np.zeros(len(t), dtype=np.int64)
@@ -349,7 +349,7 @@ def node_labels(pool_labels: dict[str, str], model: str, sharing: SharingMode) -
 
 def _inventory(fleet: SimulatedFleet, t: np.ndarray) -> dict[str, pl.DataFrame]:
     """Quota, pending, namespace and pod snapshots at the inventory times (same values as cluster_state)."""
-    from exporter.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
+    from gpulens.exporter.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
 
     s = fleet.scenario
     n_t = len(t)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.mig_catalog import GpuModel
-from exporter.model import WHOLE_GPU_PROFILE, SharingMode
-from exporter.sim.noise import stable_key, stable_uuid
-from exporter.sim.scenario import (
+from gpulens.exporter.mig_catalog import GpuModel
+from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
+from gpulens.exporter.sim.noise import stable_key, stable_uuid
+from gpulens.exporter.sim.scenario import (
     Archetype,
     PoolSpec,
     Scenario,

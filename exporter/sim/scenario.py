@@ -18,10 +18,10 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from exporter.mig_catalog import GpuModel, layout_problems, model_by_name
-from exporter.model import WHOLE_GPU_PROFILE, SharingMode
-from gpulens.config import read_user_file
-from gpulens.errors import UserError
+from gpulens.core.config import read_user_file
+from gpulens.core.errors import UserError
+from gpulens.exporter.mig_catalog import GpuModel, layout_problems, model_by_name
+from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
 
 DEFAULT_SCENARIO_PATH = Path(__file__).with_name("default_scenario.yaml")
 SCENARIOS_DIR = Path(__file__).with_name("scenarios")
@@ -415,7 +415,7 @@ def parse_scenario(text: str, *, origin: str) -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise UserError(f"{origin}: {_format_validation_error(exc)}".replace("\n", " ")) from None
-    from exporter.sim.plan import build_plan  # placement problems are scenario problems too
+    from gpulens.exporter.sim.plan import build_plan  # placement problems are scenario problems too
 
     try:
         build_plan(scenario)

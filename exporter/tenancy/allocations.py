@@ -15,18 +15,23 @@ from collections.abc import Callable
 
 from opentelemetry import trace
 
-from exporter.kubelet.client import (
+from gpulens.exporter.kubelet.client import (
     DeviceGrant,
     KubeletUnavailableError,
     PodResourcesClient,
     parse_list_response,
     replicas_per_device,
 )
-from exporter.kubelet.device_ids import MIG_RESOURCE_PREFIX, DeviceDirectory, parse_device_id, shared_base
-from exporter.kubelet.dra import ResourceSliceDirectory
-from exporter.mig_catalog import COMPUTE_SLICES, profile_slices
-from exporter.model import Allocation, SharingMode
-from exporter.tenancy.resolver import PodInfo, TenantResolver
+from gpulens.exporter.kubelet.device_ids import (
+    MIG_RESOURCE_PREFIX,
+    DeviceDirectory,
+    parse_device_id,
+    shared_base,
+)
+from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
+from gpulens.exporter.mig_catalog import COMPUTE_SLICES, profile_slices
+from gpulens.exporter.model import Allocation, SharingMode
+from gpulens.exporter.tenancy.resolver import PodInfo, TenantResolver
 
 tracer = trace.get_tracer(__name__)
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.tenancy.kube_api import KubernetesApi, KubernetesApiError, segment
-from exporter.tenancy.rules import RuleKind, TenancyConfig
+from gpulens.exporter.tenancy.kube_api import KubernetesApi, KubernetesApiError, segment
+from gpulens.exporter.tenancy.rules import RuleKind, TenancyConfig
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _MIN_POD_REFRESH = 2.0

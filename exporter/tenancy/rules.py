@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulens.config import load_yaml_model
+from gpulens.core.config import load_yaml_model
 
 
 class RuleKind(StrEnum):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from collector.schema import create_schema
+from gpulens.collector.schema import create_schema
 
 T0 = datetime(2026, 1, 5, 0, 0)
 GIB = 1024**3

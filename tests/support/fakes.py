@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from exporter.model import (
+from gpulens.exporter.model import (
     Allocation,
     DeviceReadings,
     Gpu,

@@ -10,8 +10,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from collector.schema import create_schema
-from exporter.mig_catalog import MIB, model_by_name
+from gpulens.collector.schema import create_schema
+from gpulens.exporter.mig_catalog import MIB, model_by_name
 
 GIB = 1024**3
 T0 = datetime(2026, 11, 1)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from collector.schema import create_schema
+from gpulens.collector.schema import create_schema
 
 EVIL_TENANT = "<script>alert(1)</script>\"'"
 T0 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC).replace(tzinfo=None)
@@ -117,7 +117,7 @@ WINDOW = (T0, T0 + SAMPLES * STEP)
 
 def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
     """A ``recommendations`` table as ``gpulens recommend`` writes it: two workloads and one quota."""
-    from analytics.recommend import RESULT_TABLE_DDL
+    from gpulens.analytics.recommend import RESULT_TABLE_DDL
 
     con.execute(RESULT_TABLE_DDL)
     head = {"run_id": "rec-run-1", "generated_at": WINDOW[1], "window_start": WINDOW[0], "window_end": WINDOW[1],
@@ -144,7 +144,7 @@ def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
 
 def build_results(con: duckdb.DuckDBPyConnection) -> None:
     """Analytics result tables for the fixture, consistent with its facts (hourly buckets)."""
-    from analytics.result_tables import create_result_tables
+    from gpulens.analytics.result_tables import create_result_tables
 
     create_result_tables(con)
     build_recommendations(con)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from exporter.sim.fleet import SimulatedFleet
-from exporter.sim.scenario import Scenario, load_scenario
+from gpulens.exporter.sim.fleet import SimulatedFleet
+from gpulens.exporter.sim.scenario import Scenario, load_scenario
 
 
 @cache

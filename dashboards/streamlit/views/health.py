@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards.streamlit.support import load, try_load
+from gpulens.dashboards.streamlit.support import load, try_load
 
 st.title("Health and drain list")
 xids = load("recent_xids")

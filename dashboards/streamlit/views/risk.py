@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboards.streamlit import charts
-from dashboards.streamlit.support import load
+from gpulens.dashboards.streamlit import charts
+from gpulens.dashboards.streamlit.support import load
 
 st.title("Isolation risk")
 st.caption("Score 0..100 = the sum of the points of its terms; hover a cell for the reason.")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards.streamlit import charts
-from dashboards.streamlit.support import load
+from gpulens.dashboards.streamlit import charts
+from gpulens.dashboards.streamlit.support import load
 
 st.title("Tenants")
 

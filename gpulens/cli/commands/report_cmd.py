@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         and Parquet, and a per-tenant CSV into OUT. Sections whose analysis has not run yet say which
         command to run.
         """
-        from analytics.report import write_report
+        from gpulens.analytics.report import write_report
 
         index = write_report(db, out)
         typer.echo(f"report written: {index}")

@@ -28,8 +28,8 @@ def register(app: typer.Typer) -> None:
         import os
         import sys
 
-        from analytics.report.data import StoreReader
-        from dashboards.streamlit.launch import streamlit_command
+        from gpulens.analytics.report.data import StoreReader
+        from gpulens.dashboards.streamlit.launch import streamlit_command
 
         reader = StoreReader.open(db)  # fail early, with one line, on a missing, busy or foreign file
         try:

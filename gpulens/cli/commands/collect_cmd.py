@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 COLLECT_HELP = (
     "Fill the DuckDB store (--db) from exactly one source; every window is written in one transaction, "
@@ -57,8 +57,8 @@ def _pairs(pairs: list[str], option: str) -> dict[str, str]:
 
 def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, once: bool, timeout: str,
                 schema: str) -> None:
-    from collector.scrape import ScrapeSummary, scrape_loop
-    from collector.timeparse import parse_duration
+    from gpulens.collector.scrape import ScrapeSummary, scrape_loop
+    from gpulens.collector.timeparse import parse_duration
 
     if not urls:
         raise UserError("--scrape needs at least one URL")
@@ -84,9 +84,9 @@ def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, 
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
                     token: Path | None, ca: Path | None, insecure: bool, labels: list[str], timeout: str,
                     retries: int, headers: list[str]) -> None:
-    from collector.prometheus import HttpSettings, PrometheusClient, collect_range
-    from collector.store import Store, WindowResult
-    from collector.timeparse import parse_duration, parse_time
+    from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
+    from gpulens.collector.store import Store, WindowResult
+    from gpulens.collector.timeparse import parse_duration, parse_time
 
     step_s = parse_duration(step, what="--step")
     # A window is final once written: stop a minute short of now, so Prometheus has ingested it.
@@ -114,8 +114,8 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
 
 
 def _run_kubernetes(db: Path, kubeconfig: Path | None) -> None:
-    from collector.inventory import KubernetesClusterApi, collect_inventory
-    from collector.store import Store
+    from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory
+    from gpulens.collector.store import Store
 
     api = KubernetesClusterApi.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
     try:
@@ -130,8 +130,8 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None) -> None:
 
 
 def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: str | None) -> None:
-    from collector.backfill import ChunkProgress, backfill_simulated
-    from collector.timeparse import parse_duration, parse_time
+    from gpulens.collector.backfill import ChunkProgress, backfill_simulated
+    from gpulens.collector.timeparse import parse_duration, parse_time
 
     if days <= 0:
         raise UserError("--days must be positive")
@@ -207,7 +207,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Export the store to Hive-partitioned Parquet (facts by date, one file per dimension)."""
-        from collector.parquet import export_parquet
+        from gpulens.collector.parquet import export_parquet
 
         summary = export_parquet(str(db), out)
         total = sum(summary.rows.values())

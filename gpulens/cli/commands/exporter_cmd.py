@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from exporter.settings import ExporterSettings
+    from gpulens.exporter.settings import ExporterSettings
 
 HELP = (
     "Serve this node's GPU metrics on /metrics (Prometheus text or OpenMetrics) and /healthz.\n\n"
@@ -73,8 +73,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
-        from exporter.settings import ExporterSettings
-        from gpulens.config import describe_validation_error
+        from gpulens.core.config import describe_validation_error
+        from gpulens.exporter.settings import ExporterSettings
 
         raw: dict[str, object] = {
             "backend": backend, "listen": listen, "scenario": scenario, "node": node,
@@ -96,12 +96,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _list_nodes(settings: ExporterSettings) -> None:
-    from exporter.settings import Backend
+    from gpulens.exporter.settings import Backend
 
     if settings.backend is not Backend.SIM:
         raise UserError("--list-nodes lists the nodes of a simulator scenario: use it with --backend sim")
-    from exporter.sim.fleet import SimulatedFleet
-    from exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.scenario import load_scenario
 
     for name in SimulatedFleet(load_scenario(settings.scenario)).node_names():
         typer.echo(name)
@@ -113,8 +113,8 @@ def _serve(settings: ExporterSettings) -> None:
     import signal
     import threading
 
-    from exporter.cycle import CollectionCycle
-    from exporter.server import build_server, open_sources
+    from gpulens.exporter.cycle import CollectionCycle
+    from gpulens.exporter.server import build_server, open_sources
 
     logging.basicConfig(level=settings.log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.node is None and os.environ.get("NODE_NAME"):
@@ -124,7 +124,7 @@ def _serve(settings: ExporterSettings) -> None:
     server = build_server(cycle, settings, backend=backend)
     otel = None
     if settings.otlp_endpoint:
-        from exporter.otel.setup import start_otel
+        from gpulens.exporter.otel.setup import start_otel
 
         otel = start_otel(settings, cycle)
     stop = threading.Event()

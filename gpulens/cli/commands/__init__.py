@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from gpulens.commands import (
+from gpulens.cli.commands import (
     analyze_cmd,
     collect_cmd,
     dashboard_cmd,

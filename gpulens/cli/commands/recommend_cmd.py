@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from analytics.recommend import RecommendationReport
+    from gpulens.analytics.recommend import RecommendationReport
 
 RECOMMEND_HELP = (
     "Recommend device shapes per workload (the smallest MIG profile that fits P95 compute and P99/peak "
@@ -72,11 +72,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
-        from analytics.quota import QuotaSettings
-        from analytics.recommend import RecommendSettings, recommend, write_dry_run
-        from analytics.rightsizing import MigFitSettings
-        from analytics.writers import TARGETS
-        from gpulens.config import describe_validation_error
+        from gpulens.analytics.quota import QuotaSettings
+        from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
+        from gpulens.analytics.rightsizing import MigFitSettings
+        from gpulens.analytics.writers import TARGETS
+        from gpulens.core.config import describe_validation_error
 
         if target is not None and target not in TARGETS:
             raise UserError(f"invalid --target {target!r}: use one of {', '.join(sorted(TARGETS))}")
@@ -119,8 +119,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _apply(report: RecommendationReport, kubeconfig: Path | None) -> RecommendationReport:
-    from analytics.recommend import apply_recommendations
-    from analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
+    from gpulens.analytics.recommend import apply_recommendations
+    from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
 
     try:
         connection = connection_from_kubeconfig(kubeconfig)

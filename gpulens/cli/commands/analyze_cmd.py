@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -53,9 +53,9 @@ def register(app: typer.Typer) -> None:
         """
         from pydantic import ValidationError
 
-        from analytics.run import analyze as run_analysis
-        from analytics.settings import AnalysisSettings
-        from gpulens.config import describe_validation_error, load_yaml_model
+        from gpulens.analytics.run import analyze as run_analysis
+        from gpulens.analytics.settings import AnalysisSettings
+        from gpulens.core.config import describe_validation_error, load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
         try:

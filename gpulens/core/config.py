@@ -8,7 +8,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gpulens.errors import UserError
+from gpulens.core.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 

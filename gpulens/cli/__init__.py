@@ -6,9 +6,9 @@ import sys
 
 import typer
 
-from gpulens import __version__
-from gpulens.commands import COMMAND_MODULES
-from gpulens.errors import UserError
+from gpulens.cli.commands import COMMAND_MODULES
+from gpulens.core import __version__
+from gpulens.core.errors import UserError
 
 app = typer.Typer(
     name="gpulens",
@@ -60,6 +60,3 @@ def run() -> None:
         print(f"gpulens: error: {message}{hint}", file=sys.stderr)
         sys.exit(int(getattr(exc, "exit_code", 2)))
     sys.exit(result if isinstance(result, int) else 0)
-
-if __name__ == "__main__":
-    run()

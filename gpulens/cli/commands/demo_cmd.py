@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from exporter.server import ExporterHandle
-    from exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.server import ExporterHandle
+    from gpulens.exporter.sim.fleet import SimulatedFleet
 
 DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster needed).
 
@@ -55,11 +55,11 @@ def register(app: typer.Typer) -> None:
 
 def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:
     """Run every stage of the pipeline, printing progress and the headline results."""
-    from collector.timeparse import parse_duration
+    from gpulens.collector.timeparse import parse_duration
 
     step_seconds = parse_duration(step, what="--step")
-    from exporter.sim.fleet import SimulatedFleet
-    from exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.exporter.sim.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
     fleet = SimulatedFleet(scenario)
@@ -88,7 +88,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         _recommend(db, out / "recommendations")
 
         _step(6, total, "writing the report")
-        from analytics.report.writer import write_report
+        from gpulens.analytics.report.writer import write_report
 
         report = write_report(db, out / "report")
         _say(f"\nDone in {time.perf_counter() - began:.0f} s.")
@@ -124,8 +124,8 @@ def _program() -> str:
 
 
 def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
-    from exporter.server import serve_in_thread
-    from exporter.settings import ExporterSettings
+    from gpulens.exporter.server import serve_in_thread
+    from gpulens.exporter.settings import ExporterSettings
 
     handles: list[ExporterHandle] = []
     try:
@@ -150,8 +150,8 @@ def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
 def _scrape_and_show(db: Path, urls: list[str]) -> None:
     import duckdb
 
-    from analytics.tenant_snapshot import current_holdings, render_holdings
-    from collector.scrape import scrape_once
+    from gpulens.analytics.tenant_snapshot import current_holdings, render_holdings
+    from gpulens.collector.scrape import scrape_once
 
     summary = scrape_once(str(db), urls)
     for error in summary.errors:
@@ -164,7 +164,7 @@ def _scrape_and_show(db: Path, urls: list[str]) -> None:
 
 
 def _backfill(db: Path, fleet: SimulatedFleet, days: float, step_seconds: float) -> None:
-    from collector.backfill import ChunkProgress, backfill_simulated
+    from gpulens.collector.backfill import ChunkProgress, backfill_simulated
 
     end = (time.time() // step_seconds) * step_seconds
     start = end - days * 86400
@@ -177,15 +177,15 @@ def _backfill(db: Path, fleet: SimulatedFleet, days: float, step_seconds: float)
 
 
 def _analyze(db: Path, out: Path) -> None:
-    from analytics.run import analyze
-    from analytics.settings import AnalysisSettings
+    from gpulens.analytics.run import analyze
+    from gpulens.analytics.settings import AnalysisSettings
 
     summary = analyze(db, AnalysisSettings(out_dir=out / "chargeback"))
     print(summary.render(), flush=True)
 
 
 def _recommend(db: Path, out_dir: Path) -> None:
-    from analytics.recommend import recommend, write_dry_run
+    from gpulens.analytics.recommend import recommend, write_dry_run
 
     report = recommend(db)
     print(report.render(), flush=True)
