@@ -3,7 +3,9 @@
 Memory sizes are what ``nvidia-smi`` reports per GPU instance (MiB) on driver 590: measured on H100 and
 H200 for the profiles present in real captures, the others from NVIDIA's MIG user guide tables.
 A GPU has 7 compute slices and 8 memory slices; a layout is valid when both budgets and each
-profile's maximum instance count hold.
+profile's maximum instance count hold, and when its instances can be placed: each GPU-instance profile
+starts only at the memory-slice positions the driver allows (``nvidia-smi mig -lgipp``, the same
+table on A100, H100 and H200) and instances may not overlap.
 """
 
 from __future__ import annotations
@@ -30,6 +32,22 @@ class MigProfile:
     @property
     def gpu_equivalents(self) -> float:
         return self.compute_slices / COMPUTE_SLICES
+
+    @property
+    def placement_starts(self) -> tuple[int, ...]:
+        """Memory-slice positions an instance of this profile may start at (``nvidia-smi mig -lgipp``)."""
+        return PLACEMENT_STARTS[(self.compute_slices, self.memory_slices)]
+
+
+PLACEMENT_STARTS: dict[tuple[int, int], tuple[int, ...]] = {
+    # (compute slices, memory slices) -> start positions; an instance spans [start, start + memory slices).
+    (1, 1): (0, 1, 2, 3, 4, 5, 6),
+    (1, 2): (0, 2, 4, 6),
+    (2, 2): (0, 2, 4),
+    (3, 4): (0, 4),
+    (4, 4): (0,),
+    (7, 8): (0,),
+}
 
 
 @dataclass(frozen=True)
@@ -143,3 +161,34 @@ def layout_problems(model: GpuModel, layout: Iterable[str]) -> list[str]:
         if count > p.max_instances:
             problems.append(f"{count} x {name} exceed its maximum of {p.max_instances}")
     return problems
+
+
+def place_layout(model: GpuModel, layout: Iterable[str]) -> tuple[tuple[str, int], ...] | None:
+    """A placement ``(profile, start slice)`` for every instance of ``layout``, or ``None`` if none exists.
+
+    Deterministic: larger instances first, each at its lowest free allowed start, with backtracking.
+    """
+    names = sorted(layout, key=lambda n: (-model.profile(n).memory_slices, -model.profile(n).compute_slices, n))
+    if layout_problems(model, names):
+        return None
+    used = [False] * MEMORY_SLICES
+    placed: list[tuple[str, int]] = []
+
+    def place(i: int) -> bool:
+        if i == len(names):
+            return True
+        p = model.profile(names[i])
+        for start in p.placement_starts:
+            span = range(start, start + p.memory_slices)
+            if all(not used[k] for k in span):
+                for k in span:
+                    used[k] = True
+                placed.append((p.name, start))
+                if place(i + 1):
+                    return True
+                placed.pop()
+                for k in span:
+                    used[k] = False
+        return False
+
+    return tuple(placed) if place(0) else None

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
 from gpulens.core.errors import UserError
 
 RESULT_TABLE_PRODUCERS: dict[str, str] = {
@@ -391,6 +392,12 @@ class StoreReader:
         )
 
     # -- recommendations ----------------------------------------------------------------------------------
+
+    def mig_layout(self) -> LayoutRun | None:
+        """The MIG layout plan of the newest recommendation run, computed on demand over the store."""
+        self.require("recommendations")
+        with self._cursor() as cur:
+            return layout_from_store(cur)
 
     def recommendations(self) -> pl.DataFrame:
         """Recommendations of the newest ``gpulens recommend`` run, workloads first, reasons joined by '; '.

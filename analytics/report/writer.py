@@ -16,6 +16,7 @@ import polars as pl
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.report.mig_layout_section import mig_layout_section
 from gpulens.core.errors import UserError
 
 INDEX = "index.html"
@@ -296,6 +297,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("cost", "Cost split", _cost_split),
     ("risk", "Isolation risk", _risk),
     ("recommendations", "Recommendations", _recommendations),
+    ("mig-layout", "MIG layout", lambda b: mig_layout_section(b.reader)),
     ("health", "Health", _health),
 )
 

@@ -17,7 +17,7 @@ DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster n
 
 Steps: start one live exporter per simulated node on loopback; scrape them once into
 DIR/gpulens.duckdb and print who holds what; backfill --days of history in virtual time; analyze
-idle capacity, fragmentation, isolation risk, health and chargeback; recommend quotas (dry-run YAML
+idle capacity, fragmentation, isolation risk, health and chargeback; recommend quotas and a MIG layout (dry-run YAML
 in DIR/recommendations/); write the HTML report to DIR/report/index.html.
 
 The store, report and recommendations in DIR are replaced on every run; nothing else there is touched.
@@ -185,9 +185,15 @@ def _analyze(db: Path, out: Path) -> None:
 
 
 def _recommend(db: Path, out_dir: Path) -> None:
+    from gpulens.analytics.miglayout.run import layout_for_recommendations, write_layout_files
     from gpulens.analytics.recommend import recommend, write_dry_run
 
     report = recommend(db)
     print(report.render(), flush=True)
     written = write_dry_run(report, out_dir)
     _say(f"  {len(written)} YAML files in {out_dir} (apply with `gpulens recommend --db ... --apply`)")
+    layout = layout_for_recommendations(db, report.window_start, report.window_end, report.workloads)
+    print(layout.render(), flush=True)
+    files = write_layout_files(layout, out_dir)
+    _say(f"  {len(files)} MIG layout and workload files in {out_dir}/mig and {out_dir}/workloads (never applied: "
+         "see mig/README.md)")

@@ -23,6 +23,11 @@ RECOMMEND_HELP = (
     "gpulens) to Kueue ClusterQueues and/or ResourceQuotas; objects annotated gpulens.io/auto-apply: "
     "\"false\" are skipped, low-confidence changes are refused, and every applied object gets audit "
     "annotations (from, to, when, recommendation).\n\n"
+    "--target workloads writes the MIG side instead (dry-run files only, never applied): a layout plan "
+    "choosing which GPUs to repartition into which profiles (valid placements per GPU model), the GPU "
+    "Operator's mig-parted config and Node labels in OUT/mig/, and per workload owner the patch that "
+    "swaps nvidia.com/gpu for nvidia.com/mig-<profile> (or, with --dra, a ResourceClaimTemplate) in "
+    "OUT/workloads/.\n\n"
     "Example: gpulens recommend --db gpulens.duckdb --target kueue --out recs/"
 )
 
@@ -34,8 +39,14 @@ def register(app: typer.Typer) -> None:
     def recommend_command(
         db: Annotated[Path, typer.Option("--db", help="The DuckDB store (gpulens collect / demo).")],
         target: Annotated[
-            str | None, typer.Option("--target", help="Quota objects to write: kueue or resourcequota (default both).")
+            str | None,
+            typer.Option("--target", help="Quota objects to write: kueue or resourcequota (default both); or "
+                         "workloads for the MIG layout plan and workload patches."),
         ] = None,
+        dra: Annotated[
+            bool, typer.Option("--dra", help="With --target workloads: patches request MIG slices through DRA "
+                               "ResourceClaimTemplates (resource.k8s.io/v1) instead of the device plugin.")
+        ] = False,
         apply: Annotated[bool, typer.Option("--apply", help="Apply with server-side apply (default: dry run).")] = False,
         kubeconfig: Annotated[
             Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
@@ -78,12 +89,18 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.writers import TARGETS
         from gpulens.core.config import describe_validation_error
 
-        if target is not None and target not in TARGETS:
-            raise UserError(f"invalid --target {target!r}: use one of {', '.join(sorted(TARGETS))}")
+        workloads_target = target == "workloads"
+        if target is not None and not workloads_target and target not in TARGETS:
+            raise UserError(f"invalid --target {target!r}: use one of {', '.join([*sorted(TARGETS), 'workloads'])}")
+        if dra and not workloads_target:
+            raise UserError("--dra applies to --target workloads only")
+        if apply and workloads_target:
+            raise UserError("--apply: MIG layouts and workload patches are written as files only (repartitioning "
+                            "ends the work running on a GPU); review and roll them out as OUT/mig/README.md says")
         try:
             settings = RecommendSettings(
                 window_days=window_days,
-                targets=(target,) if target else tuple(sorted(TARGETS)),
+                targets=() if workloads_target else (target,) if target else tuple(sorted(TARGETS)),
                 kueue_version=kueue_version,
                 borrowing_limit_ratio=borrowing_limit_ratio,
                 lending_limit_ratio=lending_limit_ratio,
@@ -102,6 +119,9 @@ def register(app: typer.Typer) -> None:
             if type(exc).__module__.startswith(("duckdb", "_duckdb")):
                 raise UserError(f"cannot read the store {db}: {exc}") from exc
             raise
+        if workloads_target:
+            _write_layout(db, report, out, dra)
+            return
         try:
             written = write_dry_run(report, out)
         except OSError as exc:
@@ -116,6 +136,20 @@ def register(app: typer.Typer) -> None:
         forbidden = [n for n in report.notes if "forbidden" in n]
         if forbidden:
             raise UserError(forbidden[0])
+
+
+def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) -> None:
+    from gpulens.analytics.miglayout.run import layout_for_recommendations, write_layout_files
+
+    run = layout_for_recommendations(db, report.window_start, report.window_end, report.workloads)
+    try:
+        written = write_layout_files(run, out, dra=dra)
+    except OSError as exc:
+        raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+    typer.echo(report.render())
+    typer.echo("")
+    typer.echo(run.render())
+    typer.echo(f"\nwrote {len(written)} file(s) to {out}/mig and {out}/workloads (dry run: gpulens never applies these)")
 
 
 def _apply(report: RecommendationReport, kubeconfig: Path | None) -> RecommendationReport:

@@ -1,0 +1,149 @@
+"""A MIG layout plan over a store: read the inputs, plan, price what it frees, write the files, explain it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import yaml
+
+from gpulens.analytics.miglayout.fleet import demands_from_stored_run, load_gpu_states, load_layout_inputs
+from gpulens.analytics.miglayout.operator_files import mig_parted_config, node_label_patches, rollout_readme
+from gpulens.analytics.miglayout.planner import LayoutPlan, plan_layout
+from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, workload_patch
+from gpulens.analytics.prices import load_price_book
+from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
+from gpulens.exporter.mig_catalog import model_by_name
+
+_HOURS_PER_MONTH = 730.0
+
+
+@dataclass(frozen=True)
+class LayoutRun:
+    """A layout plan with the window it was decided on and what it frees at list price."""
+
+    plan: LayoutPlan
+    window_start: datetime
+    window_end: datetime
+    usd_per_ge_hour: dict[str, float]
+    """List price per GPU-hour of each model involved (``analytics/prices``)."""
+    price_origin: str
+
+    @property
+    def window_hours(self) -> float:
+        return (self.window_end - self.window_start).total_seconds() / 3600
+
+    @property
+    def ge_hours_freed(self) -> float:
+        """GE-hours the conversions would have freed over the evidence window."""
+        return self.plan.gpu_equivalents_freed * self.window_hours
+
+    @property
+    def usd_per_month_freed(self) -> float:
+        """List-price value of the freed GE over a 730-hour month."""
+        total = 0.0
+        for d in self.plan.demands:
+            if d.workload in self.plan.unplaced_workloads:
+                continue
+            ge = d.current_ge - d.count * model_by_name(d.model).profile(d.profile).gpu_equivalents
+            total += ge * self.usd_per_ge_hour.get(d.model, 0.0) * _HOURS_PER_MONTH
+        return total
+
+    def render(self) -> str:
+        """The plan in words, for the command line."""
+        p = self.plan
+        if not p.demands:
+            return "MIG layout plan: no workload has a confident move to another MIG profile in this window."
+        lines = [
+            f"MIG layout plan (evidence {self.window_start:%Y-%m-%d %H:%M} -> {self.window_end:%Y-%m-%d %H:%M} UTC): "
+            f"{len(p.demands)} workload(s), {len(p.changes)} GPU(s) on {len(p.nodes_changed)} node(s) to repartition, "
+            f"{len(p.reused)} instance(s) on existing free MIG devices",
+            f"  frees {p.whole_gpus_freed} whole GPU(s), {p.gpu_equivalents_freed:.2f} GE "
+            f"({self.ge_hours_freed:,.1f} GE-hours over the window; ${self.usd_per_month_freed:,.0f} per month "
+            f"at list price, {self.price_origin})",
+        ]
+        for c in p.changes:
+            before = "+".join(c.gpu.layout) or "whole GPU"
+            lines.append(f"  {c.gpu.node} GPU {c.gpu.index if c.gpu.index is not None else c.gpu.gpu_uuid}: "
+                         f"{before} -> {'+'.join(c.layout)} (serves {len(c.serves)}, spare {c.spare})")
+        for u in p.unplaced:
+            lines.append(f"  does not fit: {u.workload} {u.count} x {u.profile}: {u.reason}")
+        return "\n".join(lines)
+
+
+def plan_mig_layout(
+    con: duckdb.DuckDBPyConnection,
+    start: datetime,
+    end: datetime,
+    recommendations: Sequence[WorkloadRecommendation],
+    *,
+    prices: Path | None = None,
+) -> LayoutRun:
+    """Plan the layout for a recommendation run's workloads over ``[start, end]``."""
+    gpus, demands = load_layout_inputs(con, start, end, recommendations)
+    plan = plan_layout(gpus, demands)
+    book = load_price_book(con, prices)
+    models = {d.model for d in demands}
+    return LayoutRun(plan, start, end, {m: book.list_for(m) for m in sorted(models)}, book.origin)
+
+
+def _dump(docs: Sequence[object]) -> str:
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False, default_flow_style=False) for d in docs)
+
+
+def write_layout_files(run: LayoutRun, out_dir: Path, *, dra: bool = False) -> list[Path]:
+    """``mig/mig-parted.yaml``, ``mig/node-labels.yaml``, ``mig/README.md`` and ``workloads/*.yaml``."""
+    mig_dir, wl_dir = out_dir / "mig", out_dir / "workloads"
+    mig_dir.mkdir(parents=True, exist_ok=True)
+    wl_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*mig_dir.glob("*"), *wl_dir.glob("*.yaml")]:
+        stale.unlink()
+    written: list[Path] = []
+    placed = {w for c in run.plan.changes for w, _ in c.serves} | {r.workload for r in run.plan.reused}
+    patches: list[WorkloadPatch] = [workload_patch(d, dra=dra) for d in run.plan.demands if d.workload in placed]
+    files: dict[str, list[str]] = {}
+    for patch in patches:
+        path = wl_dir / f"{patch.file_stem}.yaml"
+        path.write_text(patch.header + yaml.safe_dump(patch.body, sort_keys=False), encoding="utf-8")
+        written.append(path)
+        files.setdefault(patch.demand.workload, []).append(f"workloads/{path.name}")
+        if patch.claim_template is not None:
+            claim = wl_dir / f"{patch.file_stem}.resourceclaimtemplate.yaml"
+            claim.write_text(yaml.safe_dump(patch.claim_template, sort_keys=False), encoding="utf-8")
+            written.append(claim)
+            files[patch.demand.workload].append(f"workloads/{claim.name}")
+    config, node_config = mig_parted_config(run.plan)
+    header = ("# mig-parted config written by gpulens (dry run: review, then give it to the GPU Operator's MIG "
+              "manager; see README.md)\n")
+    targets = {
+        "mig-parted.yaml": header + yaml.safe_dump(config, sort_keys=False),
+        "node-labels.yaml": _dump(node_label_patches(node_config)) if node_config else "# no node changes\n",
+        "README.md": rollout_readme(run.plan, node_config, files),
+    }
+    for name, text in targets.items():
+        path = mig_dir / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def layout_for_recommendations(
+    db_path: Path, start: datetime, end: datetime, recommendations: Sequence[WorkloadRecommendation]
+) -> LayoutRun:
+    """Open the store read-only and plan the layout for a recommendation run's workloads."""
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        return plan_mig_layout(con, start, end, recommendations)
+
+
+def layout_from_store(con: duckdb.DuckDBPyConnection) -> LayoutRun | None:
+    """The layout plan of the newest stored recommendation run (what the report shows); None: no run."""
+    stored = demands_from_stored_run(con)
+    if stored is None:
+        return None
+    demands, start, end = stored
+    plan = plan_layout(load_gpu_states(con, start, end), demands)
+    book = load_price_book(con, None)
+    return LayoutRun(plan, start, end, {m: book.list_for(m) for m in sorted({d.model for d in demands})}, book.origin)
