@@ -10,6 +10,8 @@ from gpulens.analytics.report.data import StoreReader
 
 def mig_layout_section(reader: StoreReader) -> str:
     """Current vs proposed MIG layout per GPU that changes, reused instances, what does not fit."""
+    if not reader.has("recommendations"):  # the Recommendations section already says what to run
+        return h.section("mig-layout", "MIG layout", "<p>Planned from the newest recommendation run: none yet.</p>")
     run = reader.mig_layout()
     if run is None or not run.plan.demands:
         return h.notice("No workload has a confident move to another MIG profile in the newest "
