@@ -67,13 +67,15 @@ def check_otlp_endpoint(value: str, *, grpc: bool = False) -> None:
     over gRPC a bare ``host:port`` is accepted too. Raises ValueError naming ``--otlp-endpoint``."""
     text = value.strip()
     parts = urlsplit(text if "://" in text or not grpc else "grpc://" + text)
+    example = "http://otel-collector:4317 or otel-collector:4317" if grpc else "http://otel-collector:4318"
     if parts.scheme not in ("http", "https", *(("grpc",) if grpc else ())) or not parts.hostname:
-        example = "http://otel-collector:4317 or otel-collector:4317" if grpc else "http://otel-collector:4318"
         raise ValueError(f"--otlp-endpoint: not a URL: {value!r} (use e.g. {example})")
     try:
-        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+        port = parts.port
     except ValueError:
         raise ValueError(f"--otlp-endpoint: bad port in {value!r}") from None
+    if parts.scheme == "grpc" and port is None:
+        raise ValueError(f"--otlp-endpoint: not a URL or HOST:PORT: {value!r} (use e.g. {example})")
 
 
 class ExporterSettings(BaseModel):
