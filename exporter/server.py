@@ -270,7 +270,7 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
         node = settings.node or names[0]
         if node not in names:
             raise UserError(f"node {node!r} is not in the scenario (nodes: {', '.join(names)})")
-        source = fleet.source(node)
+        source = fleet.source(node, attribute_processes=settings.attribute_processes)
         return source, source, "sim", node
     try:
         from gpulens.exporter.backends import node_name, open_nvml_backend
