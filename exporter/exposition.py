@@ -9,6 +9,7 @@ serves the same bytes to every scraper. Every family here is documented in ``doc
 from __future__ import annotations
 
 import gzip
+import math
 import re
 import threading
 from collections import defaultdict
@@ -199,21 +200,45 @@ def pod_sm_shares(processes: Iterable[GpuProcess]) -> dict[tuple[str, str], floa
     return shares
 
 
+def holder_gpu_equivalents(allocations: Iterable[Allocation]) -> dict[tuple[str, str], float]:
+    """(device UUID, pod UID) -> GPU-equivalents the pod holds on the device (all its replicas together)."""
+    held: dict[tuple[str, str], float] = defaultdict(float)
+    for a in allocations:
+        if a.pod_uid is not None:
+            held[(a.device_uuid, a.pod_uid)] += a.gpu_equivalents
+    return dict(held)
+
+
 def allocation_activity(
-    allocation: Allocation, device: DeviceIdentity | None, sm_shares: dict[tuple[str, str], float]
+    allocation: Allocation,
+    device: DeviceIdentity | None,
+    sm_shares: dict[tuple[str, str], float],
+    held: dict[tuple[str, str], float] | None = None,
 ) -> float | None:
-    """Active GPU-equivalents of one allocation, or None when the hardware cannot say.
+    """Active GPU-equivalents of one allocation, at most its allocated share; None when unmeasured.
 
     Per-process SM utilization of the pod's own processes (``sm_shares``, from :func:`pod_sm_shares`)
-    wins (shared GPUs with attribution on); otherwise the allocated share times the device's activity.
+    wins (shared GPUs with attribution on): the pod's SM share of the device, capped at what the pod holds
+    on it (``held``, from :func:`holder_gpu_equivalents`; a pod may hold several replicas) and split over
+    its allocations by their share. Otherwise the allocated share times the device's activity. Active is
+    a part of allocated: it never exceeds ``allocation.gpu_equivalents``.
     """
     if allocation.pod_uid is not None:
         share = sm_shares.get((allocation.device_uuid, allocation.pod_uid))
-        if share is not None:
-            return min(share, 1.0) * (1.0 if device is None else device.gpu_equivalents)
-    if device is None or device.activity_ratio is None:
+        if share is not None and math.isfinite(share):
+            holder = (held or {}).get((allocation.device_uuid, allocation.pod_uid), allocation.gpu_equivalents)
+            holder = max(holder, allocation.gpu_equivalents)
+            device_ge = 1.0 if device is None else device.gpu_equivalents
+            holder_active = min(_ratio(share) * device_ge, holder)
+            return holder_active * allocation.gpu_equivalents / holder if holder > 0 else 0.0
+    if device is None or device.activity_ratio is None or not math.isfinite(device.activity_ratio):
         return None
-    return allocation.gpu_equivalents * device.activity_ratio
+    return allocation.gpu_equivalents * _ratio(device.activity_ratio)
+
+
+def _ratio(value: float) -> float:
+    """A 0..1 ratio, clamped (a reading above 1 or below 0 never makes active exceed allocated)."""
+    return min(max(value, 0.0), 1.0)
 
 
 def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) -> Iterator[Metric]:
@@ -225,7 +250,8 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
     t_labels = ["node", "tenant", "profile"]
     allocated = _gauge("tenant_allocated_gpu_equivalents", "GPU-equivalents allocated to the tenant.", t_labels)
     active = _gauge("tenant_active_gpu_equivalents",
-                    "Allocated share x activity over the tenant's measured devices.", t_labels)
+                    "Active part of the tenant's allocated GPU-equivalents on measured devices (<= allocated).",
+                    t_labels)
     unmeasured = _gauge("tenant_unmeasured_gpu_equivalents",
                         "Allocated GPU-equivalents whose activity the hardware cannot report.", t_labels)
     count = _gauge("tenant_devices", "Devices or replicas the tenant holds on this node.", t_labels)
@@ -234,6 +260,7 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
     sums: dict[tuple[str, str], list[float]] = {}
     measured: set[tuple[str, str]] = set()
     sm_shares = pod_sm_shares(snapshot.processes)  # indexed once, not scanned per allocation
+    held = holder_gpu_equivalents(snapshot.allocations)
     for a in snapshot.allocations:
         d = devices.get(a.device_uuid)
         gpu = d.gpu if d is not None else ""
@@ -245,7 +272,7 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
         acc = sums.setdefault(tkey, [0.0, 0.0, 0.0, 0.0])  # allocated, active, unmeasured, devices
         acc[0] += a.gpu_equivalents
         acc[3] += 1
-        act = allocation_activity(a, d, sm_shares)
+        act = allocation_activity(a, d, sm_shares, held)
         if act is None:
             acc[2] += a.gpu_equivalents
         else:

@@ -1,14 +1,15 @@
 """The exporter's HTTP server: ``/metrics`` (cached exposition) and ``/healthz``, with optional TLS,
 basic auth and a cap on concurrent requests; plus ``serve_in_thread`` to run whole exporters in-process.
+
+Hostile clients: credentials are checked before a request takes one of the ``--max-concurrent-requests``
+slots; a slot is held only while the answer is prepared, never while it is written; a write to a client
+that does not read is bounded by ``--write-timeout``, then the connection is closed; a kept-alive
+connection serves at most ``MAX_REQUESTS_PER_CONNECTION`` requests.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import hashlib
-import hmac
 import logging
 import socket
 import ssl
@@ -23,12 +24,13 @@ from typing import Any
 from prometheus_client.registry import CollectorRegistry
 
 from gpulens.core import __version__
-from gpulens.core.config import read_user_file
 from gpulens.core.errors import UserError
+from gpulens.exporter.auth import MIGRATE_HINT, BasicAuthUsers, load_basic_auth_file
 from gpulens.exporter.cycle import CollectionCycle, ExporterState, health_status
 from gpulens.exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
 from gpulens.exporter.model import AllocationSource, DeviceSource
 from gpulens.exporter.settings import Backend, ExporterSettings
+from gpulens.exporter.web_config import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
@@ -37,40 +39,8 @@ INDEX_HTML = (
     b"<h1>gpulens exporter</h1><p><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></p>"
     b"</body></html>\n"
 )
-
-
-def load_basic_auth(path: Path) -> dict[str, str]:
-    """Read ``user:sha256hex`` lines (``#`` comments and blank lines allowed) into {user: hex digest}."""
-    text = read_user_file(path, "basic-auth file ")
-    users: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        user, sep, digest = line.partition(":")
-        digest = digest.strip().lower()
-        if not sep or not user or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise UserError(f"{path}:{number}: expected 'user:<sha256 hex of the password>'")
-        users[user] = digest
-    if not users:
-        raise UserError(f"{path}: no users (expected 'user:<sha256 hex of the password>' lines)")
-    return users
-
-
-def check_basic_auth(header: str | None, users: dict[str, str]) -> bool:
-    """True when ``Authorization: Basic ...`` names a user whose password hashes to the stored digest."""
-    if not header or not header.startswith("Basic "):
-        return False
-    try:
-        decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return False
-    user, sep, password = decoded.partition(":")
-    if not sep:
-        return False
-    expected = users.get(user, "0" * 64)
-    digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
-    return hmac.compare_digest(digest, expected) and user in users
+MAX_REQUESTS_PER_CONNECTION = 1000
+"""Requests served on one kept-alive connection before it is closed (bounds pipelining per connection)."""
 
 
 def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
@@ -84,10 +54,36 @@ def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     return context
 
 
+def auth_warnings(settings: ExporterSettings, web: WebConfig) -> list[str]:
+    """Loud warnings to print at start: users whose passwords are stored as unsalted SHA-256 digests."""
+    legacy = web.users.legacy_users if web.users is not None else []
+    if not legacy:
+        return []
+    return [f"--basic-auth-file {settings.basic_auth_file}: {len(legacy)} user(s) ({', '.join(legacy)}) have "
+            "unsalted SHA-256 password digests, which a leaked file gives up offline in minutes; "
+            f"{MIGRATE_HINT}"]
+
+
+def web_config_of(settings: ExporterSettings) -> WebConfig:
+    """TLS, users and headers from ``--web.config.file``, or from the older TLS and basic-auth flags."""
+    if settings.web_config_file is not None:
+        return load_web_config(settings.web_config_file)
+    users = load_basic_auth_file(settings.basic_auth_file) if settings.basic_auth_file is not None else None
+    context = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        context = tls_context(settings.tls_cert_file, settings.tls_key_file)
+    return WebConfig(ssl_context=context, users=users)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
     protocol_version = "HTTP/1.1"
     timeout = 30
+    server_version = "gpulens"
+    sys_version = ""  # no Python version banner in the Server header
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self._serve(head=False)
@@ -96,54 +92,73 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(head=True)
 
     def _serve(self, *, head: bool) -> None:
+        """Health outside everything; then auth, then a slot only while the answer is prepared.
+
+        Auth comes first, so a request without valid credentials never takes a slot; the slot is released
+        before the answer is written, so a client that never reads holds a thread until the write
+        timeout, never a slot.
+        """
         srv = self.server
         path = self.path.split("?", 1)[0]
         if path == "/healthz":  # cheap and outside the cap: a scrape burst must not fail liveness probes
             ok, reason = health_status(srv.state(), srv.clock(), srv.health_max_age_seconds)
             self._reply(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8", head=head)
             return
+        if srv.users is not None and not srv.users.check(self.headers.get("Authorization")):
+            self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", head=head,
+                        extra={"WWW-Authenticate": 'Basic realm="gpulens"'})
+            return
+        if path == "/":
+            self._reply(200, INDEX_HTML, "text/html; charset=utf-8", head=head)
+            return
+        if path != "/metrics":
+            self._reply(404, b"not found\n", "text/plain; charset=utf-8", head=head)
+            return
         if not srv.slots.acquire(blocking=False):
             self._reply(503, b"too many concurrent requests\n", "text/plain; charset=utf-8", head=head,
                         extra={"Retry-After": "1"})
             return
         try:
-            if path == "/metrics":
-                self._metrics(head)
-            elif path == "/":
-                self._reply(200, INDEX_HTML, "text/html; charset=utf-8", head=head)
-            else:
-                self._reply(404, b"not found\n", "text/plain; charset=utf-8", head=head)
+            rendered = srv.cache.render(
+                openmetrics=wants_openmetrics(self.headers.get("Accept")),
+                gzipped=wants_gzip(self.headers.get("Accept-Encoding")),
+            )
         finally:
             srv.slots.release()
-
-    def _metrics(self, head: bool) -> None:
-        srv = self.server
-        if srv.users is not None and not check_basic_auth(self.headers.get("Authorization"), srv.users):
-            self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", head=head,
-                        extra={"WWW-Authenticate": 'Basic realm="gpulens"'})
-            return
-        rendered = srv.cache.render(
-            openmetrics=wants_openmetrics(self.headers.get("Accept")),
-            gzipped=wants_gzip(self.headers.get("Accept-Encoding")),
-        )
         extra = {"Content-Encoding": "gzip"} if rendered.gzipped else {}
         self._reply(200, rendered.body, rendered.content_type, head=head, extra=extra)
 
     def _reply(self, status: int, body: bytes, content_type: str, *, head: bool,
                extra: dict[str, str] | None = None) -> None:
-        """Status line, headers and body in one write: no Nagle/delayed-ACK stall on kept-alive connections."""
+        """Status line, headers and body in one write (no Nagle/delayed-ACK stall on kept-alive connections).
+
+        The write may take at most the server's write timeout; past it the connection is closed
+        (``handle_one_request`` turns the ``TimeoutError`` into a closed connection).
+        """
         self.log_request(status, len(body))
         lines = [
             f"{self.protocol_version} {status} {self.responses[status][0]}",
             f"Date: {self.date_time_string()}",
             f"Content-Type: {content_type}",
             f"Content-Length: {len(body)}",
+            *(f"{name}: {value}" for name, value in self.server.extra_headers.items()),
             *(f"{name}: {value}" for name, value in (extra or {}).items()),
         ]
+        self.served += 1
+        if self.served >= self.server.max_requests_per_connection:
+            self.close_connection = True
         if self.close_connection:
             lines.append("Connection: close")
         head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        self.wfile.write(head_bytes if head else head_bytes + body)
+        self.connection.settimeout(self.server.write_timeout_seconds)
+        try:
+            self.wfile.write(head_bytes if head else head_bytes + body)
+        finally:
+            self.connection.settimeout(self.timeout)
+
+    def setup(self) -> None:
+        super().setup()
+        self.served = 0
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         log.debug("%s %s", self.address_string(), format % args)
@@ -164,9 +179,12 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         state: Callable[[], ExporterState],
         health_max_age_seconds: float,
         max_concurrent_requests: int = 8,
-        users: dict[str, str] | None = None,
+        users: BasicAuthUsers | None = None,
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.time,
+        write_timeout_seconds: float = 10.0,
+        max_requests_per_connection: int = MAX_REQUESTS_PER_CONNECTION,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.cache = cache
         self.state = state
@@ -175,6 +193,9 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         self.users = users
         self.ssl_context = ssl_context
         self.clock = clock
+        self.write_timeout_seconds = write_timeout_seconds
+        self.max_requests_per_connection = max_requests_per_connection
+        self.extra_headers = dict(headers or {})
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         try:
@@ -207,6 +228,7 @@ def build_server(
     registry: CollectorRegistry | None = None,
     clock: Callable[[], float] = time.time,
     prerender: bool = True,
+    web: WebConfig | None = None,
 ) -> ExporterHTTPServer:
     """An HTTP server for ``cycle`` per ``settings`` (not started).
 
@@ -218,19 +240,18 @@ def build_server(
     cache = ExpositionCache(registry, cycle.state)
     if prerender:
         cycle.add_listener(cache.warm)
-    users = load_basic_auth(settings.basic_auth_file) if settings.basic_auth_file is not None else None
-    context = None
-    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
-        context = tls_context(settings.tls_cert_file, settings.tls_key_file)
+    web = web if web is not None else web_config_of(settings)
     return ExporterHTTPServer(
         settings.listen_address,
         cache=cache,
         state=cycle.state,
         health_max_age_seconds=settings.effective_health_max_age_seconds,
         max_concurrent_requests=settings.max_concurrent_requests,
-        users=users,
-        ssl_context=context,
+        users=web.users,
+        ssl_context=web.ssl_context,
         clock=clock,
+        write_timeout_seconds=settings.write_timeout_seconds,
+        headers=web.headers,
     )
 
 
@@ -249,7 +270,7 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
         node = settings.node or names[0]
         if node not in names:
             raise UserError(f"node {node!r} is not in the scenario (nodes: {', '.join(names)})")
-        source = fleet.source(node)
+        source = fleet.source(node, attribute_processes=settings.attribute_processes)
         return source, source, "sim", node
     try:
         from gpulens.exporter.backends import node_name, open_nvml_backend

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -61,6 +62,22 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, port
 
 
+def check_otlp_endpoint(value: str, *, grpc: bool = False) -> None:
+    """An OTLP endpoint is an ``http://`` or ``https://`` URL with a host (``http://collector:4318``);
+    over gRPC a bare ``host:port`` is accepted too. Raises ValueError naming ``--otlp-endpoint``."""
+    text = value.strip()
+    parts = urlsplit(text if "://" in text or not grpc else "grpc://" + text)
+    example = "http://otel-collector:4317 or otel-collector:4317" if grpc else "http://otel-collector:4318"
+    if parts.scheme not in ("http", "https", *(("grpc",) if grpc else ())) or not parts.hostname:
+        raise ValueError(f"--otlp-endpoint: not a URL: {value!r} (use e.g. {example})")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"--otlp-endpoint: bad port in {value!r}") from None
+    if parts.scheme == "grpc" and port is None:
+        raise ValueError(f"--otlp-endpoint: not a URL or HOST:PORT: {value!r} (use e.g. {example})")
+
+
 class ExporterSettings(BaseModel):
     """Everything ``gpulens exporter`` needs; each field has a matching command-line flag."""
 
@@ -84,7 +101,12 @@ class ExporterSettings(BaseModel):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     basic_auth_file: Path | None = None
-    """File of ``user:sha256hex`` lines; when set, ``/metrics`` needs HTTP basic auth (``/healthz`` does not)."""
+    """File of ``user:<bcrypt hash>`` lines (legacy ``user:<sha256 hex>`` still read, with a warning); when
+    set, everything but ``/healthz`` needs HTTP basic auth."""
+    web_config_file: Path | None = None
+    """exporter-toolkit web config YAML (``--web.config.file``): TLS and bcrypt basic-auth users."""
+    write_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Longest time one answer may take to write; a client that does not read is then disconnected."""
     max_concurrent_requests: int = Field(default=8, ge=1)
     """Requests served at once; beyond it the exporter answers 503 at once instead of queueing."""
     attribute_processes: bool = False
@@ -93,7 +115,8 @@ class ExporterSettings(BaseModel):
     """``/healthz`` is 503 when the last successful cycle is older; None = 3 x interval (at least 15 s)."""
     log_level: LogLevel = LogLevel.INFO
 
-    @field_validator("interval_seconds", "kubelet_timeout_seconds", "health_max_age_seconds", mode="before")
+    @field_validator("interval_seconds", "kubelet_timeout_seconds", "health_max_age_seconds",
+                     "write_timeout_seconds", mode="before")
     @classmethod
     def _durations(cls, value: object) -> object:
         if isinstance(value, str):
@@ -116,7 +139,14 @@ class ExporterSettings(BaseModel):
     @model_validator(mode="after")
     def _tls_pair(self) -> ExporterSettings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file must be given together")
+            raise ValueError("--tls-cert-file and --tls-key-file must be given together")
+        if self.otlp_endpoint is not None:
+            check_otlp_endpoint(self.otlp_endpoint, grpc=self.otlp_protocol is OtlpProtocol.GRPC)
+        older = [flag for flag, value in (("--tls-cert-file", self.tls_cert_file), ("--tls-key-file", self.tls_key_file),
+                                          ("--basic-auth-file", self.basic_auth_file)) if value is not None]
+        if self.web_config_file is not None and older:
+            raise ValueError(f"--web.config.file replaces {', '.join(older)}: put TLS and users in the web "
+                             "config file and drop the older flags")
         return self
 
     @property

@@ -97,9 +97,10 @@ def test_per_process_attribution_splits_a_time_sliced_gpu_by_pod() -> None:
     got = samples(render_text(every_family_state()))
     active = {(lab["tenant"], lab["profile"]): v for name, lab, v in got
               if name == "gpulens_tenant_active_gpu_equivalents"}
-    # team-a's pod runs 45 % of the SMs; team-c: one pod measured at 15 %, one without processes (0.25 x 0.6)
+    # team-a's pod runs 45 % of the SMs but holds one replica of four: active is capped at its 0.25 share
+    # (active is a part of allocated); team-c: one pod measured at 15 %, one without processes (0.25 x 0.6)
     # plus its exclusive H100 at 90 %.
-    assert abs(active[("team-a", "gpu")] - 0.45) < 1e-9
+    assert abs(active[("team-a", "gpu")] - 0.25) < 1e-9
     assert abs(active[("team-c", "gpu")] - (0.15 + 0.25 * 0.6 + 0.9)) < 1e-9
 
 

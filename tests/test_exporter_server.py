@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gpulens.core.errors import UserError
-from gpulens.exporter.server import ExporterHandle, build_server, load_basic_auth, serve_in_thread
+from gpulens.exporter.auth import load_basic_auth_file
+from gpulens.exporter.server import ExporterHandle, build_server, serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
 from tests.support.exporter import fake_cycle, http_get
 from tests.support.fakes import (
@@ -167,10 +168,10 @@ def test_basic_auth_protects_metrics_but_not_healthz(tmp_path: Path) -> None:
 def test_a_malformed_basic_auth_file_is_a_clear_user_error(tmp_path: Path) -> None:
     bad = tmp_path / "users"
     bad.write_text("prometheus:plaintext-password\n")
-    with pytest.raises(UserError, match=r"users:1: expected 'user:<sha256 hex"):
-        load_basic_auth(bad)
+    with pytest.raises(UserError, match=r"users:1: expected 'user:<bcrypt hash>'"):
+        load_basic_auth_file(bad)
     with pytest.raises(UserError, match="cannot read basic-auth file"):
-        load_basic_auth(tmp_path / "missing")
+        load_basic_auth_file(tmp_path / "missing")
 
 
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:

@@ -51,3 +51,18 @@ def test_bad_settings_are_rejected_with_the_reason(fields: dict[str, object], me
 def test_health_age_follows_the_interval_unless_set() -> None:
     assert ExporterSettings(interval_seconds=30).effective_health_max_age_seconds == 90.0
     assert ExporterSettings.model_validate({"health_max_age_seconds": "2m"}).effective_health_max_age_seconds == 120.0
+
+
+@pytest.mark.parametrize(
+    ("protocol", "endpoint", "ok"),
+    [("http", "http://collector:4318", True), ("http", "https://collector.example/otlp", True),
+     ("http", "notaurl", False), ("http", "collector:4318", False), ("http", "ftp://collector", False),
+     ("grpc", "collector:4317", True), ("grpc", "http://collector:4317", True), ("grpc", "notaurl", False)],
+)
+def test_the_otlp_endpoint_is_checked_at_start(protocol: str, endpoint: str, ok: bool) -> None:
+    """A bad --otlp-endpoint is refused when the exporter starts, not logged every cycle."""
+    if ok:
+        assert ExporterSettings(otlp_protocol=protocol, otlp_endpoint=endpoint).otlp_endpoint == endpoint
+    else:
+        with pytest.raises(ValidationError, match="--otlp-endpoint"):
+            ExporterSettings(otlp_protocol=protocol, otlp_endpoint=endpoint)

@@ -120,6 +120,17 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook_sectio
         assert re.search(rf"^## {name}$", runbook, re.MULTILINE), f"docs/alerts.md has no section for {name}"
 
 
+def test_alert_texts_print_values_rounded_never_raw_floats() -> None:
+    """A raw ``{{ $value }}`` prints "1.0091999999999999 new uncorrectable ECC errors": every value goes
+    through ``printf`` or a ``humanize`` function."""
+    raw = re.compile(r"\{\{\s*\$value\s*\}\}")
+    for alert in alerts():
+        for key, text in alert["annotations"].items():
+            assert not raw.search(text), f"{alert['alert']}.{key} prints $value unformatted"
+            for use in re.findall(r"\{\{[^}]*\$value[^}]*\}\}", text):
+                assert "humanize" in use or "printf" in use, (alert["alert"], use)
+
+
 def test_every_recording_rule_is_documented_in_the_alerts_guide() -> None:
     guide = ALERTS_DOC.read_text(encoding="utf-8")
     undocumented = [

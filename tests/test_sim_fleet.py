@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpulens.core.errors import UserError
@@ -238,7 +240,10 @@ def test_a_source_reads_devices_and_allocations_and_counts_reads(fleet: Simulate
     allocations = allocation_source.read_allocations(now)
     assert source.reads == 1
     snap = fleet.node_snapshot("gpu-h200-mig-0", now)
-    assert readings.gpus == snap.gpus and readings.processes == snap.processes
+    # The source is what an exporter sees: XID counts since its first read (see test_exporter_invariants).
+    assert [replace(g, health=replace(g.health, xid_counts={}, xid_last_seen={})) for g in readings.gpus] == [
+        replace(g, health=replace(g.health, xid_counts={}, xid_last_seen={})) for g in snap.gpus]
+    assert readings.processes == snap.processes
     assert allocations == snap.allocations
     # A cycle reads devices and allocations for the same instant: the node is evaluated once.
     again = device_source.read_devices(now)

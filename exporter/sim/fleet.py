@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -101,10 +102,10 @@ class SimulatedFleet:
             processes=self._processes(plan, a),
         )
 
-    def source(self, node: str) -> SimulatedSource:
-        """A DeviceSource and AllocationSource for one node."""
+    def source(self, node: str, *, attribute_processes: bool = True) -> SimulatedSource:
+        """A DeviceSource and AllocationSource for one node (``attribute_processes`` as the exporter's flag)."""
         self.node_plan(node)
-        return SimulatedSource(self, node)
+        return SimulatedSource(self, node, attribute_processes=attribute_processes)
 
     def cluster_state(self, t: float) -> ClusterState:
         """Tenants, namespaces, Kueue queues, pods and pending demand at time ``t``."""
@@ -220,16 +221,31 @@ class SimulatedFleet:
         return tuple(out)
 
 
+def _xids_since(gpu: Gpu, base: dict[int, int]) -> Gpu:
+    """``gpu`` with XID counts since ``base`` (the counts at the first read) and only their last-seen times."""
+    h = gpu.health
+    if not h.xid_counts:
+        return gpu
+    counts = {code: max(0, n - base.get(code, 0)) for code, n in h.xid_counts.items()}
+    last = {code: ts for code, ts in h.xid_last_seen.items() if counts.get(code, 0) > 0}
+    return replace(gpu, health=replace(h, xid_counts=counts, xid_last_seen=last))
+
+
 class SimulatedSource:
-    """One simulated node as both a DeviceSource and an AllocationSource.
+    """One simulated node as both a DeviceSource and an AllocationSource, as an exporter on it sees it.
 
     ``reads`` counts device reads. Reading devices and allocations for the same ``now`` (as a collection
-    cycle does) evaluates the node once.
+    cycle does) evaluates the node once. Like the NVML source: XID counts (and last-seen times) are events
+    since this source's first read, so they start at 0; with ``attribute_processes`` off, GPU processes
+    carry no pod UID (no hostPID), so per-pod activity falls back to allocated share x device activity.
     """
 
-    def __init__(self, fleet: SimulatedFleet, node: str) -> None:
+    def __init__(self, fleet: SimulatedFleet, node: str, *, attribute_processes: bool = True) -> None:
         self.fleet = fleet
         self.node = node
+        self.attribute_processes = attribute_processes
+        self._xid_base: dict[str, dict[int, int]] | None = None
+        self._readings: tuple[NodeSnapshot, tuple[Gpu, ...], tuple[GpuProcess, ...]] | None = None
         self.reads = 0
         self.allocation_reads = 0
         self.closed = False
@@ -248,7 +264,17 @@ class SimulatedSource:
         with self._lock:
             self.reads += 1
             snap = self._snapshot(now)
-        return DeviceReadings(node=self.node, timestamp=snap.timestamp, gpus=snap.gpus, processes=snap.processes)
+            if self._xid_base is None:
+                self._xid_base = {g.uuid: dict(g.health.xid_counts) for g in snap.gpus}
+            cached = self._readings
+            if cached is None or cached[0] is not snap:  # one derivation per evaluated instant
+                processes = snap.processes
+                if not self.attribute_processes:
+                    processes = tuple(replace(p, pod_uid=None) for p in processes)
+                gpus = tuple(_xids_since(g, self._xid_base.get(g.uuid, {})) for g in snap.gpus)
+                cached = self._readings = (snap, gpus, processes)
+        _, gpus, processes = cached
+        return DeviceReadings(node=self.node, timestamp=snap.timestamp, gpus=gpus, processes=processes)
 
     def read_allocations(self, now: float) -> tuple[Allocation, ...]:
         with self._lock:

@@ -10,6 +10,8 @@ import typer
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from gpulens.exporter.settings import ExporterSettings
 
 HELP = (
@@ -20,8 +22,13 @@ HELP = (
     "local GPUs through NVML and the kubelet PodResources socket; 'auto' uses NVML and exits with an error "
     "when NVML cannot load (it never falls back to the simulator).\n\n"
     "/healthz answers 200 while the last successful cycle is recent, 503 with the reason otherwise. "
-    "With --tls-cert-file and --tls-key-file the server speaks HTTPS; with --basic-auth-file, /metrics needs "
-    "HTTP basic auth (/healthz stays open for probes). Run it as a non-root user where NVML allows.\n\n"
+    "TLS and basic auth come from --web.config.file (also spelled --web-config-file), the exporter-toolkit "
+    "YAML that node_exporter and dcgm-exporter read: tls_server_config and basic_auth_users with bcrypt "
+    "hashes; everything but /healthz then needs credentials. The older --tls-cert-file, --tls-key-file and "
+    "--basic-auth-file still work ('user:<bcrypt hash>' lines; legacy SHA-256 lines are read with a "
+    "warning). A request without valid credentials never takes a --max-concurrent-requests slot, and a "
+    "client that does not read its answer is disconnected after --write-timeout. "
+    "Run it as a non-root user where NVML allows.\n\n"
     "Example: gpulens exporter --backend sim --listen 127.0.0.1:9400"
 )
 
@@ -58,11 +65,22 @@ def register(app: typer.Typer) -> None:
         tls_cert_file: Annotated[Path | None, typer.Option(help="PEM certificate: serve HTTPS.")] = None,
         tls_key_file: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert-file.")] = None,
         basic_auth_file: Annotated[Path | None, typer.Option(
-            help="File of 'user:<sha256 hex of the password>' lines: /metrics then needs HTTP basic auth."
+            help="File of 'user:<bcrypt hash>' lines (htpasswd -nBC 10 USER): everything but /healthz then "
+            "needs HTTP basic auth. Prefer --web.config.file."
+        )] = None,
+        web_config_file: Annotated[Path | None, typer.Option(
+            "--web.config.file", "--web-config-file",
+            help="exporter-toolkit web config YAML: tls_server_config (cert_file, key_file, client_auth_type, "
+            "client_ca_file, min_version, max_version), http_server_config.headers and basic_auth_users "
+            "(user: bcrypt hash). Replaces --tls-cert-file, --tls-key-file and --basic-auth-file."
         )] = None,
         max_concurrent_requests: Annotated[int, typer.Option(
-            help="Requests served at once; more are answered 503 at once."
+            help="/metrics answers prepared at once; more are answered 503 at once. Requests without valid "
+            "credentials never take one, and writing an answer never holds one."
         )] = 8,
+        write_timeout: Annotated[str, typer.Option(
+            help="Longest time writing one answer may take; a client that does not read is then disconnected."
+        )] = "10s",
         attribute_processes: Annotated[bool, typer.Option(
             help="Attribute shared GPUs per pod from their processes (needs hostPID; off by default)."
         )] = False,
@@ -73,7 +91,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
-        from gpulens.core.config import describe_validation_error
         from gpulens.exporter.settings import ExporterSettings
 
         raw: dict[str, object] = {
@@ -81,18 +98,42 @@ def register(app: typer.Typer) -> None:
             "interval_seconds": interval, "kubelet_socket": kubelet_socket,
             "kubelet_timeout_seconds": kubelet_timeout, "tenancy_config": tenancy_config,
             "otlp_endpoint": otlp_endpoint, "otlp_protocol": otlp_protocol, "tls_cert_file": tls_cert_file,
-            "tls_key_file": tls_key_file, "basic_auth_file": basic_auth_file,
+            "tls_key_file": tls_key_file, "basic_auth_file": basic_auth_file, "web_config_file": web_config_file,
+            "write_timeout_seconds": write_timeout,
             "max_concurrent_requests": max_concurrent_requests, "attribute_processes": attribute_processes,
             "health_max_age_seconds": health_max_age, "log_level": log_level,
         }
         try:
             settings = ExporterSettings.model_validate(raw)
         except ValidationError as exc:
-            raise UserError(f"exporter: {describe_validation_error(exc)}") from exc
+            raise UserError(f"exporter: {_describe(exc)}") from exc
         if list_nodes:
             _list_nodes(settings)
             return
         _serve(settings)
+
+
+FLAGS = {
+    "backend": "--backend", "listen": "--listen", "scenario": "--scenario", "node": "--node",
+    "interval_seconds": "--interval", "kubelet_socket": "--kubelet-socket",
+    "kubelet_timeout_seconds": "--kubelet-timeout", "tenancy_config": "--tenancy-config",
+    "otlp_endpoint": "--otlp-endpoint", "otlp_protocol": "--otlp-protocol", "tls_cert_file": "--tls-cert-file",
+    "tls_key_file": "--tls-key-file", "basic_auth_file": "--basic-auth-file",
+    "web_config_file": "--web.config.file", "write_timeout_seconds": "--write-timeout",
+    "max_concurrent_requests": "--max-concurrent-requests", "attribute_processes": "--attribute-processes",
+    "health_max_age_seconds": "--health-max-age", "log_level": "--log-level",
+}
+"""Settings field -> the flag a user typed, for error messages."""
+
+
+def _describe(exc: ValidationError) -> str:
+    """Validation problems in the user's words: flag names, not field names."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        message = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{FLAGS[loc]}: {message}" if loc in FLAGS else message)
+    return "; ".join(parts)
 
 
 def _list_nodes(settings: ExporterSettings) -> None:
@@ -114,14 +155,17 @@ def _serve(settings: ExporterSettings) -> None:
     import threading
 
     from gpulens.exporter.cycle import CollectionCycle
-    from gpulens.exporter.server import build_server, open_sources
+    from gpulens.exporter.server import auth_warnings, build_server, open_sources, web_config_of
 
     logging.basicConfig(level=settings.log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.node is None and os.environ.get("NODE_NAME"):
         settings = settings.model_copy(update={"node": os.environ["NODE_NAME"]})
+    web = web_config_of(settings)  # a bad web config fails before any device is opened
+    for warning in auth_warnings(settings, web):
+        typer.echo(f"gpulens: warning: {warning}", err=True)
     devices, allocations, backend, node = open_sources(settings)
     cycle = CollectionCycle(devices, allocations, node=node, interval_seconds=settings.interval_seconds)
-    server = build_server(cycle, settings, backend=backend)
+    server = build_server(cycle, settings, backend=backend, web=web)
     otel = None
     if settings.otlp_endpoint:
         from gpulens.exporter.otel.setup import start_otel
