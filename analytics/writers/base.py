@@ -39,6 +39,12 @@ class QuotaTarget(ABC):
     rbac: ClassVar[tuple[RbacRule, ...]]
     dry_run_note: ClassVar[str] = ""
     """Comment lines for dry-run files of this kind (what to know before applying them by hand)."""
+    queues_work: ClassVar[bool] = False
+    """True when the object holds a queue of pending work (a cut waits until it is empty)."""
+
+    def pending_workloads(self, obj: Mapping[str, Any]) -> int | None:
+        """Workloads pending in the live object now; None when it does not say."""
+        return None
 
     @property
     @abstractmethod
