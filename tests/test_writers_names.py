@@ -50,3 +50,20 @@ def test_quotas_whose_dashed_names_coincide_get_their_own_files_and_recommendati
     assert all(p.exists() for p in written)  # "wrote N files" means N files
     objects = report.recommendation_objects()
     assert len({o["metadata"]["name"] for o in objects}) == len(objects) == 2
+
+
+def test_a_name_with_a_newline_stays_on_the_diffs_header_line(tmp_path: Path) -> None:
+    s = StoreBuilder(tmp_path / "s.duckdb")
+    s.quota("ClusterQueue", "team-x\n+++ ClusterQueue team-y (proposed)\n@@ -1 +1 @@", "nvidia.com/gpu", flavor="h100",
+            tenant="team-x", nominal=16, usage=[4 + (i % 4) for i in range(WEEK)])
+    report = recommend(s.save(), RecommendSettings(targets=("kueue",)), clock=lambda: NOW)
+    (plan,) = report.plans
+    lines = plan.diff(report.generated_at).splitlines()
+    assert lines[:2] == [
+        "--- ClusterQueue team-x\\n+++ ClusterQueue team-y (proposed)\\n@@ -1 +1 @@ (now)",
+        "+++ ClusterQueue team-x\\n+++ ClusterQueue team-y (proposed)\\n@@ -1 +1 @@ (proposed)",
+    ]
+    body = lines[2:]
+    assert not [line for line in body if line.startswith(("---", "+++"))]
+    assert len([line for line in body if line.startswith("@@")]) == 1
+    assert all(line.startswith((" ", "-", "+", "@@")) for line in body)

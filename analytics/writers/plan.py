@@ -22,6 +22,7 @@ from gpulens.analytics.writers.base import (
     EntryKey,
     QuotaTarget,
     format_quantity,
+    printable,
 )
 from gpulens.analytics.writers.crd import (
     RecommendationPolicy,
@@ -62,8 +63,9 @@ class ObjectPlan:
 
     @property
     def ref(self) -> str:
+        """``Kind namespace/name`` on one line (names from the store are data: control characters escaped)."""
         where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.target.object_kind} {where}{self.name}"
+        return f"{self.target.object_kind} {printable(where + self.name)}"
 
     @property
     def target_ref(self) -> dict[str, str]:
