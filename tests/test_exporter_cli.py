@@ -45,7 +45,7 @@ def test_a_binary_file_where_text_belongs_gives_one_line(tmp_path: Path, flag: s
         (["--interval", "soon"], "interval"),
         (["--listen", "nowhere"], "listen"),
         (["--max-concurrent-requests", "many"], "--max-concurrent-requests"),
-        (["--tls-cert-file", "/tmp/c.pem"], "tls_key_file"),
+        (["--tls-cert-file", "/tmp/c.pem"], "--tls-key-file"),
         (["--node", "no-such-node"], "no-such-node"),
         (["--backend", "nvml", "--list-nodes"], "--list-nodes"),
     ],

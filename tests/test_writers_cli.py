@@ -68,7 +68,7 @@ def test_a_403_is_one_clear_line_and_exit_2(store: Path, tmp_path: Path) -> None
     [
         (("--db", "/nonexistent/store.duckdb"), ("no store at /nonexistent/store.duckdb",)),
         (("--target", "volcano"), ("invalid --target 'volcano'", "kueue", "resourcequota")),
-        (("--max-step", "-5"), ("invalid option", "max_step")),
+        (("--max-step", "-5"), ("--max-step: must be more than 0 %",)),
         (("--kueue-version", "v2"), ("unsupported Kueue API version 'v2'",)),
     ],
 )

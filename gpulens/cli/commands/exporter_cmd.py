@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import Flag, duration
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -24,6 +25,20 @@ HELP = (
     "HTTP basic auth (/healthz stays open for probes). Run it as a non-root user where NVML allows.\n\n"
     "Example: gpulens exporter --backend sim --listen 127.0.0.1:9400"
 )
+
+
+_EXAMPLES = "500ms, 5s, 1m"
+FLAGS = {
+    "interval_seconds": duration("--interval", _EXAMPLES),
+    "kubelet_timeout_seconds": duration("--kubelet-timeout", _EXAMPLES),
+    "health_max_age_seconds": duration("--health-max-age", _EXAMPLES),
+    **{field: Flag("--" + field.replace("_", "-")) for field in (
+        "backend", "listen", "scenario", "node", "kubelet_socket", "tenancy_config", "otlp_endpoint", "otlp_protocol",
+        "tls_cert_file", "tls_key_file", "basic_auth_file", "max_concurrent_requests", "attribute_processes",
+        "log_level",
+    )},
+}
+"""The settings field each flag feeds (errors name the flag, in its unit)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -73,7 +88,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
-        from gpulens.core.config import describe_validation_error
+        from gpulens.cli.flag_errors import describe_flag_errors
         from gpulens.exporter.settings import ExporterSettings
 
         raw: dict[str, object] = {
@@ -88,7 +103,7 @@ def register(app: typer.Typer) -> None:
         try:
             settings = ExporterSettings.model_validate(raw)
         except ValidationError as exc:
-            raise UserError(f"exporter: {describe_validation_error(exc)}") from exc
+            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         if list_nodes:
             _list_nodes(settings)
             return

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import Flag, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -25,6 +26,20 @@ RECOMMEND_HELP = (
     "annotations (from, to, when, recommendation).\n\n"
     "Example: gpulens recommend --db gpulens.duckdb --target kueue --out recs/"
 )
+
+
+FLAGS = {
+    "window_days": Flag("--window-days", "days"),
+    "percentile": percent("--percentile"),
+    "headroom": percent("--headroom"),
+    "max_step": percent("--max-step"),
+    "low_confidence_days": Flag("--min-confidence-days", "days"),
+    "kueue_version": Flag("--kueue-version"),
+    "borrowing_limit_ratio": Flag("--borrowing-limit-ratio"),
+    "lending_limit_ratio": Flag("--lending-limit-ratio"),
+    "record_namespace": Flag("--namespace"),
+}
+"""The settings field each flag feeds (QuotaSettings and MigFitSettings too): errors name the flag, in its unit."""
 
 
 def register(app: typer.Typer) -> None:
@@ -80,7 +95,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
         from gpulens.analytics.rightsizing import MigFitSettings
         from gpulens.analytics.writers import TARGETS
-        from gpulens.core.config import describe_validation_error
+        from gpulens.cli.flag_errors import describe_flag_errors
 
         if target is not None and target not in TARGETS:
             raise UserError(f"invalid --target {target!r}: use one of {', '.join(sorted(TARGETS))}")
@@ -99,7 +114,7 @@ def register(app: typer.Typer) -> None:
             )
             report = recommend(db, settings)
         except ValidationError as exc:
-            raise UserError(f"invalid option: {describe_validation_error(exc)}") from exc
+            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         except (FileNotFoundError, ValueError) as exc:
             raise UserError(str(exc)) from exc
         except Exception as exc:  # duckdb errors: not a store, locked, wrong schema
