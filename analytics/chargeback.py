@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpulens.analytics.csv_cells import safe_table
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
 
@@ -269,6 +270,6 @@ def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> l
         params={"run_id": run_id},
     ).to_arrow_table()
     csv_path, parquet_path = out_dir / "chargeback_focus.csv", out_dir / "chargeback_focus.parquet"
-    pa_csv.write_csv(table, csv_path)
-    pq.write_table(table, parquet_path)
+    pa_csv.write_csv(safe_table(table), csv_path)  # tenant names must not run as spreadsheet formulas
+    pq.write_table(table, parquet_path)  # Parquet keeps the raw value
     return [csv_path, parquet_path]

@@ -307,12 +307,13 @@ def apply_recommendations(
     policy = report.settings.policy(auto_apply=True)
     outcomes, notes = [], list(report.notes)
     for plan in report.plans:
-        outcome = applier.apply(plan)
-        outcomes.append(outcome)
+        outcome = applier.apply(plan)  # never raises for the API server's doing: a failure is an outcome
         if record:
             problem = applier.record(plan, outcome, policy, report.window)
+            outcome = dataclasses.replace(outcome, recorded=problem is None, record_error=problem)
             if problem:
                 notes.append(f"recording {plan.recommendation_name}: {problem}")
+        outcomes.append(outcome)
     return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes))
 
 
@@ -371,4 +372,21 @@ def _render(r: RecommendationReport) -> list[str]:
         if plan.ref in outcomes:
             o = outcomes[plan.ref]
             lines.append(f"  => {o.status.upper()}: {o.message}")
+    if r.outcomes:
+        lines += ["", *outcome_table(r.outcomes)]
     return lines
+
+
+OUTCOMES = ("applied", "unchanged", "skipped", "refused", "failed")
+
+
+def outcome_table(outcomes: Sequence[ApplyOutcome]) -> list[str]:
+    """One row per object: outcome, whether its GPUQuotaRecommendation was recorded, and why."""
+    counts = ", ".join(f"{sum(o.status == s for o in outcomes)} {s}" for s in OUTCOMES)
+    width = max(len("object"), *(len(o.ref) for o in outcomes))
+    rows = [f"Outcome per object ({counts})", f"  {'object':<{width}}  {'outcome':<9}  {'recorded':<8}  reason"]
+    for o in outcomes:
+        recorded = "-" if o.recorded is None else "yes" if o.recorded else "NO"
+        reason = o.message if o.record_error is None else f"{o.message}; not recorded: {o.record_error}"
+        rows.append(f"  {o.ref:<{width}}  {o.status:<9}  {recorded:<8}  {reason}")
+    return rows

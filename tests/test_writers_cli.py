@@ -68,7 +68,7 @@ def test_a_403_is_one_clear_line_and_exit_2(store: Path, tmp_path: Path) -> None
     [
         (("--db", "/nonexistent/store.duckdb"), ("no store at /nonexistent/store.duckdb",)),
         (("--target", "volcano"), ("invalid --target 'volcano'", "kueue", "resourcequota")),
-        (("--max-step", "-5"), ("invalid option", "max_step")),
+        (("--max-step", "-5"), ("--max-step: must be more than 0 %",)),
         (("--kueue-version", "v2"), ("unsupported Kueue API version 'v2'",)),
     ],
 )
@@ -114,3 +114,25 @@ def test_no_store_leaves_the_store_untouched(tmp_path: Path) -> None:
     with duckdb.connect(str(store), read_only=True) as con:
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
     assert "recommendations" not in tables
+
+
+def test_a_hang_on_one_object_fails_it_the_others_apply_and_the_exit_is_non_zero(store: Path, tmp_path: Path) -> None:
+    with FakeKubernetesApi() as fake:
+        for name in ("team-a", "team-b", "team-c"):
+            fake.put(f"{CQ_V1BETA2}/{name}", live_cluster_queue(name))
+        fake.put(RQ_PATH, live_resource_quota())
+        fake.hang("PATCH", f"{CQ_V1BETA2}/team-a", 5.0)
+        proc = gpulens("recommend", "--db", str(store), "--out", str(tmp_path / "o"), "--apply",
+                       "--request-timeout", "1s", "--kubeconfig", str(fake.kubeconfig(tmp_path)))
+        recorded = set(fake.objects)
+    assert_one_line_error(proc, "1 of 4 object(s) failed", "ClusterQueue team-a", "no answer within 1 s")
+    assert "cannot reach" not in proc.stderr
+    assert "Outcome per object (2 applied, 0 unchanged, 0 skipped, 1 refused, 1 failed)" in proc.stdout
+    assert "=> APPLIED: nvidia.com/gpu 8 -> 6" in proc.stdout  # the ResourceQuota after the hung object
+    cr = "/apis/gpulens.io/v1alpha1/namespaces/gpulens/gpuquotarecommendations"
+    assert {f"{cr}/clusterqueue-team-a", f"{cr}/clusterqueue-team-b"} <= recorded
+
+
+def test_request_timeout_must_be_a_duration(store: Path, tmp_path: Path) -> None:
+    proc = gpulens("recommend", "--db", str(store), "--out", str(tmp_path / "o"), "--apply", "--request-timeout", "soon")
+    assert_one_line_error(proc, "--request-timeout")

@@ -253,3 +253,82 @@ def test_a_missing_live_object_is_reported_and_the_others_still_apply(
     done = run_apply(report, fake, record=False)
     assert outcome(done, "ClusterQueue team-a").startswith("failed: ClusterQueue team-a not found")
     assert outcome(done, "ResourceQuota ns-c/gpu-quota").startswith("applied")
+
+
+BROKEN_ANSWERS = {
+    "a 500": lambda fake, method, path: fake.fail(method, path, 500, "etcdserver: request timed out"),
+    "an HTML page": lambda fake, method, path: fake.answer_raw(method, path, b"<html>\n<h1>Bad gateway</h1>\n</html>"),
+    "a hang": lambda fake, method, path: fake.hang(method, path, 3.0),
+}
+BROKEN_REASONS = {"a 500": "HTTP 500: etcdserver: request timed out", "an HTML page": "not a JSON object (text/html)",
+                  "a hang": "no answer within 0.5 s"}
+
+
+@pytest.mark.parametrize("method", ["GET", "PATCH"])
+@pytest.mark.parametrize("broken", list(BROKEN_ANSWERS))
+def test_a_broken_answer_for_one_object_fails_that_object_only_and_is_recorded(
+    report: RecommendationReport, fake: FakeKubernetesApi, method: str, broken: str
+) -> None:
+    path = f"{CQ_V1BETA2}/team-a"  # the first object: everything after it must still be tried
+    BROKEN_ANSWERS[broken](fake, method, path)
+    with KubeApi(KubeConnection(server=fake.url, headers={}), timeout_s=0.5) as api:
+        done = apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None)
+    assert [o.ref for o in done.outcomes] == [p.ref for p in report.plans]
+    message = outcome(done, "ClusterQueue team-a")
+    assert message.startswith(f"failed: {method} {path}: ") and BROKEN_REASONS[broken] in message
+    assert "\n" not in message
+    if method == "PATCH" and broken != "a 500":
+        assert "may" in message and "applied" in message  # the write may have landed: say so
+    assert outcome(done, "ResourceQuota ns-c/gpu-quota") == "applied: nvidia.com/gpu 8 -> 6"
+    assert outcome(done, "ClusterQueue team-b").startswith("skipped")
+    assert all(o.recorded for o in done.outcomes)
+    applied = {c["type"]: c for c in fake.objects[f"{CR_PREFIX}/clusterqueue-team-a"]["status"]["conditions"]}["Applied"]
+    assert (applied["status"], applied["reason"]) == ("False", "Failed")
+    assert BROKEN_REASONS[broken] in applied["message"]
+
+
+def test_an_unreachable_api_server_fails_every_object_with_the_reason(report: RecommendationReport) -> None:
+    with KubeApi(KubeConnection(server="http://127.0.0.1:9", headers={}), timeout_s=2) as api:
+        done = apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None)
+    changed = [o for o in done.outcomes if o.status != "unchanged" and o.status != "refused"]
+    assert changed and all(o.status == "failed" for o in changed)
+    assert all("cannot reach the API server http://127.0.0.1:9" in o.message for o in changed)
+    assert all(o.recorded is False and "cannot reach" in (o.record_error or "") for o in done.outcomes)
+
+
+def test_a_cut_is_refused_while_the_live_cluster_queue_has_pending_workloads(
+    report: RecommendationReport, fake: FakeKubernetesApi
+) -> None:
+    live = live_cluster_queue("team-a")
+    live["status"]["pendingWorkloads"] = 3  # the store saw none; the queue has some now
+    fake.put(f"{CQ_V1BETA2}/team-a", live)
+    done = run_apply(report, fake, record=False)
+    assert outcome(done, "ClusterQueue team-a") == (
+        "refused: h100/nvidia.com/gpu: cut refused, 3 workload(s) pending in the live ClusterQueue now")
+    assert patches(fake, f"{CQ_V1BETA2}/team-a") == []
+    assert outcome(done, "ResourceQuota ns-c/gpu-quota").startswith("applied")  # no queue: not held
+
+
+def test_a_cut_is_refused_when_the_live_cluster_queue_does_not_report_pending_workloads(
+    report: RecommendationReport, fake: FakeKubernetesApi
+) -> None:
+    live = live_cluster_queue("team-a")
+    del live["status"]  # never reconciled by Kueue: pending work unknown, not zero
+    fake.put(f"{CQ_V1BETA2}/team-a", live)
+    done = run_apply(report, fake, record=False)
+    assert "pending work unknown" in outcome(done, "ClusterQueue team-a")
+    assert outcome(done, "ClusterQueue team-a").startswith("refused")
+    assert patches(fake, f"{CQ_V1BETA2}/team-a") == []
+
+
+def test_the_outcome_table_has_one_row_per_object_with_its_outcome_and_reason(
+    report: RecommendationReport, fake: FakeKubernetesApi
+) -> None:
+    fake.fail("GET", RQ_PATH, 500, "internal error")
+    text = run_apply(report, fake).render()
+    table = text[text.index("Outcome per object"):].splitlines()
+    assert table[0] == "Outcome per object (1 applied, 0 unchanged, 1 skipped, 1 refused, 1 failed)"
+    rows = {line.split("  ")[1].strip(): line.split() for line in table[2:]}
+    assert rows["ClusterQueue team-a"][2:4] == ["applied", "yes"]
+    assert rows["ResourceQuota ns-c/gpu-quota"][2:4] == ["failed", "yes"]
+    assert "HTTP 500: internal error" in table[-1]

@@ -72,7 +72,7 @@ def test_dry_run_yaml_has_the_kueue_structure_and_valid_core_objects(
     report: RecommendationReport, tmp_path: Path
 ) -> None:
     files = {p.name: p for p in write_dry_run(report, tmp_path)}
-    assert set(files) == {"clusterqueue-team-a.yaml", "clusterqueue-team-b.yaml", "resourcequota-ns-c-gpu-quota.yaml",
+    assert set(files) == {"clusterqueue-team-a.yaml", "clusterqueue-team-b.yaml", "resourcequota-ns-c.gpu-quota.yaml",
                           "gpuquotarecommendations.yaml"}  # team-c: low confidence, nothing to apply
     cq = yaml.safe_load(files["clusterqueue-team-a.yaml"].read_text())
     assert cq["apiVersion"] == "kueue.x-k8s.io/v1beta1"
@@ -80,7 +80,7 @@ def test_dry_run_yaml_has_the_kueue_structure_and_valid_core_objects(
     for group in cq["spec"]["resourceGroups"]:
         for flavor in group["flavors"]:
             assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
-    rq = yaml.safe_load(files["resourcequota-ns-c-gpu-quota.yaml"].read_text())
+    rq = yaml.safe_load(files["resourcequota-ns-c.gpu-quota.yaml"].read_text())
     kubernetes_validate.validate(rq, K8S, strict=True)
     assert rq["spec"]["hard"] == {"requests.nvidia.com/gpu": "6"}
     for obj in yaml.safe_load_all(files["gpuquotarecommendations.yaml"].read_text()):

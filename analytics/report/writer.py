@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from gpulens.analytics.csv_cells import safe_frame
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
@@ -348,6 +349,6 @@ def _write_tenants(b: _Build) -> None:
         frame = frame.join(risk.select("tenant", "isolation_risk_score"), on="tenant", how="left")
     except AnalysisMissing:
         pass
-    frame.sort("tenant").with_columns(pl.col(pl.Float64).round(6)).write_csv(b.out_dir / TENANTS_CSV)
+    safe_frame(frame.sort("tenant").with_columns(pl.col(pl.Float64).round(6))).write_csv(b.out_dir / TENANTS_CSV)
     b.files.append((TENANTS_CSV, f"one row per tenant: GE-hours by state, cost by state, risk score ({frame.height} rows)"))
 

@@ -1,7 +1,8 @@
 """Guarded server-side apply of quota plans, and recording of ``GPUQuotaRecommendation`` objects.
 
 Per object: read it live; skip it when annotated ``gpulens.io/auto-apply: "false"``; refuse
-low-confidence changes and entries whose live value moved away from the evidence; apply our fields with
+low-confidence changes, entries whose live value moved away from the evidence, and cuts while the live
+queue has pending workloads (or does not say); apply our fields with
 ``resourceVersion`` set (optimistic concurrency) and ``force=true`` (take over ``nominalQuota`` / ``hard``
 from whoever created the object); on 409 read again and retry; a 403 is reported with the missing RBAC.
 """
@@ -9,11 +10,13 @@ from whoever created the object); on 409 read again and retry; a 403 is reported
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from gpulens.analytics.writers.base import RbacRule
+from gpulens.analytics.quota import QuotaRecommendation
+from gpulens.analytics.writers.base import EntryKey, RbacRule
 from gpulens.analytics.writers.crd import (
     CRD_GROUP,
     CRD_KIND,
@@ -48,6 +51,9 @@ class ApplyOutcome:
     """(flavor/resource, from, to) actually applied."""
     attempts: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    recorded: bool | None = None
+    """Whether its GPUQuotaRecommendation was written (None: recording was not asked for)."""
+    record_error: str | None = None
 
     @property
     def applied(self) -> bool:
@@ -80,6 +86,7 @@ class QuotaApplier:
         self.backoff_s = backoff_s
 
     def apply(self, plan: ObjectPlan) -> ApplyOutcome:
+        """The outcome for one object; never raises for what the API server or the live object does."""
         if not plan.changes:
             return ApplyOutcome(plan.ref, "unchanged", "no change recommended")
         notes = [
@@ -92,48 +99,72 @@ class QuotaApplier:
         path = plan.target.path(plan.namespace, plan.name)
         for attempt in range(1, self.max_attempts + 1):
             try:
-                live = self.api.get(path)
+                return self._attempt(plan, path, notes, attempt)
+            except ConflictError:
+                self.sleep(self.backoff_s * attempt)
             except NotFoundError:
                 return ApplyOutcome(plan.ref, "failed", f"{plan.ref} not found ({path})", attempts=attempt)
             except ForbiddenError as exc:
                 return ApplyOutcome(plan.ref, "failed", forbidden_message(exc, plan.ref), attempts=attempt)
-            meta = live.get("metadata", {})
-            if opted_out(meta.get("annotations")):
-                return ApplyOutcome(plan.ref, "skipped", "opted out: annotated gpulens.io/auto-apply: \"false\"",
-                                    attempts=attempt)
-            live_values = plan.target.current_values(live)
-            recs, drift = [], []
-            for r in plan.applicable:
-                k = (r.key.flavor, r.key.resource)
-                if k not in live_values:
-                    drift.append(f"{entry_label(k)}: not in the live object")
-                elif r.current is not None and live_values[k] != r.current:
-                    drift.append(f"{entry_label(k)}: live value {live_values[k]:g} differs from the evidence "
-                                 f"({r.current}); re-run the recommendation")
-                else:
-                    recs.append(r)
-            if not recs:
-                return ApplyOutcome(plan.ref, "refused", "; ".join(notes + drift), attempts=attempt,
-                                    notes=tuple(notes + drift))
-            body = plan.body(self.clock(), live, recs, resource_version=meta.get("resourceVersion"))
-            try:
-                self.api.apply(path, body, force=True)
-            except ConflictError:
-                self.sleep(self.backoff_s * attempt)
-                continue
-            except ForbiddenError as exc:
-                return ApplyOutcome(plan.ref, "failed", forbidden_message(exc, plan.ref), attempts=attempt)
             except KubeApiError as exc:
                 return ApplyOutcome(plan.ref, "failed", str(exc), attempts=attempt)
-            changes = tuple(
-                (entry_label((r.key.flavor, r.key.resource)), live_values[(r.key.flavor, r.key.resource)],
-                 int(r.next_value or 0))
-                for r in recs
-            )
-            summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
-            return ApplyOutcome(plan.ref, "applied", summary, changes, attempt, tuple(notes + drift))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                return ApplyOutcome(plan.ref, "failed", f"unexpected live object ({type(exc).__name__}: {exc})",
+                                    attempts=attempt)
         return ApplyOutcome(plan.ref, "failed", f"conflict persisted after {self.max_attempts} attempts",
                             attempts=self.max_attempts)
+
+    def _attempt(self, plan: ObjectPlan, path: str, notes: list[str], attempt: int) -> ApplyOutcome:
+        """Read the live object, check it, apply; a 409 (``ConflictError``) means read again."""
+        live = self.api.get(path)
+        meta = live.get("metadata", {})
+        if opted_out(meta.get("annotations")):
+            return ApplyOutcome(plan.ref, "skipped", "opted out: annotated gpulens.io/auto-apply: \"false\"",
+                                attempts=attempt)
+        live_values = plan.target.current_values(live)
+        recs, drift = [], []
+        for r in plan.applicable:
+            k = (r.key.flavor, r.key.resource)
+            if k not in live_values:
+                drift.append(f"{entry_label(k)}: not in the live object")
+            elif r.current is not None and live_values[k] != r.current:
+                drift.append(f"{entry_label(k)}: live value {live_values[k]:g} differs from the evidence "
+                             f"({r.current}); re-run the recommendation")
+            else:
+                recs.append(r)
+        recs, held = self._hold_cuts_with_pending_work(plan, live, live_values, recs)
+        refusals = notes + drift + held
+        if not recs:
+            return ApplyOutcome(plan.ref, "refused", "; ".join(refusals), attempts=attempt, notes=tuple(refusals))
+        body = plan.body(self.clock(), live, recs, resource_version=meta.get("resourceVersion"))
+        self.api.apply(path, body, force=True)
+        changes = tuple(
+            (entry_label((r.key.flavor, r.key.resource)), live_values[(r.key.flavor, r.key.resource)],
+             int(r.next_value or 0))
+            for r in recs
+        )
+        summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
+        return ApplyOutcome(plan.ref, "applied", summary, changes, attempt, tuple(refusals))
+
+    @staticmethod
+    def _hold_cuts_with_pending_work(
+        plan: ObjectPlan, live: Mapping[str, Any], live_values: Mapping[EntryKey, float],
+        recs: list[QuotaRecommendation],
+    ) -> tuple[list[QuotaRecommendation], list[str]]:
+        """Drop the cuts from ``recs`` when the live object has work pending now (or cannot say)."""
+        if not plan.target.queues_work:
+            return recs, []
+        cuts = [r for r in recs if r.next_value is not None
+                and r.next_value < live_values[(r.key.flavor, r.key.resource)]]
+        if not cuts:
+            return recs, []
+        pending = plan.target.pending_workloads(live)
+        if pending == 0:
+            return recs, []
+        why = (f"{pending} workload(s) pending in the live {plan.target.object_kind} now" if pending
+               else f"the live {plan.target.object_kind} reports no status.pendingWorkloads (pending work unknown)")
+        held = [f"{entry_label((r.key.flavor, r.key.resource))}: cut refused, {why}" for r in cuts]
+        return [r for r in recs if r not in cuts], held
 
     def record(
         self, plan: ObjectPlan, outcome: ApplyOutcome, policy: RecommendationPolicy,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,12 @@ class QuotaTarget(ABC):
     rbac: ClassVar[tuple[RbacRule, ...]]
     dry_run_note: ClassVar[str] = ""
     """Comment lines for dry-run files of this kind (what to know before applying them by hand)."""
+    queues_work: ClassVar[bool] = False
+    """True when the object holds a queue of pending work (a cut waits until it is empty)."""
+
+    def pending_workloads(self, obj: Mapping[str, Any]) -> int | None:
+        """Workloads pending in the live object now; None when it does not say."""
+        return None
 
     @property
     @abstractmethod
@@ -119,6 +126,15 @@ def is_device_resource(name: str) -> bool:
 def segment(name: str) -> str:
     """One URL path segment: names come from the store, so ``/`` or ``?`` must not reach the path."""
     return quote(name, safe="")
+
+
+_UNPRINTABLE = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(name: str) -> str:
+    """``name`` on one line for diffs and tables: backslash and control characters escaped (``\\n``, ``\\u001b``)."""
+    return _UNPRINTABLE.sub(lambda m: _SHORT_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), name)
 
 
 def parse_quantity(value: Any) -> float:

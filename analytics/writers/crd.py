@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,11 +41,30 @@ class RecommendationPolicy:
         }
 
 
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_NAME = 253
+HASH_CHARS = 10
+
+
 def recommendation_name(kind: str, namespace: str, name: str) -> str:
-    """A DNS-1123 name for the recommendation of one quota object."""
-    raw = "-".join(p for p in (kind, namespace, name) if p).lower()
-    clean = re.sub(r"[^a-z0-9.-]+", "-", raw).strip("-.")
-    return clean[:253] or "quota"
+    """A DNS-1123 subdomain naming one quota object's recommendation, different for every object.
+
+    Valid Kubernetes names map one to one and stay readable: ``<kind>-<name>`` when cluster-scoped,
+    ``<kind>-<namespace>.<name>`` when namespaced (a namespace is a DNS label, without dots, so
+    ``team-a/gpu-quota`` and ``team/a-gpu-quota`` differ). Anything else (a name Kubernetes would refuse,
+    or too long) becomes a cleaned prefix and a hash of the exact (kind, namespace, name).
+    """
+    readable = f"{kind.lower()}-{namespace}.{name}" if namespace else f"{kind.lower()}-{name}"
+    valid = (
+        (not namespace or _DNS1123_LABEL.fullmatch(namespace)) and _DNS1123_SUBDOMAIN.fullmatch(name)
+        and _DNS1123_SUBDOMAIN.fullmatch(readable) and len(readable) <= MAX_NAME
+    )
+    if valid:
+        return readable
+    digest = hashlib.sha256(json.dumps([kind, namespace, name]).encode()).hexdigest()[:HASH_CHARS]
+    clean = re.sub(r"[^a-z0-9]+", "-", readable.lower()).strip("-")[: MAX_NAME - HASH_CHARS - 1].rstrip("-")
+    return f"{clean or 'quota'}-{digest}"
 
 
 def rfc3339(ts: datetime) -> str:

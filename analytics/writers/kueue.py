@@ -42,6 +42,8 @@ class ClusterQueueTarget(QuotaTarget):
         "# replaces every resource group of the queue.\n"
     )
 
+    queues_work = True
+
     def __init__(
         self,
         version: str = "v1beta2",
@@ -86,6 +88,14 @@ class ClusterQueueTarget(QuotaTarget):
                     if is_device_resource(res["name"]):
                         out[(flavor["name"], res["name"])] = parse_quantity(res.get("nominalQuota", 0))
         return out
+
+    def pending_workloads(self, obj: Mapping[str, Any]) -> int | None:
+        """``status.pendingWorkloads``: Kueue's count of workloads waiting for admission to this queue."""
+        status = obj.get("status")
+        value = status.get("pendingWorkloads") if isinstance(status, Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            return None
+        return int(value)
 
     def owned_spec(self, obj: Mapping[str, Any], values: Mapping[EntryKey, int]) -> dict[str, Any]:
         groups = obj.get("spec", {}).get("resourceGroups", [])

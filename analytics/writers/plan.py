@@ -22,6 +22,7 @@ from gpulens.analytics.writers.base import (
     EntryKey,
     QuotaTarget,
     format_quantity,
+    printable,
 )
 from gpulens.analytics.writers.crd import (
     RecommendationPolicy,
@@ -62,8 +63,9 @@ class ObjectPlan:
 
     @property
     def ref(self) -> str:
+        """``Kind namespace/name`` on one line (names from the store are data: control characters escaped)."""
         where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.target.object_kind} {where}{self.name}"
+        return f"{self.target.object_kind} {printable(where + self.name)}"
 
     @property
     def target_ref(self) -> dict[str, str]:
@@ -162,7 +164,7 @@ def build_plans(
     for r in recommendations:
         if r.key.object_kind in targets:
             per_object[r.key.object_id].append(r)
-    plans = []
+    plans: list[ObjectPlan] = []
     for (kind, ns, name), recs in sorted(per_object.items()):
         target = targets[kind]
         tenant = recs[0].evidence.tenant
@@ -174,4 +176,15 @@ def build_plans(
                 record_namespace=record_namespace, run_id=run_id,
             )
         )
+    _check_unique_names(plans)
     return plans
+
+
+def _check_unique_names(plans: Sequence[ObjectPlan]) -> None:
+    """Two objects must never share a recommendation (or dry-run file): one would overwrite the other."""
+    seen: dict[str, ObjectPlan] = {}
+    for plan in plans:
+        other = seen.setdefault(plan.recommendation_name, plan)
+        if other is not plan:
+            raise ValueError(f"{other.ref} and {plan.ref} would share the recommendation name "
+                             f"{plan.recommendation_name!r}; rename one of them")

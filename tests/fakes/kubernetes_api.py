@@ -6,8 +6,9 @@ is enough of server-side apply for the quota writers: the body merges into the s
 merge, lists replace), a missing object is created, ``metadata.resourceVersion`` is checked (409 on a
 mismatch) and bumped, and a ``/status`` path writes the status of its parent object.
 
-Failures are scripted per method and path: an HTTP status (409, 403, 500...) or a hang that holds the
-answer back, so clients see their timeout. Every request, scripted or not, lands in ``requests``.
+Failures are scripted per method and path: an HTTP status (409, 403, 500...), an answer that is not
+JSON (a proxy's HTML page, with any status), or a hang that holds the answer back, so clients see their
+timeout. Every request, scripted or not, lands in ``requests``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class _Script:
     hang_seconds: float
     remaining: int | None
     """Requests left to answer this way; None: every one."""
+    raw: bytes | None = None
+    """Send these bytes (with ``content_type``) instead of a JSON Status."""
+    content_type: str = "application/json"
 
 
 def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -128,6 +132,11 @@ class FakeKubernetesApi:
         """
         self._script(method, path, _Script(status, message or f"scripted {status}", 0.0, times))
 
+    def answer_raw(self, method: str, path: str, body: bytes, *, status: int = 200,
+                   content_type: str = "text/html", times: int | None = 1) -> None:
+        """Answer the next ``times`` matching requests with ``body`` as is (not JSON), doing nothing else."""
+        self._script(method, path, _Script(status, "", 0.0, times, raw=body, content_type=content_type))
+
     def hang(self, method: str, path: str, seconds: float, times: int | None = 1) -> None:
         """Hold the answer to the next ``times`` matching requests back for ``seconds`` (or until exit)."""
         self._script(method, path, _Script(0, "", seconds, times))
@@ -172,6 +181,7 @@ class FakeKubernetesApi:
         return str(self._version)
 
     def _handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+        """(status, JSON payload), or (status, (content type, raw bytes)) for a scripted raw answer."""
         parts = urlsplit(raw_path)
         path, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
         parsed = yaml.safe_load(body.decode()) if body else None
@@ -180,6 +190,8 @@ class FakeKubernetesApi:
             script = self._scripted(method, path)
         if script is not None and script.hang_seconds:
             self._closing.wait(script.hang_seconds)
+        elif script is not None and script.raw is not None:
+            return script.status, (script.content_type, script.raw)
         elif script is not None:
             return script.status, _status(script.status, script.message)
         with self._lock:
@@ -232,10 +244,13 @@ class FakeKubernetesApi:
                 body = self.rfile.read(length) if length else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 status, payload = fake._handle(self.command, self.path, headers, body)
-                data = json.dumps(payload).encode()
+                if isinstance(payload, tuple):
+                    content_type, data = payload
+                else:
+                    content_type, data = "application/json", json.dumps(payload).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)

@@ -8,7 +8,21 @@ from typing import Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import Flag, duration
 from gpulens.core.errors import UserError
+
+FLAGS = {
+    "window_seconds": duration("--window"),
+    "bucket_seconds": duration("--bucket", "1m, 5m, 15m, 1h"),
+    "end": Flag("--end"),
+    "activity_threshold": Flag("--activity-threshold"),
+    "prices_path": Flag("--prices"),
+    "mig_proration": Flag("--mig-proration"),
+    "unallocated": Flag("--unallocated"),
+    "parquet_dir": Flag("--parquet"),
+    "out_dir": Flag("--out"),
+}
+"""The settings field each flag feeds (errors name the flag, in its unit)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -55,7 +69,8 @@ def register(app: typer.Typer) -> None:
 
         from gpulens.analytics.run import analyze as run_analysis
         from gpulens.analytics.settings import AnalysisSettings
-        from gpulens.core.config import describe_validation_error, load_yaml_model
+        from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.core.config import load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
         try:
@@ -76,7 +91,7 @@ def register(app: typer.Typer) -> None:
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
-            raise UserError(describe_validation_error(exc)) from exc
+            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if out is not None:

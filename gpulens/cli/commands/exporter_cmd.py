@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import Flag, duration
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
 
     from gpulens.exporter.settings import ExporterSettings
 
@@ -31,6 +31,22 @@ HELP = (
     "Run it as a non-root user where NVML allows.\n\n"
     "Example: gpulens exporter --backend sim --listen 127.0.0.1:9400"
 )
+
+
+_EXAMPLES = "500ms, 5s, 1m"
+FLAGS = {
+    "interval_seconds": duration("--interval", _EXAMPLES),
+    "kubelet_timeout_seconds": duration("--kubelet-timeout", _EXAMPLES),
+    "health_max_age_seconds": duration("--health-max-age", _EXAMPLES),
+    "write_timeout_seconds": duration("--write-timeout", _EXAMPLES),
+    "web_config_file": Flag("--web.config.file"),
+    **{field: Flag("--" + field.replace("_", "-")) for field in (
+        "backend", "listen", "scenario", "node", "kubelet_socket", "tenancy_config", "otlp_endpoint", "otlp_protocol",
+        "tls_cert_file", "tls_key_file", "basic_auth_file", "max_concurrent_requests", "attribute_processes",
+        "log_level",
+    )},
+}
+"""The settings field each flag feeds (errors name the flag, in its unit)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -91,6 +107,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
+        from gpulens.cli.flag_errors import describe_flag_errors
         from gpulens.exporter.settings import ExporterSettings
 
         raw: dict[str, object] = {
@@ -106,34 +123,11 @@ def register(app: typer.Typer) -> None:
         try:
             settings = ExporterSettings.model_validate(raw)
         except ValidationError as exc:
-            raise UserError(f"exporter: {_describe(exc)}") from exc
+            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         if list_nodes:
             _list_nodes(settings)
             return
         _serve(settings)
-
-
-FLAGS = {
-    "backend": "--backend", "listen": "--listen", "scenario": "--scenario", "node": "--node",
-    "interval_seconds": "--interval", "kubelet_socket": "--kubelet-socket",
-    "kubelet_timeout_seconds": "--kubelet-timeout", "tenancy_config": "--tenancy-config",
-    "otlp_endpoint": "--otlp-endpoint", "otlp_protocol": "--otlp-protocol", "tls_cert_file": "--tls-cert-file",
-    "tls_key_file": "--tls-key-file", "basic_auth_file": "--basic-auth-file",
-    "web_config_file": "--web.config.file", "write_timeout_seconds": "--write-timeout",
-    "max_concurrent_requests": "--max-concurrent-requests", "attribute_processes": "--attribute-processes",
-    "health_max_age_seconds": "--health-max-age", "log_level": "--log-level",
-}
-"""Settings field -> the flag a user typed, for error messages."""
-
-
-def _describe(exc: ValidationError) -> str:
-    """Validation problems in the user's words: flag names, not field names."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        message = str(err["msg"]).removeprefix("Value error, ")
-        parts.append(f"{FLAGS[loc]}: {message}" if loc in FLAGS else message)
-    return "; ".join(parts)
 
 
 def _list_nodes(settings: ExporterSettings) -> None:

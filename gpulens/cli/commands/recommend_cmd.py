@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import Flag, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -30,6 +31,20 @@ RECOMMEND_HELP = (
     "OUT/workloads/.\n\n"
     "Example: gpulens recommend --db gpulens.duckdb --target kueue --out recs/"
 )
+
+
+FLAGS = {
+    "window_days": Flag("--window-days", "days"),
+    "percentile": percent("--percentile"),
+    "headroom": percent("--headroom"),
+    "max_step": percent("--max-step"),
+    "low_confidence_days": Flag("--min-confidence-days", "days"),
+    "kueue_version": Flag("--kueue-version"),
+    "borrowing_limit_ratio": Flag("--borrowing-limit-ratio"),
+    "lending_limit_ratio": Flag("--lending-limit-ratio"),
+    "record_namespace": Flag("--namespace"),
+}
+"""The settings field each flag feeds (QuotaSettings and MigFitSettings too): errors name the flag, in its unit."""
 
 
 def register(app: typer.Typer) -> None:
@@ -75,6 +90,10 @@ def register(app: typer.Typer) -> None:
         namespace: Annotated[
             str, typer.Option("--namespace", help="Namespace of the GPUQuotaRecommendation objects.")
         ] = "gpulens",
+        request_timeout: Annotated[
+            str, typer.Option("--request-timeout", help="With --apply: give up on one API request after this long "
+                              "(15s, 1m); that object is reported failed and the run goes on.")
+        ] = "30s",
         store: Annotated[
             bool,
             typer.Option("--store/--no-store", help="Record the run in the store's recommendations table "
@@ -87,7 +106,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
         from gpulens.analytics.rightsizing import MigFitSettings
         from gpulens.analytics.writers import TARGETS
-        from gpulens.core.config import describe_validation_error
+        from gpulens.cli.flag_errors import describe_flag_errors
 
         workloads_target = target == "workloads"
         if target is not None and not workloads_target and target not in TARGETS:
@@ -112,7 +131,7 @@ def register(app: typer.Typer) -> None:
             )
             report = recommend(db, settings)
         except ValidationError as exc:
-            raise UserError(f"invalid option: {describe_validation_error(exc)}") from exc
+            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         except (FileNotFoundError, ValueError) as exc:
             raise UserError(str(exc)) from exc
         except Exception as exc:  # duckdb errors: not a store, locked, wrong schema
@@ -127,15 +146,12 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
         if apply:
-            report = _apply(report, kubeconfig)
+            from gpulens.collector.timeparse import parse_duration
+
+            report = _apply(report, kubeconfig, parse_duration(request_timeout, what="--request-timeout"))
         typer.echo(report.render())
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
-        failed = [o for o in report.outcomes if o.status == "failed"]
-        if failed:
-            raise UserError(f"{len(failed)} object(s) not applied: {failed[0].ref}: {failed[0].message}")
-        forbidden = [n for n in report.notes if "forbidden" in n]
-        if forbidden:
-            raise UserError(forbidden[0])
+        _exit_on_failures(report)
 
 
 def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) -> None:
@@ -152,7 +168,8 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
     typer.echo(f"\nwrote {len(written)} file(s) to {out}/mig and {out}/workloads (dry run: gpulens never applies these)")
 
 
-def _apply(report: RecommendationReport, kubeconfig: Path | None) -> RecommendationReport:
+def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
+    """Every object gets an outcome (a failing API server fails objects, not the run)."""
     from gpulens.analytics.recommend import apply_recommendations
     from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
 
@@ -160,10 +177,19 @@ def _apply(report: RecommendationReport, kubeconfig: Path | None) -> Recommendat
         connection = connection_from_kubeconfig(kubeconfig)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    with KubeApi(connection) as api:
-        try:
-            return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
-        except Exception as exc:
-            if type(exc).__module__.startswith("httpx"):
-                raise UserError(f"cannot reach the API server {connection.server}: {exc}") from exc
-            raise
+    with KubeApi(connection, timeout_s=timeout_s) as api:
+        return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
+
+
+def _exit_on_failures(report: RecommendationReport) -> None:
+    """Exit non-zero (one line, after the outcome table) when an object failed or was not recorded."""
+    failed = [o for o in report.outcomes if o.status == "failed"]
+    unrecorded = [o for o in report.outcomes if o.record_error]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(unrecorded)} recommendation(s) not recorded)" if unrecorded else ""
+        raise UserError(f"{len(failed)} of {len(report.outcomes)} object(s) failed{more}; first: "
+                        f"{first.ref}: {first.message}")
+    if unrecorded:
+        first = unrecorded[0]
+        raise UserError(f"{len(unrecorded)} recommendation(s) not recorded; first: {first.ref}: {first.record_error}")
