@@ -16,7 +16,15 @@ from typing import Any
 
 from opentelemetry import trace
 
-from gpulens.exporter.model import Allocation, AllocationSource, DeviceReadings, DeviceSource, NodeSnapshot
+from gpulens.core.hashing import value_hash
+from gpulens.exporter.model import (
+    Allocation,
+    AllocationSource,
+    DeviceReadings,
+    DeviceSource,
+    NodeSnapshot,
+    XidEventSource,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +48,8 @@ class ExporterState:
     last_error: str | None = None
     """Why the last cycle failed to read devices; None when it succeeded."""
 
-    def __hash__(self) -> int:
-        return id(self)
+    def __hash__(self) -> int:  # mappings are not hashable: hash their items, consistent with ==
+        return value_hash(self)
 
 
 def health_status(state: ExporterState, now: float, max_age_seconds: float) -> tuple[bool, str]:
@@ -57,6 +65,20 @@ def health_status(state: ExporterState, now: float, max_age_seconds: float) -> t
             reason += f"; last error: {state.last_error}"
         return False, reason
     return True, f"ok: last successful collection cycle {max(age, 0.0):.1f}s ago"
+
+
+def _xid_instances(source: object) -> dict[tuple[str, int], dict[str, list[int]]]:
+    """(gpu, code) -> the GPU- and compute-instance ids named by XID events since the last cycle (NVML only)."""
+    if not isinstance(source, XidEventSource):
+        return {}
+    out: dict[tuple[str, int], dict[str, list[int]]] = {}
+    for event in source.drain_xid_events():
+        ids = out.setdefault((event.gpu_uuid, event.code), {})
+        if event.gpu_instance_id is not None:
+            ids.setdefault("gpu_instance_ids", []).append(event.gpu_instance_id)
+        if event.compute_instance_id is not None:
+            ids.setdefault("compute_instance_ids", []).append(event.compute_instance_id)
+    return out
 
 
 def _xid_rises(previous: NodeSnapshot | None, gpus: DeviceReadings) -> list[tuple[str, int, int, int]]:
@@ -174,9 +196,12 @@ class CollectionCycle:
                     _record_error(span, exc)
             for name, count in _take_source_errors(self._devices, self._allocations).items():
                 errors[name] = errors.get(name, 0) + count
+            instances = _xid_instances(self._devices)
             if readings is not None:
                 for gpu, code, increase, total in _xid_rises(previous.snapshot, readings):
-                    cycle_span.add_event("xid", {"gpu": gpu, "xid": code, "count": increase, "total": total})
+                    event: dict[str, Any] = {"gpu": gpu, "xid": code, "count": increase, "total": total}
+                    event.update(instances.get((gpu, code), {}))
+                    cycle_span.add_event("xid", event)
                 for gpu, up in _health_changes(previous.snapshot, readings):
                     cycle_span.add_event("gpu_health_change", {"gpu": gpu, "up": up})
             duration = self._timer() - started

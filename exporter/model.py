@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+from gpulens.core.hashing import value_hash
 
 
 class SharingMode(StrEnum):
@@ -51,8 +53,8 @@ class HealthReadings:
     xid_last_seen: Mapping[int, float] = field(default_factory=dict)
     """XID code -> Unix time of the last event."""
 
-    def __hash__(self) -> int:  # Mappings are not hashable; identity is enough for snapshots.
-        return id(self)
+    def __hash__(self) -> int:  # mappings are not hashable: hash their items, consistent with ==
+        return value_hash(self)
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,26 @@ class NodeSnapshot:
     errors: Mapping[str, int] = field(default_factory=dict)
     """Source name -> errors seen in the cycle that produced this snapshot."""
 
-    def __hash__(self) -> int:
-        return id(self)
+    def __hash__(self) -> int:  # mappings are not hashable: hash their items, consistent with ==
+        return value_hash(self)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One XID event as the driver reported it, with the MIG instance it names (None: not tied to one)."""
+
+    gpu_uuid: str
+    code: int
+    at: float
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@runtime_checkable
+class XidEventSource(Protocol):
+    """A device source that also reports XID events one by one (NVML); the cycle turns them into span events."""
+
+    def drain_xid_events(self) -> list[XidEvent]: ...
 
 
 class DeviceSource(Protocol):

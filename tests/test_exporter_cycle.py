@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gpulens.exporter.cycle import CollectionCycle, ExporterState, health_status
-from gpulens.exporter.model import DeviceReadings, HealthReadings
+from gpulens.exporter.model import DeviceReadings, HealthReadings, XidEvent
 from tests.support.exporter import fake_cycle, fixed_timer, render_text
 from tests.support.fakes import (
     FakeAllocationSource,
@@ -152,3 +152,43 @@ def test_rising_xid_counts_and_gpu_health_changes_become_span_events() -> None:
     assert events[1] == [("xid", {"gpu": h200.uuid, "xid": 79, "count": 1, "total": 1}),
                          ("gpu_health_change", {"gpu": h200.uuid, "up": False})]
     assert events[2] == []
+
+
+class _XidReportingSource(FakeDeviceSource):
+    """A device source that, like NVML's, also reports XID events one by one with their MIG instance."""
+
+    def __init__(self, readings: list[DeviceReadings], events: list[list[XidEvent]]) -> None:
+        it = iter(readings)
+        super().__init__(lambda _now: next(it))
+        self._events = iter(events)
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        return next(self._events, [])
+
+
+def test_xid_span_events_name_the_gpu_and_compute_instances_the_driver_reported() -> None:
+    first = every_family_readings()
+    h200 = first.gpus[0]
+    rising = dict(h200.health.xid_counts) | {79: h200.health.xid_counts.get(79, 0) + 2}
+    second = replace(first, gpus=(replace(h200, health=HealthReadings(xid_counts=rising)), *first.gpus[1:]))
+    events = [[], [XidEvent(h200.uuid, 79, 1.0, 3, 0), XidEvent(h200.uuid, 79, 2.0, 5, None)]]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    cycle = CollectionCycle(_XidReportingSource([first, second], events), FakeAllocationSource(), node="node-a",
+                            clock=FakeClock(), timer=fixed_timer(), tracer_provider=provider)
+    cycle.run_once()
+    cycle.run_once()
+    root = [s for s in exporter.get_finished_spans() if s.name == "gpulens.collect_cycle"][-1]
+    (xid,) = [dict(e.attributes or {}) for e in root.events if e.name == "xid"]
+    assert xid["gpu"] == h200.uuid and xid["xid"] == 79
+    assert tuple(xid["gpu_instance_ids"]) == (3, 5) and tuple(xid["compute_instance_ids"]) == (0,)
+
+
+def test_equal_snapshots_hash_equal() -> None:
+    a, b = every_family_readings(), every_family_readings()
+    assert a == b and hash(a.gpus[0].health) == hash(b.gpus[0].health)
+    state_a = ExporterState(node="n", errors_total={"devices": 1})
+    state_b = ExporterState(node="n", errors_total={"devices": 1})
+    assert state_a == state_b and hash(state_a) == hash(state_b)
+    assert len({state_a, state_b}) == 1

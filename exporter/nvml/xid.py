@@ -11,9 +11,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from gpulens.exporter.model import XidEvent
 from gpulens.exporter.nvml.funnel import TIMEOUT, GpuLifecycleError, NvmlFunnel, nvml_error_code
 
 log = logging.getLogger(__name__)
@@ -24,15 +24,6 @@ NO_INSTANCE = 0xFFFFFFFF
 
 class EventsUnavailable(RuntimeError):
     """The driver has no event API (or refuses it): XIDs are not watched."""
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    gpu_uuid: str
-    code: int
-    at: float
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
 
 
 class XidWatcher:
