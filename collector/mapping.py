@@ -20,6 +20,8 @@ from typing import Literal
 
 import polars as pl
 
+from gpulens.core.vocabulary import COMPUTE_SLICES
+
 SchemaName = Literal["gpulens", "dcgm", "auto"]
 
 MIB = 1024 * 1024
@@ -562,7 +564,7 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         pl.col("container").fill_null(""),
         pl.col("namespace").fill_null("").alias("tenant"),
         sharing.alias("sharing_mode"),
-        (slices / 7.0).alias("gpu_equivalents"),
+        (slices / COMPUTE_SLICES).alias("gpu_equivalents"),
         pl.lit(source).alias("source"),
     )
     # DCGM_FI_DEV_XID_ERRORS is "the last XID seen": an event where it changes to a non-zero code.
@@ -605,7 +607,7 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         "profile",
         "gpu_instance_id",
         "slices",
-        (pl.col("slices") / 7.0).alias("gpu_equivalents"),
+        (pl.col("slices") / COMPUTE_SLICES).alias("gpu_equivalents"),
         "memory_total_bytes",
         sharing.alias("sharing_mode"),
         "first_seen",

@@ -48,7 +48,7 @@ def _series(frame: pl.DataFrame, metric: str, value: pl.Expr, labels: dict[str, 
     return out.select("metric", "ts_ms", "value", _label_block(names).alias("labels"))
 
 
-BASE_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_power_cap", "sw_thermal_slowdown")
+BASE_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal", "sw_power_cap", "sw_thermal")
 
 
 def _throttle_series(g: pl.DataFrame, labels: dict[str, pl.Expr]) -> pl.DataFrame:

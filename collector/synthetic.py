@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from gpulens.core.vocabulary import slices_gpu_equivalents
+
 GIB = 1024**3
 HOSTILE = "team \"q\" \\ back'; DROP TABLE device_samples; --\nnext a=b,{c}\",x=\""
 
@@ -44,7 +46,7 @@ def synthetic_frames(
         for i, (profile, gi, slices, mem) in enumerate(((("3g.71gb", 2, 3, 71)), ("1g.18gb", 9, 1, 18),
                                                         ("1g.18gb", 10, 1, 18))):
             devices.append((_uuid("MIG", n, 0, i + 1), mig_gpu, node, "NVIDIA H200", "mig", profile, gi, 0,
-                            slices, slices / 7.0, mem * GIB, "mig"))
+                            slices, slices_gpu_equivalents(slices), mem * GIB, "mig"))
         for g in range(1, whole_gpus + 1):
             uuid = _uuid("GPU", n, g)
             gpus.append((uuid, node, g, "NVIDIA H100 80GB HBM3", 80 * GIB, "exclusive"))

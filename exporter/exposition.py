@@ -22,22 +22,13 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from gpulens.core.vocabulary import ThrottleReason
 from gpulens.exporter.cycle import ExporterState
 from gpulens.exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
 
 PREFIX = "gpulens_"
 
-KNOWN_THROTTLE_REASONS = (
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal",
-    "hw_thermal",
-    "hw_power_brake",
-    "display_clock_setting",
-)
+KNOWN_THROTTLE_REASONS = tuple(str(reason) for reason in ThrottleReason)
 """Clock-event reasons reported as 0/1 for every GPU that answers (others appear when active)."""
 _KNOWN_THROTTLE_SET = frozenset(KNOWN_THROTTLE_REASONS)
 

@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpulens.core.vocabulary import COMPUTE_SLICES, MEMORY_SLICES, slices_gpu_equivalents
+
 MIB = 1024 * 1024
-COMPUTE_SLICES = 7
-MEMORY_SLICES = 8
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class MigProfile:
 
     @property
     def gpu_equivalents(self) -> float:
-        return self.compute_slices / COMPUTE_SLICES
+        return slices_gpu_equivalents(self.compute_slices)
 
     @property
     def placement_starts(self) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from gpulens.core.hashing import value_hash
+from gpulens.core.vocabulary import slices_gpu_equivalents
 
 
 class SharingMode(StrEnum):
@@ -79,7 +80,7 @@ class MigInstance:
     @property
     def gpu_equivalents(self) -> float:
         """Compute share of the device: g/7 (or the compute instance's own slices)."""
-        return (self.compute_instance_slices or self.slices) / 7.0
+        return slices_gpu_equivalents(self.compute_instance_slices or self.slices)
 
 
 @dataclass(frozen=True)

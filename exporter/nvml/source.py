@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpulens.core.vocabulary import NVML_THROTTLE_BITS
 from gpulens.exporter.attribution import PidPodResolver
 from gpulens.exporter.kubelet.device_ids import DeviceDirectory
 from gpulens.exporter.mig_catalog import profile_slices
@@ -28,17 +29,7 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal"),
-    (0x40, "hw_thermal"),
-    (0x80, "hw_power_brake"),
-    (0x100, "display_clock_setting"),
-)
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = tuple((bit, str(reason)) for bit, reason in NVML_THROTTLE_BITS)
 
 OPTIONAL_FAMILIES = (
     "nvmlDeviceGetTotalEnergyConsumption",

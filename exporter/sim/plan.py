@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.core.vocabulary import COMPUTE_SLICES, slices_gpu_equivalents
 from gpulens.exporter.mig_catalog import GpuModel
 from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
 from gpulens.exporter.sim.noise import stable_key, stable_uuid
@@ -64,7 +65,7 @@ class DevicePlan:
         """Fraction of the GPU's compute this device has."""
         if self.kind == "gpu":
             return 1.0
-        return (self.compute_instance_slices or self.slices or 7) / 7.0
+        return slices_gpu_equivalents(self.compute_instance_slices or self.slices or COMPUTE_SLICES)
 
     @property
     def memory_share(self) -> float:
@@ -175,7 +176,7 @@ def _build_gpu(seed: int, node: str, pool: PoolSpec, index: int, first_device: i
                         first_device + len(devices), "MIG-" + stable_uuid(seed, "mig", uuid, gi_id, ci_id), index, uuid,
                         "mig", profile.name, shape, gi_id, ci_id, profile.compute_slices, ci_slices,
                         profile.memory_bytes, gi_first, pool.replicas,
-                        (ci_slices or profile.compute_slices) / 7.0 / pool.replicas,
+                        slices_gpu_equivalents(ci_slices or profile.compute_slices) / pool.replicas,
                     )
                 )
     gpu = GpuPlan(index, uuid, model, pool.sharing, pool.replicas, tuple(d.index for d in devices))
