@@ -37,7 +37,6 @@ from gpulens.analytics.writers.crd import RecommendationPolicy
 from gpulens.analytics.writers.kube_api import KubeApi
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 
-GIB = 1024**3
 
 RESULT_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS recommendations (
@@ -315,10 +314,6 @@ def apply_recommendations(
                 notes.append(f"recording {plan.recommendation_name}: {problem}")
         outcomes.append(outcome)
     return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes))
-
-
-def _gib(x: float) -> str:
-    return f"{x / GIB:.1f} GiB"
 
 
 def _render(r: RecommendationReport) -> list[str]:

@@ -16,11 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from gpulens.analytics.quota import QuotaRecommendation
-from gpulens.analytics.writers.base import EntryKey, RbacRule
+from gpulens.analytics.writers.base import EntryKey
 from gpulens.analytics.writers.crd import (
-    CRD_GROUP,
     CRD_KIND,
-    CRD_PLURAL,
     RecommendationPolicy,
     recommendation_path,
 )
@@ -32,11 +30,6 @@ from gpulens.analytics.writers.kube_api import (
     NotFoundError,
 )
 from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
-
-RECORDER_RBAC = (
-    RbacRule(CRD_GROUP, CRD_PLURAL, ("get", "list", "create", "patch"), cluster_scoped=False),
-    RbacRule(CRD_GROUP, f"{CRD_PLURAL}/status", ("patch",), cluster_scoped=False),
-)
 
 
 @dataclass(frozen=True)

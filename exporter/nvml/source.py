@@ -31,17 +31,6 @@ MIB = 1024 * 1024
 
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = tuple((bit, str(reason)) for bit, reason in NVML_THROTTLE_BITS)
 
-OPTIONAL_FAMILIES = (
-    "nvmlDeviceGetTotalEnergyConsumption",
-    "nvmlDeviceGetRemappedRows",
-    "nvmlDeviceGetRetiredPages",
-    "nvmlDeviceGetPcieReplayCounter",
-    "nvmlDeviceGetViolationStatus",
-    "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetTotalEccErrors",
-)
-
 
 @dataclass
 class _GpuState:
