@@ -37,7 +37,6 @@ from gpulens.analytics.writers.crd import RecommendationPolicy
 from gpulens.analytics.writers.kube_api import KubeApi
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 
-
 RESULT_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS recommendations (
     run_id VARCHAR NOT NULL,
