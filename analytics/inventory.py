@@ -16,20 +16,17 @@ import duckdb
 import pyarrow as pa
 
 from gpulens.analytics.facts import Window
-from gpulens.exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, MODELS, layout_problems, model_by_name
+from gpulens.exporter.mig_catalog import (
+    COMPUTE_SLICES,
+    MEMORY_SLICES,
+    MODELS,
+    layout_problems,
+    model_by_name,
+    short_model,
+)
 
 if TYPE_CHECKING:
     from gpulens.analytics.prices import PriceBook
-
-
-def short_model(name: str | None) -> str:
-    """``NVIDIA H200`` -> ``H200``; unknown names pass through unchanged ('' for None)."""
-    if not name:
-        return ""
-    try:
-        return model_by_name(name).short_name
-    except ValueError:
-        return name
 
 
 def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:

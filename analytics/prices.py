@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulens.analytics.inventory import short_model
 from gpulens.core.config import load_yaml_model, parse_yaml_model
+from gpulens.exporter.mig_catalog import short_model
 
 
 class ModelPrice(BaseModel):

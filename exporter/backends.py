@@ -8,13 +8,13 @@ import socket
 from typing import Any
 
 from gpulens.core.errors import UserError
+from gpulens.exporter.kube_api import HttpKubernetesApi, KubernetesApi
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.exporter.model import AllocationSource, DeviceSource
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.settings import ExporterSettings
 from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
-from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi, KubernetesApi
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from gpulens.exporter.tenancy.rules import load_tenancy_config
 

@@ -134,6 +134,16 @@ def model_by_name(name: str) -> GpuModel:
     raise ValueError(f"unknown GPU model {name!r} (known: {', '.join(MODELS)})")
 
 
+def short_model(name: str | None) -> str:
+    """``NVIDIA H200`` -> ``H200``; unknown names pass through unchanged ('' for None)."""
+    if not name:
+        return ""
+    try:
+        return model_by_name(name).short_name
+    except ValueError:
+        return name
+
+
 def profile_slices(profile: str) -> int:
     """Compute slices of a profile name such as ``3g.71gb`` (also ``1c.3g.71gb``): the ``g`` number."""
     part = profile.split(".")[-2] if profile.count(".") >= 2 else profile.split(".")[0]

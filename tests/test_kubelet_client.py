@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.exporter.cycle import CollectionCycle
+from gpulens.exporter.kube_api import HttpKubernetesApi
 from gpulens.exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
 from gpulens.exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
@@ -15,7 +16,6 @@ from gpulens.exporter.kubelet.proto import api_pb2
 from gpulens.exporter.model import SharingMode
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
-from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
 from tests.fakes.kubelet import FakeKubelet, container, dra_claim, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

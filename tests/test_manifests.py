@@ -14,8 +14,8 @@ import typer.main
 import yaml
 
 from gpulens.cli import app
+from gpulens.exporter.kube_api import HttpKubernetesApi
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.rbac import WRITE_VERBS, granted, permission

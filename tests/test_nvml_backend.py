@@ -10,8 +10,8 @@ import pytest
 
 from gpulens.core.errors import UserError
 from gpulens.exporter.backends import open_nvml_backend
+from gpulens.exporter.kube_api import HttpKubernetesApi
 from gpulens.exporter.settings import Backend, ExporterSettings
-from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

@@ -13,10 +13,10 @@ from prometheus_client.registry import CollectorRegistry
 from gpulens.core.errors import UserError
 from gpulens.exporter.cycle import CollectionCycle
 from gpulens.exporter.exposition import SnapshotCollector
+from gpulens.exporter.kube_api import HttpKubernetesApi
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
-from gpulens.exporter.tenancy.kube_api import HttpKubernetesApi
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from gpulens.exporter.tenancy.rules import Rule, RuleKind, TenancyConfig, load_tenancy_config
 from tests.fakes.kubelet import FakeKubelet, container, pod

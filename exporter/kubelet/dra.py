@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpulens.exporter.tenancy.kube_api import KubernetesApi, KubernetesApiError
+from gpulens.exporter.kube_api import KubernetesApi, KubernetesApiError
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.exporter.tenancy.kube_api import KubernetesApi, KubernetesApiError, segment
+from gpulens.exporter.kube_api import KubernetesApi, KubernetesApiError, segment
 from gpulens.exporter.tenancy.rules import RuleKind, TenancyConfig
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
