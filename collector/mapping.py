@@ -182,12 +182,22 @@ def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         .group_by("ts", "cluster_queue")
         .agg(workloads=pl.col("value").sum())
     )
-    pending = (
+    gauge = (
         df.filter((pl.col("metric") == "kueue_cluster_queue_resource_pending") & pl.col("resource").is_not_null())
         .group_by("ts", "cluster_queue", "resource")
         .agg(quantity=pl.col("value").sum())
-        .join(workloads, on=["ts", "cluster_queue"], how="left")
         .filter(pl.col("quantity") > 0)
+    )
+    # Kueue before 0.18 exports no resource gauge: a count of pending workloads without their shapes
+    # is kept as a row with resource '' and quantity NULL (pending, amount not measured).
+    counted_only = (
+        workloads.filter(pl.col("workloads") > 0)
+        .join(gauge.select("ts", "cluster_queue").unique(), on=["ts", "cluster_queue"], how="anti")
+        .select("ts", "cluster_queue", pl.lit("").alias("resource"), pl.lit(None, dtype=pl.Float64).alias("quantity"))
+    )
+    pending = (
+        pl.concat([gauge.with_columns(pl.col("quantity").cast(pl.Float64)), counted_only], how="diagonal_relaxed")
+        .join(workloads, on=["ts", "cluster_queue"], how="left")
         .select(
             "ts",
             pl.col("cluster_queue").alias("tenant"),
@@ -195,7 +205,8 @@ def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
             pl.lit("").alias("namespace"),
             pl.lit("").alias("flavor"),
             "resource",
-            _profile_of(pl.col("resource")).alias("profile"),
+            pl.when(pl.col("resource") == "").then(pl.lit("")).otherwise(_profile_of(pl.col("resource")))
+            .alias("profile"),
             pl.lit("").alias("gpu_model"),
             "quantity",
             pl.col("workloads").fill_null(0).round(0).cast(pl.Int32),

@@ -87,8 +87,10 @@ class StoreBuilder:
         borrowing_limit: float | None = None,
         lending_limit: float | None = None,
         annotations: Mapping[str, str] | None = None,
+        first: int = 0,
     ) -> None:
-        for i, used in enumerate(usage):
+        """Snapshots at steps ``first``, ``first + 1``, ... (a negative ``first`` starts before ``start``)."""
+        for i, used in enumerate(usage, start=first):
             self._add("quota_snapshots", ts=self.ts(i), object_kind=kind, object_namespace=namespace,
                       object_name=name, tenant=tenant, flavor=flavor, resource=resource, nominal_quota=nominal,
                       borrowing_limit=borrowing_limit, lending_limit=lending_limit, usage=used,
