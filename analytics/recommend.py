@@ -253,6 +253,7 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             "compute_p95_ge": u.compute_p95_ge, "memory_p99_bytes": u.memory_p99_bytes,
             "memory_peak_bytes": u.memory_peak_bytes, "compute_need_ge": w.compute_need_ge,
             "memory_need_bytes": w.memory_need_bytes, "replicas": u.max_replicas,
+            "activity_signal": list(u.activity_signals),
         }
         rows.append(head + [
             "workload", u.tenant, u.kind, u.namespace, u.name, "", "", u.gpu_model, u.current_profile,

@@ -53,6 +53,7 @@ GPULENS_METRICS = (
 DCGM_METRICS = (
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_FB_RESERVED",
@@ -285,6 +286,8 @@ def _gpulens_device_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
         pl.col("memory_used_bytes").round(0).cast(pl.Int64),
         pl.col("memory_total_bytes").round(0).cast(pl.Int64),
         pl.lit(source).alias("source"),
+        pl.when(pl.col("activity_ratio").is_not_null()).then(pl.lit(f"{G}device_activity_ratio"))
+        .alias("activity_signal"),
     )
 
 
@@ -501,13 +504,18 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         model=pl.col("model").first(),
         index=pl.col("index").first(),
         gr=_first("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+        sm=_first("DCGM_FI_PROF_SM_ACTIVE"),
         util=_first("DCGM_FI_DEV_GPU_UTIL"),
         used=_first(fb[0]),
         free=_first(fb[1]),
         reserved=_first(fb[2]),
     )
     per_device = per_device.with_columns(
-        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("util") / 100.0),
+        # profiling fields first: GPU_UTIL is a duty cycle that overstates compute need
+        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("sm"), pl.col("util") / 100.0),
+        activity_signal=pl.when(pl.col("gr").is_not_null()).then(pl.lit("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+        .when(pl.col("sm").is_not_null()).then(pl.lit("DCGM_FI_PROF_SM_ACTIVE"))
+        .when(pl.col("util").is_not_null()).then(pl.lit("DCGM_FI_DEV_GPU_UTIL")),
         memory_used_bytes=(pl.col("used") * MIB).round(0).cast(pl.Int64),
         memory_total_bytes=((pl.col("used") + pl.col("free") + pl.col("reserved").fill_null(0)) * MIB)
         .round(0)
@@ -523,6 +531,7 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         "memory_used_bytes",
         "memory_total_bytes",
         pl.lit(source).alias("source"),
+        "activity_signal",
     )
     # Physical readings are per GPU: MIG instances repeat them, the first series of each GPU wins.
     phys = df.group_by("gpu", "ts").agg(

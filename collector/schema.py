@@ -78,7 +78,8 @@ FACTS = {
         activity_ratio DOUBLE,
         memory_used_bytes BIGINT,
         memory_total_bytes BIGINT,
-        source VARCHAR NOT NULL
+        source VARCHAR NOT NULL,
+        activity_signal VARCHAR           -- the metric activity_ratio came from; NULL: not recorded
     """,
     # Physical readings, one row per GPU per sample time.
     "gpu_samples": """
@@ -239,6 +240,7 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     for name, columns in ALL_TABLES.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
     _relax_pending_quantity(con)
+    con.execute("ALTER TABLE device_samples ADD COLUMN IF NOT EXISTS activity_signal VARCHAR")
     con.execute(
         "INSERT OR REPLACE INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
     )

@@ -58,8 +58,10 @@ class StoreBuilder:
         activity: Callable[[int], float | None],
         memory: Callable[[int], int],
         tenant: str | None = None,
+        signal: Callable[[int], str | None] = lambda i: None,
     ) -> None:
-        """``pods`` maps pod name -> device ids it holds; every device reads ``activity(i)``, ``memory(i)``."""
+        """``pods`` maps pod name -> device ids it holds; every device reads ``activity(i)``, ``memory(i)``
+        (``signal(i)`` names the metric the activity came from; ``None``: not recorded)."""
         for i in range(samples):
             ts = self.ts(i)
             for pod, devices in pods.items():
@@ -71,7 +73,7 @@ class StoreBuilder:
                               source="test")
                     self._add("device_samples", ts=ts, node=node, gpu_uuid=gpu_uuid, device_id=dev,
                               activity_ratio=activity(i), memory_used_bytes=memory(i), memory_total_bytes=None,
-                              source="test")
+                              source="test", activity_signal=signal(i))
 
     def quota(
         self,
