@@ -214,7 +214,7 @@ def _target_notes(evidence: Sequence[QuotaEvidence], targets: Mapping[str, Quota
     for e in evidence:
         kinds[e.key.object_kind] = kinds.get(e.key.object_kind, 0) + 1
     held = ", ".join(f"{n} {kind} entr{'y' if n == 1 else 'ies'}" for kind, n in sorted(kinds.items()))
-    flags = [f"--target {name}" for name, t in sorted(TARGETS.items()) if t.object_kind in kinds]
+    flags = [f"--target {name}" for name, t in sorted(TARGETS.items()) if getattr(t, "object_kind", None) in kinds]
     hint = f": use {' or '.join(flags)}" if flags else ""
     return (f"the store has no {' or '.join(sorted(targets))} objects in the window, so nothing is recommended "
             f"or written; it has {held}{hint}",)
