@@ -59,9 +59,15 @@ class Window:
 def resolve_window(
     con: duckdb.DuckDBPyConnection, end: datetime | None, window_seconds: int, bucket_seconds: int
 ) -> Window:
-    """Window ending at ``end`` (rounded up to a bucket), or just after the newest device sample."""
+    """Window ending at ``end`` (rounded up to a bucket), or just after the newest device sample (a store
+    without device samples: the newest quota snapshot or pending demand, e.g. Kueue metrics only)."""
     if end is None:
-        newest = con.execute("SELECT max(ts) FROM f_device_samples").fetchone()
+        newest = con.execute(
+            """
+            SELECT coalesce((SELECT max(ts) FROM f_device_samples),
+                            greatest((SELECT max(ts) FROM quota_snapshots), (SELECT max(ts) FROM f_pending_demand)))
+            """
+        ).fetchone()
         if newest is None or newest[0] is None:
             raise UserError("the store holds no device samples: run `gpulens collect` first, or pass --end")
         end = newest[0] + timedelta(microseconds=1)

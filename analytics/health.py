@@ -4,6 +4,8 @@ A GPU drains on a drain-class XID, any double-bit ECC error in the window, retir
 above the limit, a row-remap failure, or a lost GPU (``up = false``); it warns on a warn-class or
 unclassified XID, an NVLink CRC error rate at or above the limit, or any thermal-violation time.
 Application XIDs (13, 31, 43, 45, 68 by default) are listed as ``info`` and never change the state.
+Signals with no readings in the window are listed as ``unmeasured`` (``not_measured``): not checked,
+which is not the same as fine.
 A node takes the worst state of its GPUs.
 """
 
@@ -29,7 +31,7 @@ class Evidence:
     value: float
     threshold: float | None
     severity: str
-    """info | warn | drain"""
+    """info | warn | drain | unmeasured (a signal with no readings: never changes the state)"""
     reason: str
     first_ts: datetime | None = None
     last_ts: datetime | None = None
@@ -128,12 +130,27 @@ def _crc_rates(con: duckdb.DuckDBPyConnection, window: Window, gpus: list[str]) 
     return {g: float(r or 0.0) for g, r in rows}
 
 
+_SIGNALS = ("ecc_double_bit", "retired_pages", "row_remap_failure", "gpu_lost", "thermal_violation_seconds",
+            "nvlink_crc_rate")
+
+
+def _not_measured(names: list[str], whole: bool) -> Evidence:
+    """An ``unmeasured`` item (never changes the state): these signals were not checked, not found fine."""
+    what = "no physical readings in the window" if whole else "no readings in the window"
+    return Evidence("not_measured", len(names), None, "unmeasured",
+                    f"{what} for {', '.join(names)}: not checked (unmeasured, not ok)")
+
+
 def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRules) -> list[Evidence]:
     if row is None:
-        return []
-    dbe, retired, remap_fail, remap_ts, lost, lost_first, lost_last, thermal, _crc, first, last = row
+        return [_not_measured(list(_SIGNALS), whole=True)]
+    dbe, retired, remap_fail, remap_ts, lost, lost_first, lost_last, thermal, crc, first, last = row
     thermal = None if thermal is None else float(thermal)
     ev: list[Evidence] = []
+    missing = [name for name, value in zip(_SIGNALS, (dbe, retired, remap_fail, lost, thermal, crc), strict=True)
+               if value is None]
+    if missing:
+        ev.append(_not_measured(missing, whole=False))
     if dbe is not None and dbe > 0:
         ev.append(Evidence("ecc_double_bit", dbe, 0, "drain", f"{dbe} new double-bit ECC error(s)", first, last))
     if retired is not None and retired >= rules.retired_pages_drain:

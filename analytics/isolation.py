@@ -2,7 +2,8 @@
 
 Terms (weights in ``RiskWeights``): the GPU's sharing-mode base; other tenants on the same GPU;
 other tenants on the same node or NVLink domain; missing tenancy layers (no NetworkPolicy in a
-namespace, neither a dedicated pool nor a virtual cluster); a telemetry blind spot (a shared GPU
+namespace, neither a dedicated pool nor a virtual cluster), or layers the Kubernetes inventory never
+collected (weighed the same, named ``*_not_collected`` and saying so: unmeasured is not "none"); a telemetry blind spot (a shared GPU
 whose use cannot be attributed per tenant); faults on a GPU shared by several tenants. When the sum
 passes 100 a ``cap`` term with negative points brings it to exactly 100. A tenant's score is its
 worst GPU seen from the tenant's side plus its own missing layers. All counts are over the window.
@@ -65,8 +66,16 @@ class _Gpu:
 @dataclass(frozen=True)
 class _Layers:
     namespaces_without_policy: tuple[str, ...]
+    """Namespaces the inventory saw with no NetworkPolicy (measured)."""
     isolated: bool
     """Has a dedicated pool or a virtual cluster."""
+    namespaces_not_collected: tuple[str, ...] = ()
+    """Namespaces the inventory never saw: whether they have a NetworkPolicy is unknown."""
+    pools_collected: bool = True
+    """Whether node pools and virtual clusters were collected (``gpulens collect --kubernetes``)."""
+
+
+COLLECT_HINT = "run `gpulens collect --kubernetes`"
 
 
 def assess(
@@ -126,21 +135,42 @@ def _device_terms(
                  f"{g.faults} fault event(s) (XID {codes}) on a GPU shared by {len(g.tenants)} tenants")
         )
     subjects = [tenant] if tenant else sorted(g.tenants)
-    no_policy = sorted({f"{t}/{ns}" for t in subjects for ns in layers.get(t, _EMPTY).namespaces_without_policy})
+    terms += _layer_terms([layers.get(t, _EMPTY) for t in subjects], subjects, w)
+    return terms
+
+
+def _layer_terms(of: list[_Layers], subjects: list[str], w: RiskWeights) -> list[Term]:
+    """Missing tenancy layers, told apart from layers the inventory never collected."""
+    terms = []
+    no_policy = sorted({f"{t}/{ns}" for t, la in zip(subjects, of, strict=True) for ns in la.namespaces_without_policy})
+    unknown = sorted({f"{t}/{ns}" for t, la in zip(subjects, of, strict=True) for ns in la.namespaces_not_collected})
     if no_policy:
         terms.append(
             Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
         )
-    exposed = [t for t in subjects if not layers.get(t, _EMPTY).isolated]
+    elif unknown:
+        terms.append(
+            Term("network_policy_not_collected", w.no_network_policy,
+                 f"NetworkPolicies not collected for namespace(s) {_names(unknown)}: {COLLECT_HINT}; "
+                 "weighed as missing until known")
+        )
+    exposed = [t for t, la in zip(subjects, of, strict=True) if not la.isolated and la.pools_collected]
+    blind = [t for t, la in zip(subjects, of, strict=True) if not la.isolated and not la.pools_collected]
     if exposed:
         terms.append(
             Term("no_dedicated_pool_or_vcluster", w.no_dedicated_pool_or_vcluster,
                  f"neither a dedicated pool nor a virtual cluster: {_names(exposed)}")
         )
+    elif blind:
+        terms.append(
+            Term("dedicated_pool_not_collected", w.no_dedicated_pool_or_vcluster,
+                 f"node pools and virtual clusters not collected for {_names(blind)}: {COLLECT_HINT}; "
+                 "weighed as missing until known")
+        )
     return terms
 
 
-_EMPTY = _Layers((), False)
+_EMPTY = _Layers((), False, (), False)
 
 
 def _names(items: list[str], most: int = 5) -> str:
@@ -189,12 +219,22 @@ def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) ->
 
 
 def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers]:
-    """Per tenant: namespaces (used in the window) without NetworkPolicy; dedicated pool or vcluster."""
+    """Per tenant: namespaces (used in the window) without NetworkPolicy, or never collected; dedicated
+    pool or vcluster, and whether the inventory that would show them was collected at all."""
+    collected = con.execute(
+        """
+        SELECT EXISTS (SELECT 1 FROM f_namespace_snapshots WHERE ts < $end)
+            OR EXISTS (SELECT 1 FROM ingest_batches WHERE source = 'kubernetes' AND window_start < $end)
+        """,
+        {"end": window.end},
+    ).fetchone()
+    inventory = bool(collected and collected[0])
     rows = con.execute(
         """
         WITH used AS (SELECT DISTINCT tenant, namespace FROM an_tenancy),
         latest AS (
-            SELECT namespace, arg_max(network_policies, ts) AS policies, arg_max(virtual_cluster, ts) AS vcluster
+            SELECT namespace, arg_max(network_policies, ts) AS policies, arg_max(virtual_cluster, ts) AS vcluster,
+                   true AS seen
             FROM f_namespace_snapshots WHERE ts < $end GROUP BY namespace
         ),
         placed AS (
@@ -204,9 +244,10 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
             GROUP BY a.tenant
         )
         SELECT u.tenant,
-               list(u.namespace ORDER BY u.namespace) FILTER (WHERE coalesce(l.policies, 0) = 0),
+               list(u.namespace ORDER BY u.namespace) FILTER (WHERE l.seen AND l.policies = 0),
                bool_or(l.vcluster IS NOT NULL) OR any_value(t.dedicated_pool) IS NOT NULL
-                 OR any_value(t.virtual_cluster) IS NOT NULL OR any_value(p.on_own_nodes)
+                 OR any_value(t.virtual_cluster) IS NOT NULL OR any_value(p.on_own_nodes),
+               list(u.namespace ORDER BY u.namespace) FILTER (WHERE l.seen IS NULL)
         FROM used u
         LEFT JOIN latest l USING (namespace)
         LEFT JOIN tenants t ON t.tenant = u.tenant
@@ -215,7 +256,7 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
         """,
         {"end": window.end},
     ).fetchall()
-    return {t: _Layers(tuple(ns or ()), bool(iso)) for t, ns, iso in rows}
+    return {t: _Layers(tuple(ns or ()), bool(iso), tuple(unseen or ()), inventory) for t, ns, iso, unseen in rows}
 
 
 def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, risks: list[Risk]) -> None:

@@ -3,8 +3,10 @@
 For each quota entry (a Kueue ClusterQueue flavor/resource or a ResourceQuota resource) the demand in
 each time bucket is what was in use plus what was waiting. The recommendation is
 ``ceil(P95(demand) * (1 + headroom))`` with guard rails: never below current usage plus pending, no
-cut while pending demand was seen in the window, and at most ``max_step`` of change per apply
-(``next_value``). Bounds follow VPA: lower = P50, upper = P99 + headroom widened by ``1 + 1/confidence``.
+cut while pending demand (from the resource gauge, pending workload counts or pending pods) was seen
+in the window, no cut on less than ``min_cut_days`` of evidence or one that all stored history up to
+``history_days`` contradicts, and at most ``max_step`` of change per apply (``next_value``). Bounds
+follow VPA: lower = P50, upper = P99 + headroom widened by ``1 + 1/confidence``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ class QuotaSettings(BaseModel):
     bucket_seconds: int = Field(default=300, ge=1, description="Demand is the maximum within buckets of this size.")
     min_buckets: int = Field(default=12, ge=1, description="Fewer buckets with data: no recommendation.")
     low_confidence_days: float = Field(default=2.0, ge=0, description="Confidence (days) below which apply refuses.")
+    min_cut_days: float = Field(
+        default=14.0, ge=0, description="A cut needs evidence over at least this many days; shorter may only raise."
+    )
+    history_days: float = Field(
+        default=30.0, gt=0, description="A cut must also hold over all stored history up to this many days."
+    )
 
 
 @dataclass(frozen=True)
@@ -92,10 +100,18 @@ class QuotaEvidence:
     first_seen: datetime
     last_seen: datetime
     usage_from_allocations: bool = False
+    pending_count_only_buckets: int = 0
+    """Buckets where only a count of pending workloads is known (Kueue < 0.18: no resource gauge)."""
+    pending_pod_buckets: int = 0
+    """Buckets whose pending quantity comes from pending pods of the Kubernetes inventory."""
 
     @property
     def span_seconds(self) -> float:
         return (self.last_seen - self.first_seen).total_seconds()
+
+    def days(self, bucket_seconds: float) -> float:
+        """Days the evidence covers: first to last bucket with data, the last one included."""
+        return (self.span_seconds + bucket_seconds) / 86_400 if self.buckets else 0.0
 
 
 @dataclass(frozen=True)
@@ -180,31 +196,68 @@ used AS (
     WHERE k.usage_samples = 0
     GROUP BY ALL
 ),
-pending_ts AS (
+local_queues AS (
+    SELECT DISTINCT object_namespace AS namespace, object_name AS queue,
+           json_extract_string(annotations, '$.clusterQueue') AS cluster_queue
+    FROM quota_snapshots WHERE object_kind = 'LocalQueue'
+),
+pending_pods AS (
+    -- pods of the Kubernetes inventory that wait (phase Pending), by queue, namespace and resource
+    SELECT p.ts, p.namespace, coalesce(lq.cluster_queue, '') AS cluster_queue,
+           regexp_replace(r.key, '^requests\\.', '') AS resource,
+           sum(TRY_CAST(r.value AS DOUBLE)) AS qty, count(*) AS pods
+    FROM pod_snapshots p CROSS JOIN json_each(p.gpu_requests) r
+    LEFT JOIN local_queues lq ON lq.namespace = p.namespace AND lq.queue = p.queue
+    WHERE p.phase = 'Pending' AND p.ts BETWEEN $start AND $end
+    GROUP BY ALL
+),
+pending_rows AS (
+    -- pending_demand: the resource gauge (quantity) or, from Kueue < 0.18, workload counts only
+    -- (resource '' and quantity NULL: they count for every resource of the queue)
     SELECT k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource, p.ts,
-           sum(p.quantity) AS qty
-    FROM keys k JOIN pending_demand p ON regexp_replace(p.resource, '^requests\\.', '') = k.resource
+           p.quantity AS gauge_qty, CAST(NULL AS DOUBLE) AS pod_qty,
+           CASE WHEN p.quantity IS NULL THEN p.workloads ELSE 0 END AS counted_only
+    FROM keys k JOIN pending_demand p
+        ON (regexp_replace(p.resource, '^requests\\.', '') = k.resource OR p.resource = '')
         AND CASE WHEN k.object_kind = 'ClusterQueue'
             THEN p.cluster_queue = k.object_name AND (p.flavor = '' OR p.flavor = k.flavor)
             ELSE p.namespace = k.object_namespace END
     WHERE p.ts BETWEEN $start AND $end
-    GROUP BY ALL
+    UNION ALL
+    SELECT k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource, pp.ts,
+           NULL, pp.qty, 0
+    FROM keys k JOIN pending_pods pp ON pp.resource = k.resource
+        AND CASE WHEN k.object_kind = 'ClusterQueue' THEN pp.cluster_queue = k.object_name
+            ELSE pp.namespace = k.object_namespace END
+),
+pending_ts AS (
+    SELECT object_kind, object_namespace, object_name, flavor, resource, ts,
+           sum(gauge_qty) AS gauge, sum(pod_qty) AS pods, sum(counted_only) AS counted_only
+    FROM pending_rows GROUP BY ALL
 ),
 pending AS (
-    SELECT object_kind, object_namespace, object_name, flavor, resource, time_bucket(to_seconds($bucket), ts) AS b, max(qty) AS pending
+    -- quantity from the resource gauge, else from pending pods; waiting from every source
+    SELECT object_kind, object_namespace, object_name, flavor, resource, time_bucket(to_seconds($bucket), ts) AS b,
+           max(coalesce(gauge, pods)) AS pending,
+           bool_or(coalesce(gauge, 0) > 0 OR coalesce(pods, 0) > 0 OR counted_only > 0) AS waiting,
+           bool_or(counted_only > 0 AND coalesce(gauge, 0) = 0) AS counted_only,
+           bool_or(gauge IS NULL AND coalesce(pods, 0) > 0) AS from_pods
     FROM pending_ts GROUP BY ALL
 ),
 demand AS (
-    SELECT object_kind, object_namespace, object_name, flavor, resource, b, coalesce(used, 0) AS used, coalesce(pending, 0) AS pending,
+    SELECT object_kind, object_namespace, object_name, flavor, resource, b, coalesce(used, 0) AS used,
+           coalesce(pending, 0) AS pending, coalesce(waiting, false) AS waiting,
+           coalesce(counted_only, false) AS counted_only, coalesce(from_pods, false) AS from_pods,
            coalesce(used, 0) + coalesce(pending, 0) AS demand
     FROM used FULL OUTER JOIN pending USING (object_kind, object_namespace, object_name, flavor, resource, b)
 )
 SELECT k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource, k.tenant,
        k.nominal, k.borrowing, k.lending, k.annotations, k.usage_samples = 0 AS from_allocations,
        arg_max(d.used, d.b), arg_max(d.pending, d.b), max(d.pending),
-       count(d.b) FILTER (WHERE d.pending > 0), count(d.b),
+       count(d.b) FILTER (WHERE d.waiting), count(d.b),
        quantile_cont(d.demand, $lower), quantile_cont(d.demand, $target), quantile_cont(d.demand, $upper),
-       max(d.demand), min(d.b), max(d.b)
+       max(d.demand), min(d.b), max(d.b),
+       count(d.b) FILTER (WHERE d.counted_only), count(d.b) FILTER (WHERE d.from_pods)
 FROM keys k LEFT JOIN demand d USING (object_kind, object_namespace, object_name, flavor, resource)
 GROUP BY ALL
 ORDER BY k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource
@@ -224,7 +277,8 @@ def load_quota_evidence(
     ).fetchall()
     out = []
     for (kind, ns, name, flavor, resource, tenant, nominal, borrowing, lending, notes, from_alloc,
-         used_now, pending_now, pending_max, pending_buckets, buckets, lo, target, hi, dmax, first, last) in rows:
+         used_now, pending_now, pending_max, pending_buckets, buckets, lo, target, hi, dmax, first, last,
+         counted_only, from_pods) in rows:
         out.append(
             QuotaEvidence(
                 key=QuotaKey(kind, ns, name, flavor, resource), tenant=tenant or ns,
@@ -234,7 +288,8 @@ def load_quota_evidence(
                 pending_buckets=int(pending_buckets), buckets=int(buckets),
                 demand_lower=float(lo or 0), demand_target=float(target or 0), demand_upper=float(hi or 0),
                 demand_max=float(dmax or 0), first_seen=first or window_start, last_seen=last or window_start,
-                usage_from_allocations=bool(from_alloc),
+                usage_from_allocations=bool(from_alloc), pending_count_only_buckets=int(counted_only),
+                pending_pod_buckets=int(from_pods),
             )
         )
     return out
@@ -251,15 +306,21 @@ def _ceil(x: float) -> int:
     return max(0, math.ceil(x - EPS))
 
 
-def recommend_quota(ev: QuotaEvidence, s: QuotaSettings) -> QuotaRecommendation:
-    """Apply the quota policy to one entry's evidence."""
+def recommend_quota(
+    ev: QuotaEvidence, s: QuotaSettings, history: QuotaEvidence | None = None
+) -> QuotaRecommendation:
+    """Apply the quota policy to one entry's evidence.
+
+    ``history`` is the same entry over all stored history up to ``s.history_days`` (``None``: the
+    window is all the history there is); a cut must hold over it too.
+    """
     conf = vpa_confidence(ev.span_seconds + s.bucket_seconds, ev.buckets, s.bucket_seconds,
                           low_below_days=s.low_confidence_days)
     current = None if ev.nominal is None else _ceil(ev.nominal)
     reasons = [
-        f"demand (in use + pending) over {conf.history_days:.1f} days in {ev.buckets} buckets: "
-        f"P{s.lower_percentile * 100:g} {ev.demand_lower:g}, P{s.percentile * 100:g} {ev.demand_target:g}, "
-        f"max {ev.demand_max:g}; confidence {conf.value:.1f} ({conf.label})"
+        f"demand (in use + pending) over {conf.history_days:.1f} days in {ev.buckets} buckets"
+        f"{_span(ev)}: P{s.lower_percentile * 100:g} {ev.demand_lower:g}, P{s.percentile * 100:g} "
+        f"{ev.demand_target:g}, max {ev.demand_max:g}; confidence {conf.value:.1f} ({conf.label})"
     ]
     if ev.usage_from_allocations:
         reasons.append("quota usage not recorded: in-use units counted from device allocations")
@@ -273,17 +334,17 @@ def recommend_quota(ev: QuotaEvidence, s: QuotaSettings) -> QuotaRecommendation:
     if current is not None and recommended > current and ev.pending_buckets == 0 and ev.demand_max <= current:
         recommended = current
         reasons.append("demand never exceeded the quota and nothing was pending: no increase on headroom alone")
-    if ev.pending_buckets:
-        reasons.append(f"pending demand in {ev.pending_buckets} of {ev.buckets} buckets (up to {ev.pending_max:g})")
+    reasons += _pending_reasons(ev)
     floor = _ceil(ev.usage_now + ev.pending_now)
     if recommended < floor:
         recommended = floor
         reasons.append(f"raised to current usage {ev.usage_now:g} + pending {ev.pending_now:g} = {floor}")
-    if current is not None and recommended < current and ev.pending_buckets > 0:
-        recommended = current
-        reasons.append(
-            "pending demand in the window: no cut"
-        )
+    if current is not None and recommended < current:
+        recommended = _guard_cut(ev, history, s, current, recommended, floor, reasons)
+    if recommended < ev.demand_max:
+        reasons.append(f"flag: target {recommended} is below the observed peak demand {ev.demand_max:g}")
+    if recommended == 0:
+        reasons.append("flag: target 0 admits nothing of this resource")
     lower = min(_ceil(ev.demand_lower), recommended)
     widen = 1 + 1 / max(conf.value, 1 / 24)
     upper = max(_ceil(ev.demand_upper * (1 + s.headroom) * widen), recommended)
@@ -301,6 +362,66 @@ def recommend_quota(ev: QuotaEvidence, s: QuotaSettings) -> QuotaRecommendation:
         action = "hold"
     return QuotaRecommendation(ev, action, current, uncapped, recommended, next_value, lower, upper, conf,
                                tuple(reasons))
+
+
+def _span(ev: QuotaEvidence) -> str:
+    return f" ({ev.first_seen:%Y-%m-%d %H:%M} .. {ev.last_seen:%Y-%m-%d %H:%M} UTC)" if ev.buckets else ""
+
+
+def _pending_reasons(ev: QuotaEvidence) -> list[str]:
+    out = []
+    if ev.pending_buckets:
+        out.append(f"pending demand in {ev.pending_buckets} of {ev.buckets} buckets (up to {ev.pending_max:g})")
+    if ev.pending_count_only_buckets:
+        out.append(
+            f"pending workloads counted without their resources in {ev.pending_count_only_buckets} buckets "
+            "(kueue_pending_workloads; Kueue before 0.18 exports no kueue_cluster_queue_resource_pending): "
+            "the pending quantity there is not measured"
+        )
+    if ev.pending_pod_buckets:
+        out.append(f"pending quantity from pending pods of the Kubernetes inventory in {ev.pending_pod_buckets} buckets")
+    return out
+
+
+def _guard_cut(
+    ev: QuotaEvidence, history: QuotaEvidence | None, s: QuotaSettings, current: int, recommended: int,
+    floor: int, reasons: list[str],
+) -> int:
+    """The value a cut may go to: ``current`` unless the window and the stored history both support it."""
+    if ev.pending_buckets > 0:
+        reasons.append("pending demand in the window: no cut")
+        return current
+    days = ev.days(s.bucket_seconds)
+    if days + EPS < s.min_cut_days:
+        reasons.append(
+            f"no cut: the evidence covers {days:.1f} days and a cut needs at least {s.min_cut_days:g} "
+            "(--min-cut-days); a shorter window may raise, never cut"
+        )
+        return current
+    if history is None or history.buckets <= ev.buckets:
+        reasons.append(f"cut decided by the {days:.1f} days of evidence (all the stored history up to "
+                       f"{s.history_days:g} days)")
+        return recommended
+    held = history.days(s.bucket_seconds)
+    if history.pending_buckets > 0:
+        reasons.append(
+            f"no cut: the {held:.1f} days of stored history had pending demand in {history.pending_buckets} "
+            f"buckets (up to {history.pending_max:g})"
+        )
+        return current
+    longer = max(_ceil(history.demand_target * (1 + s.headroom)), floor)
+    if longer >= current:
+        reasons.append(
+            f"no cut: over the {held:.1f} days of stored history P{s.percentile * 100:g} demand is "
+            f"{history.demand_target:g} (max {history.demand_max:g}), target {longer} >= current {current}"
+        )
+        return current
+    decided = max(recommended, longer)
+    reasons.append(
+        f"cut holds over the {held:.1f} days of stored history (target {longer}); decided by the "
+        f"{'stored history' if longer > recommended else f'{days:.1f}-day window'}: {decided}"
+    )
+    return decided
 
 
 def propose_mig_conversions(

@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.analytics.quota import (
     MigConversion,
+    QuotaEvidence,
+    QuotaKey,
     QuotaRecommendation,
     QuotaSettings,
     load_quota_evidence,
@@ -130,6 +132,8 @@ class RecommendationReport:
     plans: tuple[ObjectPlan, ...]
     outcomes: tuple[ApplyOutcome, ...] = ()
     notes: tuple[str, ...] = ()
+    data_span: tuple[datetime, datetime] | None = None
+    """First and last time of the data actually used (the window may ask for more than the store holds)."""
 
     @property
     def window(self) -> tuple[datetime, datetime]:
@@ -170,20 +174,57 @@ def recommend(
         step = sample_step_seconds(con, start, end)
         strategy = MigFitStrategy(rs)
         workloads = tuple(strategy.run(u, step) for u in usages)
+        evidence = load_quota_evidence(con, start, end, settings.quota)
+        history = _history(con, start, end, settings.quota)
         quotas = tuple(
-            recommend_quota(e, settings.quota)
-            for e in load_quota_evidence(con, start, end, settings.quota)
+            recommend_quota(e, settings.quota, history.get(e.key, e))
+            for e in evidence
             if e.key.object_kind in targets
         )
+        notes = _target_notes(evidence, targets)
         conversions = tuple(propose_mig_conversions(workloads, quotas))
         run_id = _run_id(start, end, settings)
         plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
                                   run_id=run_id))
         report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
-                                      plans)
+                                      plans, notes=notes, data_span=_data_span(workloads, quotas))
         if settings.store_results:
             store_results(con, report, strategy.name)
     return report
+
+
+def _history(
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, quota: QuotaSettings
+) -> dict[QuotaKey, QuotaEvidence]:
+    """Every quota entry over all stored history up to ``quota.history_days`` (a cut must hold there too)."""
+    longest = end - timedelta(days=quota.history_days)
+    if longest >= start:
+        return {}
+    return {e.key: e for e in load_quota_evidence(con, longest, end, quota)}
+
+
+def _target_notes(evidence: Sequence[QuotaEvidence], targets: Mapping[str, QuotaTarget]) -> tuple[str, ...]:
+    """Say what the store holds when the selected targets match none of its quota objects."""
+    chosen = [e for e in evidence if e.key.object_kind in targets]
+    if chosen or not evidence:
+        return ()
+    kinds: dict[str, int] = {}
+    for e in evidence:
+        kinds[e.key.object_kind] = kinds.get(e.key.object_kind, 0) + 1
+    held = ", ".join(f"{n} {kind} entr{'y' if n == 1 else 'ies'}" for kind, n in sorted(kinds.items()))
+    flags = [f"--target {name}" for name, t in sorted(TARGETS.items()) if getattr(t, "object_kind", None) in kinds]
+    hint = f": use {' or '.join(flags)}" if flags else ""
+    return (f"the store has no {' or '.join(sorted(targets))} objects in the window, so nothing is recommended "
+            f"or written; it has {held}{hint}",)
+
+
+def _data_span(
+    workloads: Sequence[WorkloadRecommendation], quotas: Sequence[QuotaRecommendation]
+) -> tuple[datetime, datetime] | None:
+    """First and last time of the data the recommendations actually used."""
+    firsts = [w.usage.first_seen for w in workloads] + [q.evidence.first_seen for q in quotas if q.evidence.buckets]
+    lasts = [w.usage.last_seen for w in workloads] + [q.evidence.last_seen for q in quotas if q.evidence.buckets]
+    return (min(firsts), max(lasts)) if firsts and lasts else None
 
 
 def _latest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
@@ -210,6 +251,7 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             "compute_p95_ge": u.compute_p95_ge, "memory_p99_bytes": u.memory_p99_bytes,
             "memory_peak_bytes": u.memory_peak_bytes, "compute_need_ge": w.compute_need_ge,
             "memory_need_bytes": w.memory_need_bytes, "replicas": u.max_replicas,
+            "activity_signal": list(u.activity_signals),
         }
         rows.append(head + [
             "workload", u.tenant, u.kind, u.namespace, u.name, "", "", u.gpu_model, u.current_profile,
@@ -315,16 +357,26 @@ def apply_recommendations(
     return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes))
 
 
+def _used_window(r: RecommendationReport) -> str:
+    """The data actually used, and the window asked for when it differs."""
+    asked = f"{r.settings.window_days:g} days asked"
+    if r.data_span is None:
+        return f"{r.window_start:%Y-%m-%d %H:%M} .. {r.window_end:%Y-%m-%d %H:%M} UTC ({asked}, no data in it)"
+    first, last = r.data_span
+    days = (last - first).total_seconds() / 86_400
+    return f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC ({days:.1f} days of data; {asked})"
+
+
 def _render(r: RecommendationReport) -> list[str]:
     s = r.settings
     lines = [
         f"gpulens recommendations (run {r.run_id})",
-        f"evidence window {r.window_start:%Y-%m-%d %H:%M} .. {r.window_end:%Y-%m-%d %H:%M} UTC "
-        f"({s.window_days:g} days); generated {r.generated_at:%Y-%m-%d %H:%M} UTC",
+        f"evidence window {_used_window(r)}; generated {r.generated_at:%Y-%m-%d %H:%M} UTC",
         f"policy: workloads {MigFitStrategy.name} (compute P{s.rightsizing.compute_percentile * 100:g}, memory "
         f"P{s.rightsizing.memory_percentile * 100:g} and peak, +{s.rightsizing.headroom:.0%}); quotas "
         f"P{s.quota.percentile * 100:g} of in-use + pending, +{s.quota.headroom:.0%}, step <= {s.quota.max_step:.0%}, "
-        f"apply needs confidence >= {s.quota.low_confidence_days:g} days",
+        f"apply needs confidence >= {s.quota.low_confidence_days:g} days; a cut needs >= {s.quota.min_cut_days:g} days "
+        f"of evidence and must hold over the stored history (up to {s.quota.history_days:g} days)",
     ]
     lines += [f"note: {n}" for n in r.notes]
     lines += ["", f"Workloads ({len(r.workloads)})"]

@@ -11,14 +11,16 @@ import json
 import re
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 
 from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
-from gpulens.analytics.facts import bind_facts, infer_sample_interval, resolve_window
+from gpulens.analytics.facts import Window, bind_facts, infer_sample_interval, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
 from gpulens.analytics.prices import load_price_book
+from gpulens.analytics.queue_use import has_queue_data, queue_use
 from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.analytics.summary import AnalysisSummary, build_summary
@@ -59,7 +61,9 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     build_inventory(con, window, settings.mig_proration, prices.fallback)
     devices = con.execute("SELECT count(*) FROM an_dev").fetchone()
     if not devices or not devices[0]:
-        raise UserError("the store lists no devices in the window: nothing to analyse")
+        if not has_queue_data(con, window):
+            raise UserError("the store lists no devices and no quota or pending data in the window: nothing to analyse")
+        return _analyze_queues_only(con, settings, source, window, prices.origin, clock)
     clock.done("inventory")
     idle.prepare_samples(con, window)
     clock.done("read samples and allocations")
@@ -116,6 +120,47 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
         raise
     if settings.out_dir is not None:
         chargeback.write_focus(con, run_id, settings.out_dir)
+    return summary
+
+
+NO_DEVICES = (
+    "the store holds no device samples in the window (Kueue metrics only): collect from the exporters or "
+    "dcgm-exporter (`gpulens collect`) to measure them"
+)
+
+
+def _analyze_queues_only(
+    con: duckdb.DuckDBPyConnection, settings: AnalysisSettings, source: str, window: Window, price_origin: str,
+    clock: _Phases,
+) -> AnalysisSummary:
+    """A store without devices (Kueue metrics only): quota use and pending; the device analyses are skipped."""
+    queues = tuple(queue_use(con, window))
+    clock.done("quota use")
+    parameters = {**settings.parameters(), "scope": "queues-only", "prices": {"origin": price_origin}}
+    run_id = _run_id(window.start, window.end, source, parameters)
+    summary = AnalysisSummary(
+        run_id=run_id, window_start=window.start, window_end=window.end, bucket_seconds=window.bucket_seconds,
+        sample_interval_seconds=0.0, fact_source=source, ge_hours_by_state={}, cost_usd_by_state={},
+        idle_by_tenant=(), stranded_ge_hours=0.0, top_risk_tenants=(), drain_candidates=(), warn_gpus=0,
+        fleet_cost_usd=Decimal(0), chargeback_total_usd=Decimal(0), phase_seconds=clock.seconds,
+        skipped=dict.fromkeys(RESULT_TABLES, NO_DEVICES), queues=queues,
+    )
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in (*RESULT_TABLES, "analysis_runs"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+        con.execute(
+            "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run_id, window.start, window.end, window.bucket_seconds, 0.0,  # no samples: no interval
+                json.dumps(parameters, sort_keys=True, default=str), source,
+                json.dumps(summary.as_json(), default=str), datetime.now(UTC).replace(tzinfo=None),
+            ],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
     return summary
 
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 import duckdb
 
 from gpulens.analytics.chargeback import FleetCost
+from gpulens.analytics.queue_use import QueueUse
 
 STATES = ("allocated-active", "allocated-idle", "allocated-unmeasured", "unallocated", "unknown")
 
@@ -60,6 +61,10 @@ class AnalysisSummary:
     """Sum of BilledCost over the run's chargeback lines."""
     phase_seconds: dict[str, float] = field(default_factory=dict)
     """Where the run's time went (the dict is filled while the run commits)."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Result table -> why this run did not compute it (e.g. no device samples in a Kueue-only store)."""
+    queues: tuple[QueueUse, ...] = ()
+    """Quota use per queue (filled when device analyses were skipped)."""
 
     @property
     def capacity_ge_hours(self) -> float:
@@ -79,6 +84,8 @@ class AnalysisSummary:
         return data
 
     def render(self) -> str:
+        if self.skipped:
+            return "\n".join(self._render_queues_only())
         cap = self.capacity_ge_hours or 1.0
         lines = [
             f"gpulens analysis {self.run_id}: {self.window_start:%Y-%m-%d %H:%M} .. {self.window_end:%Y-%m-%d %H:%M} UTC"
@@ -117,6 +124,32 @@ class AnalysisSummary:
             f" ${self.fleet_cost_usd.quantize(Decimal('0.01')):,.2f}: {verdict}"
         )
         return "\n".join(lines)
+
+
+    def _render_queues_only(self) -> list[str]:
+        lines = [
+            f"gpulens analysis {self.run_id}: {self.window_start:%Y-%m-%d %H:%M} .. {self.window_end:%Y-%m-%d %H:%M} UTC"
+            f" ({self.bucket_seconds // 60} min buckets, facts from {self.fact_source})",
+            "skipped (not measured, not zero):",
+        ]
+        reasons: dict[str, list[str]] = {}
+        for table, why in self.skipped.items():
+            reasons.setdefault(why, []).append(table)
+        lines += [f"  {', '.join(tables)}: {why}" for why, tables in reasons.items()]
+        lines.append("quota use per queue (nominal, mean and peak in use, buckets with work waiting):")
+        if not self.queues:
+            lines.append("  (none)")
+        for q in self.queues:
+            flavor = f" {_safe(q.flavor)}" if q.flavor else ""
+            mean = "not recorded" if q.usage_mean is None else f"mean {q.usage_mean:,.1f}"
+            peak = "" if q.usage_peak is None else f", peak {q.usage_peak:,.0f}"
+            nominal = "?" if q.nominal is None else f"{q.nominal:g}"
+            waited = f"{q.pending_buckets} of {q.buckets} buckets"
+            most = "" if q.pending_peak is None else f" (up to {q.pending_peak:g} waiting)"
+            lines.append(f"  {q.object_kind} {_safe(q.name)}{flavor} {q.resource}: quota {nominal}, {mean}{peak};"
+                         f" work waited in {waited}{most}")
+        lines.append("quota recommendations: run `gpulens recommend` (it needs no device samples)")
+        return lines
 
 
 def _safe(text: str) -> str:

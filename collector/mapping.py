@@ -55,6 +55,7 @@ GPULENS_METRICS = (
 DCGM_METRICS = (
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_FB_RESERVED",
@@ -184,12 +185,22 @@ def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         .group_by("ts", "cluster_queue")
         .agg(workloads=pl.col("value").sum())
     )
-    pending = (
+    gauge = (
         df.filter((pl.col("metric") == "kueue_cluster_queue_resource_pending") & pl.col("resource").is_not_null())
         .group_by("ts", "cluster_queue", "resource")
         .agg(quantity=pl.col("value").sum())
-        .join(workloads, on=["ts", "cluster_queue"], how="left")
         .filter(pl.col("quantity") > 0)
+    )
+    # Kueue before 0.18 exports no resource gauge: a count of pending workloads without their shapes
+    # is kept as a row with resource '' and quantity NULL (pending, amount not measured).
+    counted_only = (
+        workloads.filter(pl.col("workloads") > 0)
+        .join(gauge.select("ts", "cluster_queue").unique(), on=["ts", "cluster_queue"], how="anti")
+        .select("ts", "cluster_queue", pl.lit("").alias("resource"), pl.lit(None, dtype=pl.Float64).alias("quantity"))
+    )
+    pending = (
+        pl.concat([gauge.with_columns(pl.col("quantity").cast(pl.Float64)), counted_only], how="diagonal_relaxed")
+        .join(workloads, on=["ts", "cluster_queue"], how="left")
         .select(
             "ts",
             pl.col("cluster_queue").alias("tenant"),
@@ -197,7 +208,8 @@ def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
             pl.lit("").alias("namespace"),
             pl.lit("").alias("flavor"),
             "resource",
-            _profile_of(pl.col("resource")).alias("profile"),
+            pl.when(pl.col("resource") == "").then(pl.lit("")).otherwise(_profile_of(pl.col("resource")))
+            .alias("profile"),
             pl.lit("").alias("gpu_model"),
             "quantity",
             pl.col("workloads").fill_null(0).round(0).cast(pl.Int32),
@@ -276,6 +288,8 @@ def _gpulens_device_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
         pl.col("memory_used_bytes").round(0).cast(pl.Int64),
         pl.col("memory_total_bytes").round(0).cast(pl.Int64),
         pl.lit(source).alias("source"),
+        pl.when(pl.col("activity_ratio").is_not_null()).then(pl.lit(f"{G}device_activity_ratio"))
+        .alias("activity_signal"),
     )
 
 
@@ -492,13 +506,18 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         model=pl.col("model").first(),
         index=pl.col("index").first(),
         gr=_first("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+        sm=_first("DCGM_FI_PROF_SM_ACTIVE"),
         util=_first("DCGM_FI_DEV_GPU_UTIL"),
         used=_first(fb[0]),
         free=_first(fb[1]),
         reserved=_first(fb[2]),
     )
     per_device = per_device.with_columns(
-        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("util") / 100.0),
+        # profiling fields first: GPU_UTIL is a duty cycle that overstates compute need
+        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("sm"), pl.col("util") / 100.0),
+        activity_signal=pl.when(pl.col("gr").is_not_null()).then(pl.lit("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+        .when(pl.col("sm").is_not_null()).then(pl.lit("DCGM_FI_PROF_SM_ACTIVE"))
+        .when(pl.col("util").is_not_null()).then(pl.lit("DCGM_FI_DEV_GPU_UTIL")),
         memory_used_bytes=(pl.col("used") * MIB).round(0).cast(pl.Int64),
         memory_total_bytes=((pl.col("used") + pl.col("free") + pl.col("reserved").fill_null(0)) * MIB)
         .round(0)
@@ -514,6 +533,7 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         "memory_used_bytes",
         "memory_total_bytes",
         pl.lit(source).alias("source"),
+        "activity_signal",
     )
     # Physical readings are per GPU: MIG instances repeat them, the first series of each GPU wins.
     phys = df.group_by("gpu", "ts").agg(

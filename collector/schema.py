@@ -78,7 +78,8 @@ FACTS = {
         activity_ratio DOUBLE,
         memory_used_bytes BIGINT,
         memory_total_bytes BIGINT,
-        source VARCHAR NOT NULL
+        source VARCHAR NOT NULL,
+        activity_signal VARCHAR           -- the metric activity_ratio came from; NULL: not recorded
     """,
     # Physical readings, one row per GPU per sample time.
     "gpu_samples": """
@@ -155,7 +156,8 @@ FACTS = {
         resource VARCHAR NOT NULL,
         profile VARCHAR NOT NULL,         -- requested shape: 'gpu' or a MIG profile
         gpu_model VARCHAR NOT NULL DEFAULT '',
-        quantity DOUBLE NOT NULL,         -- devices of that shape
+        quantity DOUBLE,                  -- devices of that shape; NULL: not measured (a count of pending
+                                          -- workloads without shapes, resource '' and profile '')
         workloads INTEGER NOT NULL,
         source VARCHAR NOT NULL
     """,
@@ -237,9 +239,21 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create every store table that does not exist yet (idempotent)."""
     for name, columns in ALL_TABLES.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
+    _relax_pending_quantity(con)
+    con.execute("ALTER TABLE device_samples ADD COLUMN IF NOT EXISTS activity_signal VARCHAR")
     con.execute(
         "INSERT OR REPLACE INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
     )
+
+
+def _relax_pending_quantity(con: duckdb.DuckDBPyConnection) -> None:
+    """Stores made before pending workload counts were kept have ``pending_demand.quantity NOT NULL``."""
+    row = con.execute(
+        "SELECT is_nullable FROM information_schema.columns "
+        "WHERE table_name = 'pending_demand' AND column_name = 'quantity' AND table_schema = current_schema()"
+    ).fetchone()
+    if row and row[0] == "NO":
+        con.execute("ALTER TABLE pending_demand ALTER COLUMN quantity DROP NOT NULL")
 
 
 def connect(path: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:

@@ -67,11 +67,12 @@ def test_each_signal_gives_the_state_the_reference_asks_for(store: Path) -> None
         ("node", "b"): "drain",
     }
     evidence = {k: json.loads(ev) for s, k, _, _, ev in rows if s == "gpu"}
-    assert [(e["signal"], e["severity"], e["value"]) for e in evidence["APP"]] == [
+    measured = {k: [e for e in ev if e["severity"] != "unmeasured"] for k, ev in evidence.items()}
+    assert [(e["signal"], e["severity"], e["value"]) for e in measured["APP"]] == [
         ("xid_13", "info", 5),
         ("xid_31", "info", 1),
     ]
-    assert evidence["FINE"] == []
+    assert measured["FINE"] == []
     assert {d.gpu_uuid for d in summary.drain_candidates} == {"LOST", "PAGES", "DBE", "REMAP"}
     lost = next(d for d in summary.drain_candidates if d.gpu_uuid == "LOST")
     assert "XID 79" in lost.evidence
@@ -84,3 +85,19 @@ def test_xid_classes_are_configurable_but_application_errors_never_drain() -> No
     assert classify_xid(999, rules) == "warn"
     with pytest.raises(ValueError, match="application errors"):
         HealthRules(drain_xids=frozenset({13, 79}))
+
+
+def test_signals_without_readings_are_listed_as_not_measured_never_as_fine(store: Path) -> None:
+    summary = analyze(store, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=END))
+    con = duckdb.connect(str(store), read_only=True)
+    rows = dict(con.execute(
+        "SELECT gpu_uuid, evidence FROM health WHERE run_id = ? AND scope = 'gpu'", [summary.run_id]
+    ).fetchall())
+    con.close()
+    unmeasured = {g: [e for e in json.loads(ev) if e["severity"] == "unmeasured"] for g, ev in rows.items()}
+    (app,) = unmeasured["APP"]  # no physical readings at all
+    assert app["signal"] == "not_measured" and "no physical readings" in app["reason"]
+    assert "ecc_double_bit" in app["reason"] and "not checked" in app["reason"]
+    (fine,) = unmeasured["FINE"]  # readings, but no row-remap or thermal counters
+    assert "row_remap_failure" in fine["reason"] and "thermal_violation_seconds" in fine["reason"]
+    assert "retired_pages" not in fine["reason"] and "ecc_double_bit" not in fine["reason"]

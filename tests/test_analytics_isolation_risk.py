@@ -101,3 +101,50 @@ def test_an_exclusive_gpu_alone_on_its_node_with_all_layers_scores_zero(tmp_path
     summary = analyze(path, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=END))
     got = risk_rows(path, summary.run_id)
     assert got[("tenant", "safe")] == (0, [{"term": "sharing_mode", "points": 0, "reason": "sharing mode exclusive"}])
+
+
+def terms_of(path: Path, run_id: str) -> dict[tuple[str, str | None], dict[str, dict]]:
+    return {k: {t["term"]: t for t in terms} for k, (_, terms) in risk_rows(path, run_id).items()}
+
+
+def test_a_store_without_kubernetes_inventory_says_layers_were_not_collected(tmp_path: Path) -> None:
+    path = tmp_path / "samples-only.duckdb"
+    f = Fleet(path)
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.gpu("GPU-B", "n1")
+    f.samples("GPU-A", count=60, activity=0.5)
+    f.samples("GPU-B", count=60, activity=0.5)
+    f.alloc("GPU-A", "t1", count=60, namespace="ns-t1")
+    f.alloc("GPU-B", "t2", count=60, namespace="ns-t2")
+    f.close()
+    summary = analyze(path, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=END))
+    for key, terms in terms_of(path, summary.run_id).items():
+        assert "no_network_policy" not in terms and "no_dedicated_pool_or_vcluster" not in terms, key
+        policy, pool = terms["network_policy_not_collected"], terms["dedicated_pool_not_collected"]
+        assert "NetworkPolicies not collected" in policy["reason"]
+        for t in (policy, pool):
+            assert "gpulens collect --kubernetes" in t["reason"] and "not collected" in t["reason"]
+        assert policy["points"] == RiskWeights().no_network_policy  # the blind spot is weighed, and says so
+
+
+def test_a_namespace_the_inventory_never_saw_is_unknown_not_without_policy(tmp_path: Path) -> None:
+    path = tmp_path / "partial.duckdb"
+    f = Fleet(path)
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.gpu("GPU-B", "n1")
+    f.samples("GPU-A", count=60)
+    f.samples("GPU-B", count=60)
+    f.alloc("GPU-A", "t1", count=60, namespace="ns-seen")
+    f.alloc("GPU-B", "t2", count=60, namespace="ns-unseen")
+    f.namespace("ns-seen", "t1", policies=0)
+    f.close()
+    summary = analyze(path, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=END))
+    terms = terms_of(path, summary.run_id)
+    assert "ns-seen" in terms[("tenant", "t1")]["no_network_policy"]["reason"]
+    assert "network_policy_not_collected" not in terms[("tenant", "t1")]
+    assert "ns-unseen" in terms[("tenant", "t2")]["network_policy_not_collected"]["reason"]
+    assert "no_network_policy" not in terms[("tenant", "t2")]
+    # the inventory was collected: a missing pool is a measured absence
+    assert "no_dedicated_pool_or_vcluster" in terms[("tenant", "t2")]

@@ -24,15 +24,16 @@ from tests.support.recommend_store import T0, StoreBuilder, gib
 
 SETTINGS = QuotaSettings()
 WEEK_BUCKETS = 7 * 288
+CUT_BUCKETS = 15 * 288
 
 
 def evidence(**overrides: object) -> QuotaEvidence:
-    """A ClusterQueue entry with a week of 5-minute buckets (confidence 7 days) unless overridden."""
+    """A ClusterQueue entry with 15 days of 5-minute buckets (enough to cut) unless overridden."""
     base = QuotaEvidence(
         key=QuotaKey("ClusterQueue", "", "team-a", "h100", "nvidia.com/gpu"), tenant="team-a", nominal=20,
         borrowing_limit=None, lending_limit=None, annotations={}, usage_now=4, pending_now=0, pending_max=0,
-        pending_buckets=0, buckets=WEEK_BUCKETS, demand_lower=3, demand_target=7, demand_upper=9, demand_max=10,
-        first_seen=T0, last_seen=T0 + timedelta(minutes=5 * (WEEK_BUCKETS - 1)),
+        pending_buckets=0, buckets=CUT_BUCKETS, demand_lower=3, demand_target=7, demand_upper=9, demand_max=10,
+        first_seen=T0, last_seen=T0 + timedelta(minutes=5 * (CUT_BUCKETS - 1)),
     )
     return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
@@ -157,7 +158,7 @@ def test_resourcequota_usage_falls_back_to_device_allocations(tmp_path: Path) ->
     assert ev.key.resource == "nvidia.com/gpu"  # 'requests.' prefix normalised away
     assert ev.usage_from_allocations
     assert ev.usage_now == 2 and ev.demand_max == 2
-    rec = recommend_quota(ev, SETTINGS)
+    rec = recommend_quota(ev, QuotaSettings(min_cut_days=7))  # a week of evidence
     assert rec.recommended == 3 and rec.next_value == 6
     assert any("counted from device allocations" in r for r in rec.reasons)
 
@@ -217,3 +218,59 @@ def test_no_increase_on_headroom_alone_when_nothing_waited() -> None:
     assert any("no increase on headroom alone" in r for r in full.reasons)
     borrowing = recommend_quota(evidence(nominal=10, demand_target=12, demand_max=13, usage_now=12), SETTINGS)
     assert borrowing.action == "increase"
+
+
+def test_a_target_below_the_observed_peak_or_at_zero_is_flagged() -> None:
+    below = recommend_quota(evidence(nominal=20, demand_target=2, demand_max=10, usage_now=1), SETTINGS)
+    assert below.recommended == 3
+    assert any("below the observed peak demand 10" in r for r in below.reasons), below.reasons
+    zero = recommend_quota(evidence(nominal=2, demand_target=0, demand_lower=0, demand_max=0, usage_now=0), SETTINGS)
+    assert zero.recommended == 0
+    assert any("target 0 admits nothing" in r for r in zero.reasons), zero.reasons
+    covered = recommend_quota(evidence(nominal=9, demand_target=7, demand_max=9), SETTINGS)
+    assert not any(r.startswith("flag:") for r in covered.reasons)
+
+
+@given(days=st.floats(0.5, 13.9), target=st.floats(0, 300), nominal=st.integers(1, 200))
+def test_evidence_shorter_than_min_cut_days_never_cuts(days: float, target: float, nominal: int) -> None:
+    buckets = max(SETTINGS.min_buckets, int(days * 288))
+    rec = recommend_quota(
+        evidence(nominal=nominal, demand_target=target, usage_now=0, buckets=buckets, first_seen=T0,
+                 last_seen=T0 + timedelta(minutes=5 * (buckets - 1))),
+        SETTINGS,
+    )
+    assert rec.next_value is not None and rec.next_value >= nominal
+
+
+@given(history_pending=st.integers(1, 500), target=st.floats(0, 300), nominal=st.integers(1, 200))
+def test_a_cut_the_stored_history_contradicts_is_refused(history_pending: int, target: float, nominal: int) -> None:
+    window = evidence(nominal=nominal, demand_target=target, usage_now=0)
+    longer = dataclasses.replace(window, buckets=window.buckets * 2, first_seen=T0 - timedelta(days=15),
+                                 pending_buckets=history_pending)
+    rec = recommend_quota(window, SETTINGS, longer)
+    assert rec.next_value is not None and rec.next_value >= nominal
+
+
+def test_pending_pods_of_the_inventory_count_when_kueue_gives_no_pending_metric(tmp_path: Path) -> None:
+    store = StoreBuilder(tmp_path / "pods.duckdb")
+    n = CUT_BUCKETS
+    store.quota("ClusterQueue", "team-a", "nvidia.com/gpu", flavor="h100", tenant="team-a", nominal=16,
+                usage=[4] * n)
+    store.quota("LocalQueue", "lq-a", "nvidia.com/gpu", namespace="ns-a", flavor="h100", nominal=0,
+                usage=[None], annotations={"clusterQueue": "team-a"})
+    path = store.save()
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            """INSERT INTO pod_snapshots (ts, namespace, pod, phase, queue, gpu_requests, source)
+               VALUES (?, 'ns-a', 'waiting-0', 'Pending', 'lq-a', '{"nvidia.com/gpu": 8}', 'kubernetes'),
+                      (?, 'ns-a', 'running-0', 'Running', 'lq-a', '{"nvidia.com/gpu": 4}', 'kubernetes')""",
+            [store.ts(n - 10), store.ts(n - 10)],
+        )
+        end = store.ts(n)
+        (ev,) = [e for e in load_quota_evidence(con, end - timedelta(days=16), end, SETTINGS)
+                 if e.key.object_kind == "ClusterQueue"]
+    assert ev.pending_buckets == 1 and ev.pending_pod_buckets == 1
+    assert ev.demand_max == 12  # 4 in use + 8 requested by the pending pod
+    rec = recommend_quota(ev, SETTINGS)
+    assert rec.action == "hold" and rec.next_value == 16
+    assert any("pending pods of the Kubernetes inventory" in r for r in rec.reasons)

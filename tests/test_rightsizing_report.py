@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
-from tests.support.recommend_cluster import WEEK, build_writer_store
+from tests.support.recommend_cluster import CUT_HISTORY, WEEK, build_writer_store
 from tests.support.recommend_store import StoreBuilder, gib
 
 NOW = datetime(2026, 11, 9, 12, 0)
@@ -24,7 +24,7 @@ def serving_fleet(path: Path) -> Path:
     s.workload("team-a", "Deployment", "chat", {"chat-0": ["g0"], "chat-1": ["g1"]}, samples=WEEK, tenant="team-a",
                activity=lambda i: 0.3 if i % 50 == 0 else 0.0, memory=lambda i: gib(24) + (i % 5) * gib(0.1))
     s.quota("ClusterQueue", "team-a", "nvidia.com/gpu", flavor="h200", tenant="team-a", nominal=4,
-            usage=[2] * WEEK)
+            usage=[2] * CUT_HISTORY, first=WEEK - CUT_HISTORY)
     return s.save()
 
 
@@ -44,7 +44,7 @@ def test_the_report_explains_workloads_quotas_and_mig_proposals(tmp_path: Path) 
 
 def test_results_are_stored_with_window_and_parameters_and_a_rerun_replaces_them(tmp_path: Path) -> None:
     path = serving_fleet(tmp_path / "s.duckdb")
-    settings = RecommendSettings(window_days=10)
+    settings = RecommendSettings(window_days=10, quota={"min_cut_days": 10})
     first = recommend(path, settings, clock=lambda: NOW)
     again = recommend(path, settings, clock=lambda: NOW)
     assert first.run_id == again.run_id
@@ -57,7 +57,8 @@ def test_results_are_stored_with_window_and_parameters_and_a_rerun_replaces_them
         ("mig_conversion", "team-a", "propose_mig"), ("quota", "team-a", "decrease"), ("workload", "chat", "shrink")]
     assert rows[0][4] == first.window_end and (rows[0][4] - rows[0][3]).days == 10
     assert json.loads(rows[0][5])["window_days"] == 10
-    other = recommend(path, RecommendSettings(window_days=10, quota={"percentile": 0.5}), clock=lambda: NOW)
+    other = recommend(path, RecommendSettings(window_days=10, quota={"percentile": 0.5, "min_cut_days": 10}),
+                      clock=lambda: NOW)
     assert other.run_id != first.run_id
     with duckdb.connect(str(path), read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT run_id) FROM recommendations").fetchone() == (2,)

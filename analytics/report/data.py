@@ -7,6 +7,7 @@ which command to run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,10 +33,20 @@ RESULT_TABLE_PRODUCERS: dict[str, str] = {
 class AnalysisMissing(UserError):
     """A result table the page or report needs is not in the store yet."""
 
-    def __init__(self, table: str, db_path: str) -> None:
+    def __init__(self, table: str, db_path: str, message: str | None = None) -> None:
         self.table = table
         command = RESULT_TABLE_PRODUCERS.get(table, "gpulens analyze")
-        super().__init__(f"the store {db_path} has no '{table}' results yet: run `{command} --db {db_path}` first")
+        super().__init__(
+            message or f"the store {db_path} has no '{table}' results yet: run `{command} --db {db_path}` first"
+        )
+
+
+def skipped_by(run_id: str, summary_json: str | None, table: str) -> str | None:
+    """Why run ``run_id`` skipped ``table`` (its summary's ``skipped`` map), or ``None``."""
+    if not summary_json:
+        return None
+    why = (json.loads(summary_json).get("skipped") or {}).get(table)
+    return f"'{table}' was skipped by analysis run {run_id}: {why}" if why else None
 
 
 def open_store(db_path: str | Path) -> duckdb.DuckDBPyConnection:
@@ -146,7 +157,14 @@ class StoreReader:
         """Raise :class:`AnalysisMissing` for the first of ``tables`` that is absent or empty."""
         for table in tables:
             if not self.has(table):
-                raise AnalysisMissing(table, self.db_path)
+                raise AnalysisMissing(table, self.db_path, self._skipped(table))
+
+    def _skipped(self, table: str) -> str | None:
+        """The newest run's reason for skipping ``table`` (e.g. a Kueue-only store), if it did."""
+        if table == "analysis_runs" or not self.has("analysis_runs"):
+            return None
+        run = self.latest_run()
+        return skipped_by(str(run["run_id"][0]), run["summary"][0], table)
 
     def frame(self, sql: str, params: list[object] | None = None) -> pl.DataFrame:
         """Run a constant ``sql`` with bound ``params`` and return a polars frame."""
@@ -220,7 +238,7 @@ class StoreReader:
                 "ORDER BY r.created_at DESC LIMIT 1"
             ).fetchone()
         if row is None:
-            raise AnalysisMissing(table, self.db_path)
+            raise AnalysisMissing(table, self.db_path, skipped_by(run_id, run["summary"][0], table))
         return str(row[0])
 
     def capacity_states(self, max_points: int | None = None) -> pl.DataFrame:

@@ -133,8 +133,9 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
             )
             reasons.append(f"compute activity is not measured {where}; sized by memory only, with lower confidence")
         else:
+            signal = ", ".join(usage.activity_signals) or "activity_ratio (signal not recorded)"
             reasons.append(
-                f"compute P{s.compute_percentile * 100:g} is {usage.compute_p95_ge:.2f} GE, "
+                f"compute P{s.compute_percentile * 100:g} is {usage.compute_p95_ge:.2f} GE (from {signal}), "
                 f"need {compute_need:.2f} GE with {s.headroom:.0%} headroom"
             )
         reasons.append(

@@ -44,7 +44,7 @@ B = pl.Boolean
 # Column names and types of each frame, in the order of collector/schema.py (a test checks the match).
 COLUMNS: dict[str, dict[str, Any]] = {
     "device_samples": {"ts": TS, "node": S, "gpu_uuid": S, "device_id": S, "activity_ratio": F,
-                       "memory_used_bytes": I64, "memory_total_bytes": I64, "source": S},
+                       "memory_used_bytes": I64, "memory_total_bytes": I64, "source": S, "activity_signal": S},
     "gpu_samples": {"ts": TS, "node": S, "gpu_uuid": S, "up": B, "power_watts": F, "energy_joules": F,
                     "temperature_celsius": F, "sm_clock_hz": F, "memory_clock_hz": F, "throttle_reasons": pl.List(S),
                     "ecc_corrected_total": I64, "ecc_uncorrected_total": I64, "retired_pages_total": I64,
@@ -196,11 +196,16 @@ def _device_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
     records: list[dict[str, object]] = [
         {"node": plan.name, "gpu_uuid": d.gpu_uuid, "device_id": d.uuid} for d in plan.devices
     ]
+    activity = _masked(a.dev_activity.ravel(), up.ravel(), F)
     return _table(
         "device_samples", records, np.repeat(np.arange(n_d), n_t), ts=np.tile(to_ts(a.t), n_d),
-        activity_ratio=_masked(a.dev_activity.ravel(), up.ravel(), F),
+        activity_ratio=activity,
         memory_used_bytes=_masked(a.dev_memory.ravel(), first.ravel(), I64),
         memory_total_bytes=_masked(totals.ravel(), first.ravel(), I64),
+        # the simulated exporter's own series (what a collection of its /metrics records)
+        activity_signal=pl.select(
+            pl.when(activity.is_not_null()).then(pl.lit("gpulens_device_activity_ratio"))
+        ).to_series(),
     )
 
 
@@ -464,6 +469,7 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
                     "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": m.uuid,
                     "activity_ratio": m.activity_ratio, "memory_used_bytes": m.memory_used_bytes if first else None,
                     "memory_total_bytes": m.memory_total_bytes if first else None, "source": SOURCE,
+                    "activity_signal": None if m.activity_ratio is None else "gpulens_device_activity_ratio",
                 })
         else:
             device_gpu[g.uuid] = g.uuid
@@ -471,6 +477,7 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
                 "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": g.uuid, "activity_ratio": g.activity_ratio,
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes if g.up else None,
                 "source": SOURCE,
+                "activity_signal": None if g.activity_ratio is None else "gpulens_device_activity_ratio",
             })
     for a in snap.allocations:
         alloc.append({

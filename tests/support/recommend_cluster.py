@@ -8,22 +8,27 @@ from typing import Any
 from tests.support.recommend_store import StoreBuilder
 
 WEEK = 7 * 288
+CUT_HISTORY = 15 * 288
 CQ_V1BETA2 = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
 RQ_PATH = "/api/v1/namespaces/ns-c/resourcequotas/gpu-quota"
 
 
 def build_writer_store(path: Path, *, snapshot_opt_out: bool = False) -> Path:
-    """team-a: confident cut 16 -> 12 (recommended 9); team-b: confident cut; team-c: one day only (low
-    confidence); ResourceQuota ns-c/gpu-quota: 8 -> 6 (recommended 3)."""
+    """team-a: confident cut 16 -> 12 (recommended 9); team-b: confident cut; team-c: one day only, an
+    increase 16 -> 20 for work that waited (low confidence); ResourceQuota ns-c/gpu-quota: 8 -> 6
+    (recommended 3). Cuts stand on 15 days of quota history (a cut needs 14, ``--min-cut-days``)."""
     s = StoreBuilder(path)
+    before = WEEK - CUT_HISTORY  # the quota history starts 8 days before the workloads' week
     s.quota("ClusterQueue", "team-a", "nvidia.com/gpu", flavor="h100", tenant="team-a", nominal=16,
-            borrowing_limit=4, lending_limit=2, usage=[4 + (i % 4) for i in range(WEEK)])
+            borrowing_limit=4, lending_limit=2, usage=[4 + (i % 4) for i in range(CUT_HISTORY)], first=before)
     s.quota("ClusterQueue", "team-b", "nvidia.com/gpu", flavor="h100", tenant="team-b", nominal=16,
-            usage=[4] * WEEK, annotations={"gpulens.io/auto-apply": "false"} if snapshot_opt_out else None)
+            usage=[4] * CUT_HISTORY, annotations={"gpulens.io/auto-apply": "false"} if snapshot_opt_out else None,
+            first=before)
     s.quota("ClusterQueue", "team-c", "nvidia.com/gpu", flavor="h100", tenant="team-c", nominal=16,
-            usage=[2] * 288)
+            usage=[18] * 288, first=WEEK - 288)
+    s.pending("team-c", "nvidia.com/gpu", {i: 2 for i in range(WEEK - 288, WEEK)}, cluster_queue="team-c")
     s.quota("ResourceQuota", "gpu-quota", "requests.nvidia.com/gpu", namespace="ns-c", tenant="team-c",
-            nominal=8, usage=[2] * WEEK)
+            nominal=8, usage=[2] * CUT_HISTORY, first=before)
     return s.save()
 
 

@@ -58,8 +58,10 @@ class StoreBuilder:
         activity: Callable[[int], float | None],
         memory: Callable[[int], int],
         tenant: str | None = None,
+        signal: Callable[[int], str | None] = lambda i: None,
     ) -> None:
-        """``pods`` maps pod name -> device ids it holds; every device reads ``activity(i)``, ``memory(i)``."""
+        """``pods`` maps pod name -> device ids it holds; every device reads ``activity(i)``, ``memory(i)``
+        (``signal(i)`` names the metric the activity came from; ``None``: not recorded)."""
         for i in range(samples):
             ts = self.ts(i)
             for pod, devices in pods.items():
@@ -71,7 +73,7 @@ class StoreBuilder:
                               source="test")
                     self._add("device_samples", ts=ts, node=node, gpu_uuid=gpu_uuid, device_id=dev,
                               activity_ratio=activity(i), memory_used_bytes=memory(i), memory_total_bytes=None,
-                              source="test")
+                              source="test", activity_signal=signal(i))
 
     def quota(
         self,
@@ -87,8 +89,10 @@ class StoreBuilder:
         borrowing_limit: float | None = None,
         lending_limit: float | None = None,
         annotations: Mapping[str, str] | None = None,
+        first: int = 0,
     ) -> None:
-        for i, used in enumerate(usage):
+        """Snapshots at steps ``first``, ``first + 1``, ... (a negative ``first`` starts before ``start``)."""
+        for i, used in enumerate(usage, start=first):
             self._add("quota_snapshots", ts=self.ts(i), object_kind=kind, object_namespace=namespace,
                       object_name=name, tenant=tenant, flavor=flavor, resource=resource, nominal_quota=nominal,
                       borrowing_limit=borrowing_limit, lending_limit=lending_limit, usage=used,

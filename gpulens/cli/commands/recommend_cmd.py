@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 RECOMMEND_HELP = (
     "Recommend device shapes per workload (the smallest MIG profile that fits P95 compute and P99/peak "
     "memory plus headroom, or fewer GPUs) and quotas per queue, flavor and resource (P95 of in-use plus "
-    "pending demand plus headroom, never below usage plus pending, no cut while work is pending, at most "
-    "--max-step per apply), with the reasons and a confidence in days of data.\n\n"
+    "pending demand plus headroom, never below usage plus pending, no cut while work is pending, no cut on "
+    "less than --min-cut-days of evidence or one the stored history contradicts, at most --max-step per "
+    "apply), with the reasons and a confidence in days of data.\n\n"
     "Dry run by default: prints a diff per quota object and writes the YAML it would apply to --out "
     "(plus GPUQuotaRecommendation objects). --apply sends it with server-side apply (field manager "
     "gpulens) to Kueue ClusterQueues and/or ResourceQuotas; objects annotated gpulens.io/auto-apply: "
@@ -76,6 +77,14 @@ def register(app: typer.Typer) -> None:
         min_confidence_days: Annotated[
             float, typer.Option("--min-confidence-days", help="Apply refuses changes with less confidence (days).")
         ] = 2.0,
+        min_cut_days: Annotated[
+            float,
+            typer.Option("--min-cut-days", help="A quota cut needs at least this many days of evidence (and must "
+                         "hold over the stored history up to --history-days); a shorter window may only raise."),
+        ] = 14.0,
+        history_days: Annotated[
+            float, typer.Option("--history-days", help="How far back a cut is checked against stored history.")
+        ] = 30.0,
         kueue_version: Annotated[
             str, typer.Option("--kueue-version", help="ClusterQueue API version: v1beta1 or v1beta2.")
         ] = "v1beta2",
@@ -127,7 +136,8 @@ def register(app: typer.Typer) -> None:
                 store_results=store,
                 rightsizing=MigFitSettings(headroom=headroom / 100, low_confidence_days=min_confidence_days),
                 quota=QuotaSettings(percentile=percentile / 100, headroom=headroom / 100, max_step=max_step / 100,
-                                    low_confidence_days=min_confidence_days),
+                                    low_confidence_days=min_confidence_days, min_cut_days=min_cut_days,
+                                    history_days=history_days),
             )
             report = recommend(db, settings)
         except ValidationError as exc:
