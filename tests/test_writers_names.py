@@ -43,7 +43,7 @@ def test_quotas_whose_dashed_names_coincide_get_their_own_files_and_recommendati
     for namespace, name in (("team-a", "gpu-quota"), ("team", "a-gpu-quota")):
         s.quota("ResourceQuota", name, "requests.nvidia.com/gpu", namespace=namespace, tenant=namespace, nominal=8,
                 usage=[2] * WEEK)
-    report = recommend(s.save(), RecommendSettings(targets=("resourcequota",)), clock=lambda: NOW)
+    report = recommend(s.save(), RecommendSettings(targets=("resourcequota",), quota={"min_cut_days": 7}), clock=lambda: NOW)
     written = write_dry_run(report, tmp_path / "out")
     quota_files = sorted(p.name for p in written if p.name != "gpuquotarecommendations.yaml")
     assert quota_files == ["resourcequota-team-a.gpu-quota.yaml", "resourcequota-team.a-gpu-quota.yaml"]
@@ -56,7 +56,7 @@ def test_a_name_with_a_newline_stays_on_the_diffs_header_line(tmp_path: Path) ->
     s = StoreBuilder(tmp_path / "s.duckdb")
     s.quota("ClusterQueue", "team-x\n+++ ClusterQueue team-y (proposed)\n@@ -1 +1 @@", "nvidia.com/gpu", flavor="h100",
             tenant="team-x", nominal=16, usage=[4 + (i % 4) for i in range(WEEK)])
-    report = recommend(s.save(), RecommendSettings(targets=("kueue",)), clock=lambda: NOW)
+    report = recommend(s.save(), RecommendSettings(targets=("kueue",), quota={"min_cut_days": 7}), clock=lambda: NOW)
     (plan,) = report.plans
     lines = plan.diff(report.generated_at).splitlines()
     assert lines[:2] == [
