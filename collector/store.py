@@ -24,6 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpulens.collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
+from gpulens.collector.store_errors import store_error
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
 
@@ -90,7 +91,10 @@ class Store:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.con = connect(path)
+        try:
+            self.con = connect(path)
+        except duckdb.Error as exc:  # held by another process, bad directory, not a DuckDB file
+            raise store_error(path, exc) from None
         self._table_columns = {t: _columns(self.con, t) for t in (*DIMENSIONS, *FACTS)}
         self._staged: list[str] = []  # Arrow views registered by the window being written
 
