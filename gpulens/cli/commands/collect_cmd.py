@@ -114,9 +114,12 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
     from gpulens.collector.store import Store, WindowResult
     from gpulens.collector.timeparse import parse_duration, parse_time
 
+    _require_http_url(url, "--prometheus")
     step_s = parse_duration(step, what="--step")
     # A window is final once written: stop a minute short of now, so Prometheus has ingested it.
-    end_s = min(parse_time(end, what="--end"), time.time() - SETTLE_SECONDS)
+    settled = time.time() - SETTLE_SECONDS
+    asked_end = parse_time(end, what="--end")
+    end_s = min(asked_end, settled)
     settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries,
                             headers=tuple(_pairs(headers, "--header").items()))
 
@@ -132,9 +135,16 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
         else:
             start_s = parse_time(start, what="--start")
         start_s = (start_s // step_s) * step_s
+        if end_s <= start_s and asked_end > settled:
+            ready = _iso(start_s + SETTLE_SECONDS + 1)
+            raise UserError(f"--end {end} falls within the last minute, which is not final yet: the collection "
+                            f"stops at now-1m ({_iso(settled)}), not after --start {_iso(start_s)}; give an "
+                            f"earlier --start, or run again after {ready}")
         summary = collect_range(store, client, start=start_s, end=end_s, step=step_s,
                                 schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
                                 progress=progress)
+    if summary.rejected.total:
+        _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
     _say(f"prometheus: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
 
