@@ -11,7 +11,7 @@ class StoreMissing(UserError):
     """The store file does not exist (nothing was collected into it yet)."""
 
     def __init__(self, path: str | Path) -> None:
-        super().__init__(f"no store at {path}: run `gpulens collect --db {path}` or `gpulens demo` first")
+        super().__init__(f"no store at {path}: run `gpulens demo` or `gpulens collect --db {path}` first")
 
 
 class StoreBusy(UserError):
@@ -19,7 +19,7 @@ class StoreBusy(UserError):
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(
-            f"the store {path} is in use by another process (e.g. gpulens collect or analyze): "
+            f"the store {path} is in use by another process (e.g. gpulens collect, analyze or report): "
             "try again when it has finished"
         )
 

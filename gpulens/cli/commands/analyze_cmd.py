@@ -10,6 +10,9 @@ import typer
 
 from gpulens.core.errors import UserError
 
+_FLAGS = {"prices_path": "--prices", "parquet_dir": "--parquet", "out_dir": "--out"}
+"""Settings fields whose flag is not their name (``window_seconds`` -> ``--window`` is the rule)."""
+
 
 def register(app: typer.Typer) -> None:
     """Add the `analyze` command to `app`."""
@@ -76,7 +79,7 @@ def register(app: typer.Typer) -> None:
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
-            raise UserError(describe_validation_error(exc)) from exc
+            raise UserError(describe_validation_error(exc, flags=True, renames=_FLAGS)) from exc
         summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if out is not None:

@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
             "--insecure-skip-verify", help="--prometheus: do not verify the TLS certificate.")] = False,
         label: Annotated[list[str] | None, typer.Option(
             help="--prometheus: only series with NAME=VALUE (repeatable; values are escaped).")] = None,
-        retries: Annotated[int, typer.Option(help="--prometheus: retries of a failed request.")] = 4,
+        retries: Annotated[int, typer.Option(min=0, max=20, help="--prometheus: retries of a failed request.")] = 4,
         header: Annotated[list[str] | None, typer.Option(
             help="--prometheus: extra HTTP header NAME=VALUE (repeatable), e.g. X-Scope-OrgID=team for Mimir.")] = None,
         kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Snapshot the cluster inventory.")] = False,

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         try:
             settings = ExporterSettings.model_validate(raw)
         except ValidationError as exc:
-            raise UserError(f"exporter: {describe_validation_error(exc)}") from exc
+            raise UserError(f"exporter: {describe_validation_error(exc, flags=True)}") from exc
         if list_nodes:
             _list_nodes(settings)
             return
