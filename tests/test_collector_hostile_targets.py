@@ -3,6 +3,7 @@ a store held by another process. Each case stores the good targets and says what
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -259,5 +260,5 @@ def test_the_interval_loop_waits_for_a_busy_store_and_writes_every_scrape(tmp_pa
 
 def test_collect_help_names_the_limits() -> None:
     proc = subprocess.run([sys.executable, "-m", "gpulens.cli", "collect", "--help"], capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert "--max-body-size" in proc.stdout and "whole HTTP request" in " ".join(proc.stdout.split())
+                          timeout=60, check=False, env={**os.environ, "COLUMNS": "250"})
+    assert "--max-body-size" in proc.stdout and "Bound of one whole HTTP request" in proc.stdout
