@@ -38,6 +38,7 @@ from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.crd import RecommendationPolicy
 from gpulens.analytics.writers.kube_api import KubeApi
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from gpulens.collector.store_errors import StoreMissing, store_error
 
 RESULT_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS recommendations (
@@ -158,9 +159,13 @@ def recommend(
     settings = settings or RecommendSettings()
     path = Path(db_path)
     if not path.exists():
-        raise FileNotFoundError(f"no store at {path}")
+        raise StoreMissing(path)
     targets = settings.make_targets()
-    with duckdb.connect(str(path), read_only=not settings.store_results) as con:
+    try:
+        con = duckdb.connect(str(path), read_only=not settings.store_results)
+    except duckdb.Error as exc:
+        raise store_error(path, exc) from exc
+    with con:
         end = settings.window_end or _latest_time(con)
         generated_at = clock().astimezone(UTC).replace(tzinfo=None)
         if end is None:

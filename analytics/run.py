@@ -25,6 +25,7 @@ from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.analytics.summary import AnalysisSummary, build_summary
 from gpulens.collector.schema import create_schema
+from gpulens.collector.store_errors import StoreMissing, store_error
 from gpulens.core.errors import UserError
 
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
@@ -34,13 +35,13 @@ def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
     """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run)."""
     path = Path(db_path)
     if not path.is_file():
-        raise UserError(f"--db {path}: no such store (run `gpulens collect` or `gpulens demo` first)")
+        raise StoreMissing(path)
     if not _MEMORY.match(settings.memory_limit):
         raise UserError(f"memory limit {settings.memory_limit!r} is not like 4GB or 512MiB")
     try:
         con = duckdb.connect(str(path))
     except duckdb.Error as exc:
-        raise UserError(f"--db {path}: cannot open the store: {exc}") from exc
+        raise store_error(path, exc) from exc
     try:
         con.execute(f"SET memory_limit = '{settings.memory_limit}'")  # validated above
         con.execute("SET enable_progress_bar = false")

@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 
 from gpulens.collector.schema import ALL_TABLES, FACTS
+from gpulens.collector.store_errors import StoreMissing, store_error
 from gpulens.core.errors import UserError
 
 
@@ -31,13 +32,16 @@ def _sql_path(path: Path) -> str:
 def export_parquet(db_path: str, out: Path) -> ExportSummary:
     """Write every table of the store at ``db_path`` under ``out`` (facts partitioned by date)."""
     if not Path(db_path).is_file():
-        raise UserError(f"store {db_path} does not exist")
-    out.mkdir(parents=True, exist_ok=True)
+        raise StoreMissing(db_path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from exc
     rows: dict[str, int] = {}
     try:
         con = duckdb.connect(db_path, read_only=True)
     except duckdb.Error as exc:
-        raise UserError(f"cannot open store {db_path}: {exc}") from exc
+        raise store_error(db_path, exc) from exc
     try:
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         for table in ALL_TABLES:

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -30,6 +30,7 @@ from gpulens.collector.mapping import (
     to_store_frames,
 )
 from gpulens.collector.store import Gap, Store, WindowResult
+from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
 
 SOURCE = "prometheus"
@@ -180,11 +181,13 @@ def matrix_to_long(body: bytes, metric: str, *, origin: str = "prometheus") -> p
     labels = series.select("_series", *[pl.col("metric").struct.field(n).alias(n) for n in label_fields
                                         if n != "__name__"])
     points = series.select("_series", "values").explode("values").drop_nulls("values")
+    ts = pl.col("values").list.get(0).cast(pl.Float64, strict=False) * 1000
     points = points.select(
         "_series",
-        ts_ms=(pl.col("values").list.get(0).cast(pl.Float64) * 1000).round(0).cast(pl.Int64),
+        # A time no int64 of milliseconds holds is no sample time: the point is dropped, never a crash.
+        ts_ms=pl.when(ts.is_finite() & (ts.abs() < 9.2e18)).then(ts.round(0)).cast(pl.Int64),
         value=pl.col("values").list.get(1).cast(pl.Float64, strict=False),
-    )
+    ).drop_nulls("ts_ms")
     return points.join(labels, on="_series", how="left").drop("_series").with_columns(metric=pl.lit(metric))
 
 
@@ -194,10 +197,18 @@ class RangeSummary:
 
     windows: tuple[WindowResult, ...]
     skipped: int
+    rejected: Rejections = field(default_factory=Rejections)
+    """Impossible values set to NULL (or dropped) across the collection."""
 
     @property
     def rows(self) -> int:
         return sum(w.total_rows for w in self.windows)
+
+
+def last_step(start: float, end: float, step: float) -> float:
+    """The last evaluation time ``start + k*step`` that is still before ``end`` (``[start, end)``)."""
+    steps = math.ceil((end - start) / step - 1e-9)
+    return start + max(0, steps - 1) * step
 
 
 def chunk_windows(start: float, end: float, step: float, max_points: int) -> list[tuple[float, float]]:
@@ -242,24 +253,30 @@ def collect_range(
     progress: Callable[[WindowResult], None] = lambda w: None,
     metrics: Sequence[str] | None = None,
 ) -> RangeSummary:
-    """Collect ``[start, end)`` at ``step`` chunk by chunk; chunks already stored are skipped."""
+    """Collect ``[start, end)`` at ``step`` chunk by chunk; chunks already stored are skipped.
+
+    Every step ``start + k*step`` before ``end`` is queried, the last one too when ``end`` is not on
+    the step grid. A chunk's gaps replace the gaps stored earlier for its span (a later collection that
+    found the samples removes the gap an earlier one recorded). Impossible values become NULL
+    (:mod:`collector.validate`), counted in ``RangeSummary.rejected``.
+    """
     source = f"{SOURCE}:{client.base}"
     names = tuple(metrics) if metrics is not None else metrics_for(schema)
     done: list[WindowResult] = []
     skipped = 0
+    rejected = Rejections()
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for w_start, w_end in chunk_windows(start, end, step, max_points):
             if store.window_done(source, w_start, w_end):
                 skipped += 1
                 continue
-            last = w_end - step if w_end - step >= w_start else w_start
-            last = w_start + math.floor((last - w_start) / step + 1e-9) * step
 
-            def fetch(name: str, a: float = w_start, b: float = last) -> pl.DataFrame:
+            def fetch(name: str, a: float = w_start, b: float = last_step(w_start, w_end, step)) -> pl.DataFrame:
                 return client.query_range(series_selector(name, labels), a, b, step, metric=name)
 
             parts = [p for p in pool.map(fetch, names) if p.height]
-            long = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+            long, bad = validate_samples(pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame())
+            rejected = rejected + bad
             frames = to_store_frames(long, schema, SOURCE) if long.height else {}
             present = (
                 np.unique(frames["device_samples"]["ts"].dt.epoch("ms").to_numpy())
@@ -270,7 +287,7 @@ def collect_range(
                 Gap(client.base, a, b, "no device samples from the query API")
                 for a, b in _missing_spans(present, w_start, w_end, step)
             ]
-            result = store.ingest_window(source, w_start, w_end, frames, gaps)
+            result = store.ingest_window(source, w_start, w_end, frames, gaps, replace_gaps=True)
             done.append(result)
             progress(result)
-    return RangeSummary(tuple(done), skipped)
+    return RangeSummary(tuple(done), skipped, rejected)

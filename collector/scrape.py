@@ -1,8 +1,10 @@
 """Scrape exporters' ``/metrics`` directly (embedded mode) and ingest each target as one window.
 
-Targets are fetched and parsed in parallel, each with its own timeout; a target that fails
-(unreachable, HTTP error, malformed exposition) is reported with its URL (and line), recorded as a gap
-(target = URL), and does not stop the others. A cycle is one window of source ``scrape``: the good
+Targets are fetched and parsed in parallel, each within its own whole-request deadline and body cap
+(:mod:`collector.bounded_get`); a target that fails (unreachable, HTTP error, redirect, too slow, too
+big, malformed exposition) is reported with its URL (and line), recorded as a gap (target = URL), and
+does not stop the others. Values are checked per sample (:mod:`collector.validate`): an impossible
+one becomes NULL and is counted on its target's result. A cycle is one window of source ``scrape``: the good
 targets' samples are mapped and written together in one transaction (fixed costs paid once per cycle,
 not per target). Samples without their own timestamp get the scrape time.
 """
@@ -17,9 +19,14 @@ from dataclasses import dataclass, field
 import httpx
 import polars as pl
 
+from gpulens.collector.bounded_get import DEFAULT_MAX_BYTES, FetchError, Limits, bounded_get
+from gpulens.collector.bounded_get import new_client as new_bounded_client
 from gpulens.collector.exposition import ExpositionError, parse_exposition
 from gpulens.collector.mapping import SchemaName, to_store_frames
 from gpulens.collector.store import Gap, Store
+from gpulens.collector.store_errors import StoreBusy
+from gpulens.collector.validate import Rejections, validate_samples
+from gpulens.core.errors import UserError
 
 SOURCE = "scrape"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -32,6 +39,8 @@ class TargetResult:
     url: str
     samples: int = 0
     error: str | None = None
+    rejected: Rejections = field(default_factory=Rejections)
+    """Impossible values of this target set to NULL (the target's other samples are stored)."""
 
 
 @dataclass(frozen=True)
@@ -51,32 +60,116 @@ class ScrapeSummary:
     def samples(self) -> int:
         return sum(t.samples for t in self.targets)
 
+    @property
+    def failed(self) -> list[str]:
+        """URLs of the targets that became gaps in this cycle."""
+        return [t.url for t in self.targets if t.error]
 
-def fetch(client: httpx.Client, url: str) -> str:
-    """GET ``url`` and return its body; failures raise ``ScrapeError`` naming the target."""
+    @property
+    def warnings(self) -> list[str]:
+        """One line per target whose impossible values were set to NULL."""
+        return [f"{t.url}: {t.rejected.describe()}" for t in self.targets if t.rejected.total]
+
+
+def fetch(client: httpx.Client, url: str, limits: Limits | None = None) -> str:
+    """GET ``url`` within ``limits`` and return its body; failures raise ``ScrapeError`` naming the target."""
     try:
-        resp = client.get(url)
-    except httpx.TimeoutException as exc:
-        raise ScrapeError(f"{url}: timed out ({exc.__class__.__name__})") from exc
-    except httpx.HTTPError as exc:
-        raise ScrapeError(f"{url}: {exc}") from exc
-    if resp.status_code != 200:
-        raise ScrapeError(f"{url}: HTTP {resp.status_code}")
-    return resp.text
+        body = bounded_get(client, url, limits or Limits())
+    except FetchError as exc:
+        raise ScrapeError(str(exc)) from exc
+    return body.decode("utf-8", errors="replace")
 
 
 def new_client(timeout: float) -> httpx.Client:
-    """An HTTP client asking for the Prometheus text format (not OpenMetrics)."""
-    return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept": ACCEPT})
+    """An HTTP client asking for the Prometheus text format (not OpenMetrics); no redirects followed."""
+    return new_bounded_client(timeout, {"Accept": ACCEPT})
 
 
 class ScrapeError(Exception):
     """A target that could not be scraped; the message names it."""
 
 
-def _parse_target(url: str, text: str, scrape_ms: int) -> pl.DataFrame:
+def _parse_target(url: str, text: str, scrape_ms: int) -> tuple[pl.DataFrame, Rejections]:
     long = parse_exposition(text, target=url)
-    return long.with_columns(pl.col("ts_ms").fill_null(scrape_ms))
+    return validate_samples(long.with_columns(pl.col("ts_ms").fill_null(scrape_ms)))
+
+
+def _map_targets(
+    good: list[tuple[str, pl.DataFrame]], schema: SchemaName
+) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:
+    """Store frames of all good targets (mapped together); should that fail, target by target, and the
+    targets that still fail are returned with their error (they become gaps, the others are stored)."""
+    if not good:
+        return {}, {}
+    try:
+        merged = pl.concat([long for _, long in good], how="diagonal_relaxed")
+        return (to_store_frames(merged, schema, SOURCE) if merged.height else {}), {}
+    except pl.exceptions.PolarsError:
+        pass
+    parts: list[dict[str, pl.DataFrame]] = []
+    failed: dict[str, str] = {}
+    for url, long in good:
+        try:
+            parts.append(to_store_frames(long, schema, SOURCE) if long.height else {})
+        except pl.exceptions.PolarsError as exc:
+            failed[url] = f"{url}: values that cannot be stored: {str(exc).splitlines()[0][:200]}"
+    frames: dict[str, pl.DataFrame] = {}
+    for part in parts:
+        for table, frame in part.items():
+            frames[table] = pl.concat([frames[table], frame], how="diagonal_relaxed") if table in frames else frame
+    return frames, failed
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One scrape cycle fetched, parsed and mapped, not yet written: store frames, gaps and results."""
+
+    timestamp: float
+    frames: dict[str, pl.DataFrame]
+    gaps: tuple[Gap, ...]
+    targets: tuple[TargetResult, ...]
+
+
+def fetch_cycle(
+    urls: Sequence[str],
+    client: httpx.Client,
+    *,
+    limits: Limits,
+    schema: SchemaName = "auto",
+    interval: float = 15.0,
+    clock: Callable[[], float] = time.time,
+) -> Cycle:
+    """Scrape every target once, in parallel; a failed target becomes a gap, the others store frames."""
+    now = clock()
+    scrape_ms = int(round(now * 1000))
+
+    def work(url: str) -> tuple[str, pl.DataFrame | None, Rejections, str | None]:
+        try:
+            long, rejected = _parse_target(url, fetch(client, url, limits), scrape_ms)
+            return url, long, rejected, None
+        except (ScrapeError, ExpositionError) as exc:
+            return url, None, Rejections(), str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
+        fetched = list(pool.map(work, urls))
+    frames, unmappable = _map_targets([(url, long) for url, long, _, _ in fetched if long is not None], schema)
+    results = []
+    gaps = []
+    for url, long, rejected, error in fetched:
+        error = error or unmappable.get(url)
+        if long is None or error:
+            gaps.append(Gap(url, now, now + interval, error or "failed"))
+            results.append(TargetResult(url, error=error))
+        else:
+            results.append(TargetResult(url, samples=long.height, rejected=rejected))
+    return Cycle(now, frames, tuple(gaps), tuple(results))
+
+
+def write_cycle(store: Store, cycle: Cycle) -> ScrapeSummary:
+    """Ingest one cycle as one committed window: every good target's samples, a gap per failed one."""
+    now = cycle.timestamp
+    window = store.ingest_window(SOURCE, now, now, cycle.frames, cycle.gaps, now=now)
+    return ScrapeSummary(now, cycle.targets, window.total_rows)
 
 
 def scrape_cycle(
@@ -88,40 +181,17 @@ def scrape_cycle(
     interval: float = 15.0,
     clock: Callable[[], float] = time.time,
     client: httpx.Client | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ScrapeSummary:
     """Scrape every target once (in parallel) and ingest the cycle as one committed window."""
-    now = clock()
-    scrape_ms = int(round(now * 1000))
-    own_client = client is None
     http = client or new_client(timeout)
-
-    def work(url: str) -> tuple[str, pl.DataFrame | None, str | None]:
-        try:
-            return url, _parse_target(url, fetch(http, url), scrape_ms), None
-        except (ScrapeError, ExpositionError) as exc:
-            return url, None, str(exc)
-
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
-            fetched = list(pool.map(work, urls))
+        cycle = fetch_cycle(urls, http, limits=Limits(timeout, max_bytes), schema=schema, interval=interval,
+                            clock=clock)
     finally:
-        if own_client:
+        if client is None:
             http.close()
-    # One transaction per cycle: every good target's samples, a gap per failed target, one batch row.
-    results = []
-    good = []
-    gaps = []
-    for url, long, error in fetched:
-        if long is None:
-            gaps.append(Gap(url, now, now + interval, error or "failed"))
-            results.append(TargetResult(url, error=error))
-        else:
-            good.append(long)
-            results.append(TargetResult(url, samples=long.height))
-    merged = pl.concat(good, how="diagonal_relaxed") if good else pl.DataFrame()
-    frames = to_store_frames(merged, schema, SOURCE) if merged.height else {}
-    window = store.ingest_window(SOURCE, now, now, frames, gaps, now=now)
-    return ScrapeSummary(now, tuple(results), window.total_rows)
+    return write_cycle(store, cycle)
 
 
 def scrape_once(
@@ -131,10 +201,47 @@ def scrape_once(
     *,
     schema: SchemaName = "auto",
     clock: Callable[[], float] = time.time,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ScrapeSummary:
     """Scrape live exporters once into the store at ``db_path`` (used by ``gpulens demo``)."""
     with Store(db_path) as store:
-        return scrape_cycle(store, urls, timeout=timeout, schema=schema, clock=clock)
+        return scrape_cycle(store, urls, timeout=timeout, schema=schema, clock=clock, max_bytes=max_bytes)
+
+
+FINAL_WAIT_SECONDS = 60.0
+"""How long the last cycle of a bounded run waits for a busy store before it gives up (and says so)."""
+
+MAX_HELD_CYCLES = 240
+"""Cycles held in memory while the store is busy (an hour at 15 s); older ones are dropped, and said so."""
+
+
+def _write_held(
+    db_path: str,
+    held: list[Cycle],
+    *,
+    until: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    say: Callable[[str], None],
+) -> list[ScrapeSummary]:
+    """Write the held cycles (oldest first); while another process holds the store, retry with backoff
+    until ``until``, then keep them for the next cycle. Returns the summaries of the cycles written."""
+    delay = 0.5
+    while True:
+        try:
+            with Store(db_path) as store:
+                written = [write_cycle(store, c) for c in held]
+            held.clear()
+            return written
+        except StoreBusy:
+            wait = min(delay, until - clock())
+            if wait <= 0:
+                say(f"store {db_path} is in use by another process: {len(held)} scrape(s) held in memory, "
+                    "retrying at the next cycle")
+                return []
+            say(f"store {db_path} is in use by another process: retrying in {wait:.1f}s")
+            sleep(wait)
+            delay = min(delay * 2, 30.0)
 
 
 def scrape_loop(
@@ -148,20 +255,45 @@ def scrape_loop(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     report: Callable[[ScrapeSummary], None] = lambda s: None,
+    say: Callable[[str], None] = lambda s: None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    retry_busy: bool = True,
 ) -> list[ScrapeSummary]:
-    """Scrape every ``interval`` seconds for ``duration`` seconds (forever when ``None``)."""
+    """Scrape every ``interval`` seconds for ``duration`` seconds (forever when ``None``).
+
+    The store is opened per cycle, so analyze and report can read it between cycles; when another
+    process holds it, the cycle is kept in memory and written as soon as the store is free (retried with
+    backoff until the next cycle is due, said through ``say``). ``retry_busy=False`` (``--once``) fails
+    at once on a busy store instead.
+    """
     summaries = []
+    held: list[Cycle] = []
     start = clock()
-    with Store(db_path) as store, new_client(timeout) as client:
+    try:  # a bad path is one clear error before any scrape; so is a busy store unless we retry
+        Store(db_path).close()
+    except StoreBusy:
+        if not retry_busy:
+            raise
+        say(f"store {db_path} is in use by another process: scraping anyway, writing when it is free")
+    with new_client(timeout) as client:
         while True:
             began = clock()
-            summary = scrape_cycle(
-                store, urls, timeout=timeout, schema=schema, interval=interval, clock=clock, client=client
-            )
-            if duration is not None:  # a run without end keeps no history in memory
-                summaries.append(summary)
-            report(summary)
+            held.append(fetch_cycle(urls, client, limits=Limits(timeout, max_bytes), schema=schema,
+                                    interval=interval, clock=clock))
+            if len(held) > MAX_HELD_CYCLES:
+                dropped = held.pop(0)
+                say(f"store {db_path} busy for {MAX_HELD_CYCLES} cycles: dropped the scrape of "
+                    f"{dropped.timestamp:.0f} (never written)")
             next_at = began + interval
-            if duration is not None and next_at - start >= duration:
+            last = duration is not None and next_at - start >= duration
+            until = next_at + FINAL_WAIT_SECONDS if last else next_at
+            for summary in _write_held(db_path, held, until=until, clock=clock, sleep=sleep, say=say):
+                if duration is not None:  # a run without end keeps no history in memory
+                    summaries.append(summary)
+                report(summary)
+            if last:
+                if held:
+                    raise UserError(f"the store {db_path} is still in use by another process: the last "
+                                    f"{len(held)} scrape(s) were not written")
                 return summaries
             sleep(max(0.0, next_at - clock()))

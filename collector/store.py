@@ -24,6 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpulens.collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
+from gpulens.collector.store_errors import store_error
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
 
@@ -90,7 +91,10 @@ class Store:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.con = connect(path)
+        try:
+            self.con = connect(path)
+        except duckdb.Error as exc:  # held by another process, bad directory, not a DuckDB file
+            raise store_error(path, exc) from None
         self._table_columns = {t: _columns(self.con, t) for t in (*DIMENSIONS, *FACTS)}
         self._staged: list[str] = []  # Arrow views registered by the window being written
 
@@ -135,8 +139,13 @@ class Store:
         gaps: tuple[Gap, ...] | list[Gap] = (),
         *,
         now: float | None = None,
+        replace_gaps: bool = False,
     ) -> WindowResult:
         """Write one window atomically; returns the rows it added per table.
+
+        With ``replace_gaps`` the window's gaps replace the source's stored gaps within ``[start, end)``
+        (a gap reaching across an edge keeps its part outside), so re-collecting a span leaves only the
+        gaps it still finds.
 
         ``frames`` maps store table names to frames whose columns are a subset of the table's (missing
         columns get their defaults or NULL). Facts are inserted or ignored on their primary keys;
@@ -157,6 +166,8 @@ class Store:
                     rows[table] = self._upsert_dimension(table, _as_arrow(frame))
                 else:
                     raise ValueError(f"not a store table: {table!r}")
+            if replace_gaps:
+                self._clear_gaps(source, start, end)
             for gap in gaps:
                 con.execute(
                     "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
@@ -181,6 +192,20 @@ class Store:
             for name in self._staged:
                 con.unregister(name)
         return WindowResult(source, start, end, rows, len(gaps))
+
+    def _clear_gaps(self, source: str, start: float, end: float) -> None:
+        """Remove ``source``'s gaps within ``[start, end)``, keeping the parts of gaps outside it."""
+        lo, hi = to_datetime(start), to_datetime(end)
+        self.con.execute(  # the tail beyond the window of a gap that reaches past its end
+            "INSERT OR IGNORE INTO gaps SELECT source, target, ?, gap_end, reason FROM gaps "
+            "WHERE source = ? AND gap_start < ? AND gap_end > ?",
+            [hi, source, hi, hi],
+        )
+        self.con.execute(  # the head before the window of a gap that starts before it
+            "UPDATE gaps SET gap_end = ? WHERE source = ? AND gap_start < ? AND gap_end > ?",
+            [lo, source, lo, lo],
+        )
+        self.con.execute("DELETE FROM gaps WHERE source = ? AND gap_start >= ? AND gap_start < ?", [source, lo, hi])
 
     def _register(self, arrow: pa.Table) -> str:
         """Register ``arrow`` as a view for this window's statements (unregistered when the window ends)."""

@@ -97,7 +97,7 @@ def test_bad_input_is_one_clear_line(store: Path, args: list[str], message: str)
 def test_a_missing_store_is_named(tmp_path: Path) -> None:
     result = gpulens("analyze", "--db", str(tmp_path / "nope.duckdb"))
     assert result.returncode == 2
-    assert "nope.duckdb" in result.stderr and "no such store" in result.stderr
+    assert "nope.duckdb" in result.stderr and "no store at" in result.stderr
 
 
 def test_help_explains_the_options() -> None:

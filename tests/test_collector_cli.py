@@ -70,7 +70,7 @@ def test_collect_simulate_then_export_parquet(tmp_path: Path) -> None:
          "invalid --interval 'soon'"),
         (["collect", "--prometheus", "http://127.0.0.1:9", "--step", "60s"],
          "--start is required on the first collection"),
-        (["export-parquet", "--db", "/nonexistent/x.duckdb"], "store /nonexistent/x.duckdb does not exist"),
+        (["export-parquet", "--db", "/nonexistent/x.duckdb"], "no store at /nonexistent/x.duckdb"),
         (["collect", "--prometheus", "http://127.0.0.1:9", "--start", "now-5m", "--header", "X-Scope-OrgID"],
          "invalid --header 'X-Scope-OrgID': use NAME=VALUE"),
     ],

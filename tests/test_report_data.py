@@ -149,7 +149,7 @@ def test_a_store_locked_by_a_writer_is_a_clear_retry_message(tmp_path: Path) -> 
     writer = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "holding"
-        with pytest.raises(UserError, match="being written by another process"):
+        with pytest.raises(UserError, match="in use by another process"):
             reader.tenant_usage()
     finally:
         writer.kill()

@@ -16,6 +16,7 @@ import duckdb
 import polars as pl
 
 from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
+from gpulens.collector.store_errors import StoreMissing, store_error
 from gpulens.core.errors import UserError
 
 RESULT_TABLE_PRODUCERS: dict[str, str] = {
@@ -53,17 +54,11 @@ def open_store(db_path: str | Path) -> duckdb.DuckDBPyConnection:
     """Open the store read-only; a missing or unreadable file becomes a one-line ``UserError``."""
     path = Path(db_path)
     if not path.is_file():
-        raise UserError(f"no store at {path}: run `gpulens demo` or `gpulens collect --db {path}` first")
+        raise StoreMissing(path)
     try:
         return duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
-        if "lock" in str(exc).lower():
-            raise UserError(
-                f"the store {path} is being written by another process (e.g. gpulens collect or analyze): "
-                "try again when it has finished"
-            ) from exc
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot open the store {path} read-only: {first_line}") from exc
+        raise store_error(path, exc) from exc
 
 
 class StoreReader:

@@ -46,6 +46,11 @@ def run() -> None:
     except UserError as exc:
         print(f"gpulens: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # a path the user gave that cannot be used (domain code missed it): still one line
+        if exc.filename is None:
+            raise
+        print(f"gpulens: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(2)
     except typer.Abort:
         print("gpulens: aborted", file=sys.stderr)
         sys.exit(130)

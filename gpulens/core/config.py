@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -13,12 +14,24 @@ from gpulens.core.errors import UserError
 M = TypeVar("M", bound=BaseModel)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per problem: ``field.path: message``."""
+def flag_name(field: str, renames: Mapping[str, str] | None = None) -> str:
+    """The command-line flag of a settings field: ``window_seconds`` -> ``--window`` (``renames`` first)."""
+    if renames and field in renames:
+        return renames[field]
+    return "--" + field.removesuffix("_seconds").replace("_", "-")
+
+
+def describe_validation_error(
+    exc: ValidationError, *, flags: bool = False, renames: Mapping[str, str] | None = None
+) -> str:
+    """One line per problem: ``field.path: message``; with ``flags``, a top-level field is named by its flag."""
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"{where}: {err['msg']}")
+        loc = [str(p) for p in err["loc"]]
+        if flags and loc:
+            loc[0] = flag_name(loc[0], renames)
+        where = ".".join(loc) or "(top level)"
+        parts.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 

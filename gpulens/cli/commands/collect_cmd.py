@@ -56,29 +56,55 @@ def _pairs(pairs: list[str], option: str) -> dict[str, str]:
 
 
 def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, once: bool, timeout: str,
-                schema: str) -> None:
+                schema: str, max_body_size: str) -> None:
     from gpulens.collector.scrape import ScrapeSummary, scrape_loop
+    from gpulens.collector.sizeparse import parse_size
     from gpulens.collector.timeparse import parse_duration
 
     if not urls:
         raise UserError("--scrape needs at least one URL")
+    for url in urls:
+        _require_http_url(url, "--scrape")
     every = parse_duration(interval, what="--interval")
     limit = 0.0 if once else (parse_duration(duration, what="--duration") if duration else None)
+    max_bytes = parse_size(max_body_size, what="--max-body-size")
+    seconds = parse_duration(timeout, what="--timeout")
+    failures: dict[str, list[str]] = {}
+    cycles = [0]
 
     def report(summary: ScrapeSummary) -> None:
+        cycles[0] += 1
         for err in summary.errors:
             _say(f"gpulens: warning: {err}")
+        for line in summary.warnings:
+            _say(f"gpulens: warning: {line}")
+        for target in summary.targets:
+            if target.error:
+                failures.setdefault(target.url, []).append(target.error)
         ok = sum(1 for t in summary.targets if t.error is None)
+        failed = f" (failed: {', '.join(summary.failed)})" if summary.failed else ""
         _say(f"scrape {_iso(summary.timestamp)}: {ok}/{len(summary.targets)} targets, "
-             f"{summary.samples} samples, {summary.rows} new rows")
+             f"{summary.samples} samples, {summary.rows} new rows{failed}")
 
-    summaries = scrape_loop(str(db), urls, interval=every, duration=limit,
-                            timeout=parse_duration(timeout, what="--timeout"),
-                            schema=schema,  # type: ignore[arg-type]
-                            report=report)
-    failed = [e for s in summaries for e in s.errors]
-    if once and failed:
-        raise UserError(f"{len(failed)} of {len(urls)} targets failed (others ingested): {failed[0]}")
+    scrape_loop(str(db), urls, interval=every, duration=limit, timeout=seconds, max_bytes=max_bytes,
+                schema=schema,  # type: ignore[arg-type]
+                report=report, say=lambda line: _say(f"gpulens: warning: {line}"), retry_busy=not once)
+    if failures:
+        first_url, errors = next(iter(failures.items()))
+        if once:
+            raise UserError(f"{len(failures)} of {len(urls)} targets failed (others ingested): {errors[0]}")
+        which = ", ".join(f"{url} ({len(errs)} of {cycles[0]} scrapes)" for url, errs in failures.items())
+        raise UserError(f"{len(failures)} of {len(urls)} targets failed (others ingested): {which}; "
+                        f"first error: {errors[0]}")
+
+
+def _require_http_url(url: str, flag: str) -> None:
+    """An http(s) URL with a host, or one clear error at once (no retries on a typo)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UserError(f"{flag} {url!r} is not an http:// or https:// URL (e.g. http://prometheus:9090)")
 
 
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
@@ -88,9 +114,12 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
     from gpulens.collector.store import Store, WindowResult
     from gpulens.collector.timeparse import parse_duration, parse_time
 
+    _require_http_url(url, "--prometheus")
     step_s = parse_duration(step, what="--step")
     # A window is final once written: stop a minute short of now, so Prometheus has ingested it.
-    end_s = min(parse_time(end, what="--end"), time.time() - SETTLE_SECONDS)
+    settled = time.time() - SETTLE_SECONDS
+    asked_end = parse_time(end, what="--end")
+    end_s = min(asked_end, settled)
     settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries,
                             headers=tuple(_pairs(headers, "--header").items()))
 
@@ -106,9 +135,16 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
         else:
             start_s = parse_time(start, what="--start")
         start_s = (start_s // step_s) * step_s
+        if end_s <= start_s and asked_end > settled:
+            ready = _iso(start_s + SETTLE_SECONDS + 1)
+            raise UserError(f"--end {end} falls within the last minute, which is not final yet: the collection "
+                            f"stops at now-1m ({_iso(settled)}), not after --start {_iso(start_s)}; give an "
+                            f"earlier --start, or run again after {ready}")
         summary = collect_range(store, client, start=start_s, end=end_s, step=step_s,
                                 schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
                                 progress=progress)
+    if summary.rejected.total:
+        _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
     _say(f"prometheus: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
 
@@ -159,7 +195,10 @@ def register(app: typer.Typer) -> None:
         interval: Annotated[str, typer.Option(help="--scrape: time between scrapes.")] = "15s",
         duration: Annotated[str | None, typer.Option(help="--scrape: stop after this long (default: run on).")] = None,
         once: Annotated[bool, typer.Option("--once", help="--scrape: scrape once and exit.")] = False,
-        timeout: Annotated[str, typer.Option(help="Timeout of one HTTP request.")] = "10s",
+        timeout: Annotated[str, typer.Option(
+            help="Bound of one whole HTTP request: connect, headers and body together.")] = "10s",
+        max_body_size: Annotated[str, typer.Option(
+            help="--scrape: largest /metrics body accepted (a bigger one makes the target a gap).")] = "64MiB",
         prometheus: Annotated[str | None, typer.Option(help="Base URL of a Prometheus-compatible query API.")] = None,
         start: Annotated[str | None, typer.Option(help="--prometheus: first sample time (default: watermark).")] = None,
         end: Annotated[str | None, typer.Option(help="--prometheus / --simulate: end time (default: now).")] = None,
@@ -171,7 +210,7 @@ def register(app: typer.Typer) -> None:
             "--insecure-skip-verify", help="--prometheus: do not verify the TLS certificate.")] = False,
         label: Annotated[list[str] | None, typer.Option(
             help="--prometheus: only series with NAME=VALUE (repeatable; values are escaped).")] = None,
-        retries: Annotated[int, typer.Option(help="--prometheus: retries of a failed request.")] = 4,
+        retries: Annotated[int, typer.Option(min=0, max=20, help="--prometheus: retries of a failed request.")] = 4,
         header: Annotated[list[str] | None, typer.Option(
             help="--prometheus: extra HTTP header NAME=VALUE (repeatable), e.g. X-Scope-OrgID=team for Mimir.")] = None,
         kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Snapshot the cluster inventory.")] = False,
@@ -190,7 +229,7 @@ def register(app: typer.Typer) -> None:
         if urls and not scrape:
             raise UserError(f"unexpected argument {urls[0]!r} (URLs go with --scrape)")
         if scrape:
-            _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema)
+            _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
         elif prometheus is not None:
             _run_prometheus(prometheus, db, start, end or "now", step, schema, bearer_token_file, ca_file,
                             insecure_skip_verify, list(label or []), timeout, retries, list(header or []))

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.core.errors import UserError
+
 if TYPE_CHECKING:
     from gpulens.exporter.server import ExporterHandle
     from gpulens.exporter.sim.fleet import SimulatedFleet
@@ -63,7 +65,10 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
 
     scenario = load_scenario(scenario_path)
     fleet = SimulatedFleet(scenario)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from exc
     db = out / "gpulens.duckdb"
     for name in _OUTPUTS:
         (out / name).unlink(missing_ok=True)
