@@ -61,7 +61,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     if not devices or not devices[0]:
         raise UserError("the store lists no devices in the window: nothing to analyse")
     clock.done("inventory")
-    idle.prepare_samples(con, window)
+    idle.prepare_samples(con, window, settings.activity_threshold)
     clock.done("read samples and allocations")
     interval = settings.sample_interval_seconds or infer_sample_interval(con, window)
     idle.build_device_buckets(con, window, interval)
@@ -87,7 +87,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
         for table in (*RESULT_TABLES, "analysis_runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
         clock.done("delete previous rows")
-        idle.insert_idle(con, run_id, window, interval, settings.activity_threshold)
+        idle.insert_idle(con, run_id, window, interval)
         clock.done("write idle_capacity")
         fragmentation.insert_fragmentation(con, run_id, window)
         clock.done("write fragmentation")
