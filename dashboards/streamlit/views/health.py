@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit.support import load, try_load, run_header
+from gpulens.dashboards.streamlit.support import load, run_header, try_load
 
 st.title("Health and drain list")
 run_header()
