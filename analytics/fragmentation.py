@@ -8,7 +8,8 @@ catalog says the profile still fits next to the existing instances (a dynamic GP
 creation; placement offsets are not modelled). Free capacity is **stranded** only while demand is
 pending and no pending shape can use it; with no demand it is idle, not stranded. Rows exist only
 for nodes with free capacity in the bucket. Of shapes with equal GE, the largest shape is the last
-profile name in sort order (so that reruns agree).
+profile name in sort order (so that reruns agree). Reasons are a few fixed sentences (the amounts
+are in their own columns), so that outputs can add up the GE-hours each reason holds.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
        n.largest_shape, n.largest_shape_ge, pl.shapes,
        CASE WHEN pl.shapes IS NULL THEN 'no pending demand: free capacity is idle, not stranded'
             WHEN n.unusable_ge < 1e-9 THEN 'every free unit fits a pending shape'
-            ELSE printf('%.3f GE free that no pending shape fits', n.unusable_ge) END
+            ELSE 'free capacity that no pending shape fits, while demand was pending' END
 FROM per_node n JOIN (SELECT DISTINCT nk, node, gpu_model FROM an_dev) names USING (nk)
 LEFT JOIN pending_lists pl USING (b)
 """

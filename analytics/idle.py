@@ -1,9 +1,12 @@
 """Idle capacity: per device, tenant and time bucket, the GE-hours and money in each state.
 
-Each sample (device sample or allocation row) stands for one sample interval. Per device and bucket,
-the holders' GE-hours (from ``allocations``) go into ``allocated-active`` when the bucket's mean
-activity is at or above the threshold, ``allocated-idle`` below it, ``allocated-unmeasured`` when the
-device gives no activity reading (e.g. A100 MIG); the rest of the measured time is ``unallocated``.
+Each sample (device sample or allocation row) stands for one sample interval. Idle is decided per
+sample, not per bucket mean: each allocation row's held time is ``allocated-idle`` when the device's
+own activity reading at that time is below the threshold, ``allocated-active`` at or above it, and
+``allocated-unmeasured`` when the sample has no finite reading (NULL, NaN or infinite, e.g. A100 MIG);
+buckets only add these up, so no bucket size changes the idle share. An allocation row with no
+device sample at its time is not measured time: it falls into ``unknown``.
+The rest of the measured time is ``unallocated``.
 Bucket time without device samples, or inside a collection gap, is ``unknown``; holders can never
 exceed the measured capacity. A MIG GPU's slices that no GPU instance covers are an
 ``unpartitioned`` pseudo-device (``device_id`` = GPU UUID), unallocated whenever the GPU reports.
@@ -13,8 +16,9 @@ How it runs at fleet scale: the facts are read once each and aggregated per devi
 integer from ``an_dev``) and bucket number ``b`` (0 = the window's first bucket); every later step
 works on those small integer keys, and names are joined back only in the rows written. Temp tables:
 
-- ``an_hold``: per device, bucket, tenant and namespace, the holders' GE-samples;
-- ``an_kb``: per device and bucket, samples, first/last time, mean activity and memory, and the
+- ``an_hold``: per device, bucket, tenant and namespace, the holders' GE-samples, split by the class
+  of the device sample at each allocation row's time (idle, active, unmeasured);
+- ``an_kb``: per device and bucket, samples, first/last time, activity readings, mean memory, and the
   holders' GE-samples (``an_kb_unlisted``: samples of devices the inventory does not list, which
   only the sample interval uses);
 - ``an_life``: per device, its buckets (listed lifetime, stretched to every sampled bucket);
@@ -56,8 +60,11 @@ def bucket_params(window: Window) -> dict[str, object]:
     }
 
 
-def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window) -> None:
-    """Read device samples and allocations once: ``an_kb``, ``an_hold``, ``an_known``, ``an_alloc``."""
+def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: float) -> None:
+    """Read device samples and allocations: ``an_kb``, ``an_hold``, ``an_known``, ``an_alloc``.
+
+    ``threshold`` is the activity ratio below which a sample's held time is idle.
+    """
     params = bucket_params(window)
     con.execute(
         """
@@ -71,16 +78,34 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window) -> None:
     gap_filter = _GAP_FILTER if row is not None and row[0] else ""
     # Devices missing from the inventory share the key NULL here; only the sample interval and the
     # tenancy need them one by one, which the (rare) second passes below provide.
+    # Per sample: each allocation row takes the class of the device sample at its own time (0 idle,
+    # 1 active, 2 no finite reading). A row with no device sample at its time holds no measured time
+    # (that time is ``unknown``); it still says who held the device (``an_alloc``).
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_hold AS
+        WITH cls AS (
+            SELECT d.dk, s.ts,
+                   CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 2
+                             WHEN s.activity_ratio < $thr THEN 0 ELSE 1 END AS UTINYINT) AS c
+            FROM f_device_samples s JOIN an_dev d USING (device_id)
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        )
         SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace,
-               sum(s.gpu_equivalents) AS ge_samples, count(*) AS samples
+               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c IS NOT NULL), 0) AS ge_samples,
+               count(*) FILTER (WHERE c.c IS NOT NULL) AS samples,
+               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 0), 0) AS ge_idle,
+               count(*) FILTER (WHERE c.c = 0) AS samples_idle,
+               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 1), 0) AS ge_active,
+               count(*) FILTER (WHERE c.c = 1) AS samples_active,
+               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 2), 0) AS ge_unmeasured,
+               count(*) FILTER (WHERE c.c = 2) AS samples_unmeasured
         FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
+        LEFT JOIN cls c ON c.dk = d.dk AND c.ts = s.ts
         WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         GROUP BY ALL
         """,  # noqa: S608 - constant fragments; values are bound
-        params,
+        {**params, "thr": threshold},
     )
     # The holders' sum per device and bucket rides along with the samples' aggregation (one hash
     # table instead of a second aggregation and a join); buckets with holders but no samples get n = 0.
@@ -89,7 +114,7 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window) -> None:
         CREATE OR REPLACE TEMP TABLE an_kb AS
         SELECT dk, b,
                count(ts) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
-               count(activity_ratio) AS n_activity, avg(activity_ratio) AS activity_avg,
+               count(activity_ratio) FILTER (WHERE isfinite(activity_ratio)) AS n_activity,
                avg(memory_used_bytes) AS memory_avg, sum(ge_samples) AS ge_samples
         FROM (
             SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, s.activity_ratio, s.memory_used_bytes,
@@ -186,15 +211,14 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
             ) g ANTI JOIN an_kb k USING (dk, b)
         ),
         keys AS (
-            SELECT k.dk, k.b, l.gk, l.ge, l.multi_device, k.n, k.n_activity, k.activity_avg, k.memory_avg,
-                   k.ge_samples
+            SELECT k.dk, k.b, l.gk, l.ge, l.multi_device, k.n, k.n_activity, k.memory_avg, k.ge_samples
             FROM an_kb k JOIN an_life l ON l.dk = k.dk AND k.b BETWEEN l.lo_b AND l.hi_b
             UNION ALL
-            SELECT m.dk, m.b, l.gk, l.ge, l.multi_device, 0, 0, NULL, NULL, NULL
+            SELECT m.dk, m.b, l.gk, l.ge, l.multi_device, 0, 0, NULL, NULL
             FROM missing m JOIN an_life l USING (dk)
         ),
         base AS (
-            SELECT dk, b, gk, ge, multi_device, n, n_activity, activity_avg, memory_avg,
+            SELECT dk, b, gk, ge, multi_device, n, n_activity, memory_avg,
                    least(n * $w, $bh) AS known_h,
                    CASE WHEN n * $w > $bh THEN $bh / (n * $w) ELSE 1.0 END AS sample_scale,
                    coalesce(ge_samples, 0) * $w AS alloc_raw
@@ -232,17 +256,18 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
 
 IDLE_SELECT_TEMPLATE = """
 WITH held AS ({held}),
-allocated AS (
-    SELECT h.dk, h.b, h.tenant,
-           CASE WHEN db.activity_avg IS NULL THEN 'allocated-unmeasured'
-                WHEN db.activity_avg < $thr THEN 'allocated-idle'
-                ELSE 'allocated-active' END AS state,
-           h.ge_samples * $w * db.sample_scale * db.alloc_scale AS ge_hours,
-           h.samples,
-           h.ge_samples * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
+allocated AS (  -- each holder's GE-samples by the class of their own sample, never a bucket mean
+    SELECT h.dk, h.b, h.tenant, c.state,
+           c.ge_samples * $w * db.sample_scale * db.alloc_scale AS ge_hours,
+           c.samples,
+           c.ge_samples * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
            db.memory_avg AS memory_avg_bytes,
            db.cost_factor
     FROM held h JOIN an_db db USING (dk, b)
+    CROSS JOIN LATERAL (VALUES ('allocated-idle', h.ge_idle, h.samples_idle),
+                               ('allocated-active', h.ge_active, h.samples_active),
+                               ('allocated-unmeasured', h.ge_unmeasured, h.samples_unmeasured))
+        c(state, ge_samples, samples)
 ),
 free AS (
     SELECT dk, b, NULL::VARCHAR AS tenant, 'unallocated' AS state,
@@ -276,9 +301,7 @@ GROUP BY gb.b, gb.gk, s.state, s.hours, gb.ge_sum, gb.share_sum
 """
 
 
-def insert_idle(
-    con: duckdb.DuckDBPyConnection, run_id: str, window: Window, interval_s: float, threshold: float
-) -> None:
+def insert_idle(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, interval_s: float) -> None:
     """Write this run's ``idle_capacity`` rows (the caller holds the transaction)."""
     con.execute(
         "INSERT INTO idle_capacity " + idle_select(con),
@@ -289,9 +312,12 @@ def insert_idle(
             "bs": window.bucket_seconds,
             "bh": window.bucket_hours,
             "w": interval_s / 3600.0,
-            "thr": threshold,
         },
     )
+
+
+_HELD = ("ge_idle", "samples_idle", "ge_active", "samples_active", "ge_unmeasured", "samples_unmeasured")
+"""Columns of ``an_hold`` that the idle query reads."""
 
 
 def idle_select(con: duckdb.DuckDBPyConnection) -> str:
@@ -301,7 +327,8 @@ def idle_select(con: duckdb.DuckDBPyConnection) -> str:
         "SELECT count(*) FROM (SELECT device_id, tenant FROM an_alloc GROUP BY ALL HAVING count(*) > 1)"
     ).fetchone()
     if row is not None and row[0]:
-        held = "SELECT dk, b, tenant, sum(ge_samples) AS ge_samples, sum(samples) AS samples FROM an_hold GROUP BY ALL"
+        summed = ", ".join(f"sum({c}) AS {c}" for c in _HELD)
+        held = f"SELECT dk, b, tenant, {summed} FROM an_hold GROUP BY ALL"  # noqa: S608 - constant columns
     else:
-        held = "SELECT dk, b, tenant, ge_samples, samples FROM an_hold"
+        held = f"SELECT dk, b, tenant, {', '.join(_HELD)} FROM an_hold"  # noqa: S608 - constant columns
     return IDLE_SELECT_TEMPLATE.replace("{held}", held)

@@ -66,7 +66,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
             raise UserError("the store lists no devices and no quota or pending data in the window: nothing to analyse")
         return _analyze_queues_only(con, settings, source, window, prices.origin, clock)
     clock.done("inventory")
-    idle.prepare_samples(con, window)
+    idle.prepare_samples(con, window, settings.activity_threshold)
     clock.done("read samples and allocations")
     interval = settings.sample_interval_seconds or infer_sample_interval(con, window)
     idle.build_device_buckets(con, window, interval)
@@ -92,7 +92,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
         for table in (*RESULT_TABLES, "analysis_runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
         clock.done("delete previous rows")
-        idle.insert_idle(con, run_id, window, interval, settings.activity_threshold)
+        idle.insert_idle(con, run_id, window, interval)
         clock.done("write idle_capacity")
         fragmentation.insert_fragmentation(con, run_id, window)
         clock.done("write fragmentation")

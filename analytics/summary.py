@@ -91,7 +91,7 @@ class AnalysisSummary:
             f"gpulens analysis {self.run_id}: {self.window_start:%Y-%m-%d %H:%M} .. {self.window_end:%Y-%m-%d %H:%M} UTC"
             f" ({self.bucket_seconds // 60} min buckets, samples every {self.sample_interval_seconds:g} s,"
             f" facts from {self.fact_source})",
-            f"capacity {self.capacity_ge_hours:,.1f} GE-hours:",
+            f"capacity {self.capacity_ge_hours:,.1f} GE-hours (% = share of capacity GE-hours; $ at list price):",
         ]
         for state in STATES:
             ge = self.ge_hours_by_state.get(state, 0.0)

@@ -81,9 +81,15 @@ def test_the_newest_analysis_run_wins(tmp_path: Path) -> None:
     try:
         assert r.latest_run()["run_id"][0] == "newer"
         assert r.capacity_states().row(0, named=True)["unallocated"] == pytest.approx(2.0)
-        assert r.health().height == 3  # the newer run wrote no health rows: the older run's are used
+        assert r.health().height == 0  # the newer run wrote no health rows: never another run's rows
     finally:
         r.close()
+    older = StoreReader.open(path, RUN_ID)
+    try:
+        assert older.capacity_states().row(0, named=True)["unallocated"] == pytest.approx(1.0)
+        assert older.health().height == 3
+    finally:
+        older.close()
 
 
 def test_a_result_table_that_was_never_written_names_the_command(tmp_path: Path) -> None:

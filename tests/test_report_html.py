@@ -37,7 +37,7 @@ def test_the_report_opens_with_inline_svg_charts_for_every_section(report_dir: P
     for anchor in ("summary", "capacity", "idle", "cost", "risk", "health", "files"):
         assert f'<section id="{anchor}">' in page
     assert page.count("<svg") >= 5
-    for chart in ("Fleet capacity by state", "GPU-hours held per tenant", "Fleet cost by state", "Isolation-risk points"):
+    for chart in ("Fleet capacity by state", "GE-hours held per tenant", "Fleet cost by state", "Isolation-risk points"):
         assert chart in page
 
 

@@ -2,7 +2,8 @@
 
 Every query is a constant string with bound parameters; tenant-controlled strings never enter SQL text.
 A result table that analytics has not written yet raises :class:`AnalysisMissing`, whose message says
-which command to run.
+which command to run. Every analytics query reads one run: the one asked for (``run_id``), by
+default the newest; a run that wrote no rows into a table gives an empty frame, never another run's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import duckdb
 import polars as pl
 
 from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
+from gpulens.analytics.run_parameters import RunDescription, describe_run
 from gpulens.collector.store_errors import StoreMissing, store_error
 from gpulens.core.errors import UserError
 
@@ -70,26 +72,28 @@ class StoreReader:
     """
 
     QUERIES = frozenset({
-        "overview", "latest_run", "capacity_states", "tenant_usage", "chargeback_by_account", "cost_split",
+        "overview", "latest_run", "selected_run", "runs", "capacity_states", "tenant_usage", "chargeback_by_account", "cost_split",
         "isolation_terms", "isolation_scores", "health", "fragmentation_by_node", "recommendations",
         "workload_series", "recent_xids",
     })
     """The queries :meth:`run` may call (each returns a polars frame)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path, run_id: str | None = None) -> None:
         self._con = con
         self.db_path = str(db_path)
+        self.run_id = run_id
+        """The analysis run to show; None: the newest."""
 
     @classmethod
-    def open(cls, db_path: str | Path) -> StoreReader:
-        """A reader holding one read-only connection on ``db_path``."""
-        return cls(open_store(db_path), db_path)
+    def open(cls, db_path: str | Path, run_id: str | None = None) -> StoreReader:
+        """A reader holding one read-only connection on ``db_path``, showing ``run_id`` (default the newest)."""
+        return cls(open_store(db_path), db_path, run_id)
 
     @classmethod
-    def per_query(cls, db_path: str | Path) -> StoreReader:
+    def per_query(cls, db_path: str | Path, run_id: str | None = None) -> StoreReader:
         """A reader that opens ``db_path`` read-only for each query (checks now that it opens)."""
         open_store(db_path).close()
-        return cls(None, db_path)
+        return cls(None, db_path, run_id)
 
     def close(self) -> None:
         """Close the held connection, if any."""
@@ -105,7 +109,7 @@ class StoreReader:
             raise ValueError(f"unknown store query {query_name!r} (known: {', '.join(sorted(self.QUERIES))})")
         if self._con is not None:
             return getattr(self, query_name)(**params)
-        held = StoreReader(open_store(self.db_path), self.db_path)
+        held = StoreReader(open_store(self.db_path), self.db_path, self.run_id)
         try:
             return getattr(held, query_name)(**params)
         finally:
@@ -158,11 +162,11 @@ class StoreReader:
         """The newest run's reason for skipping ``table`` (e.g. a Kueue-only store), if it did."""
         if table == "analysis_runs" or not self.has("analysis_runs"):
             return None
-        run = self.latest_run()
+        run = self.selected_run()
         return skipped_by(str(run["run_id"][0]), run["summary"][0], table)
 
-    def frame(self, sql: str, params: list[object] | None = None) -> pl.DataFrame:
-        """Run a constant ``sql`` with bound ``params`` and return a polars frame."""
+    def frame(self, sql: str, params: list[object] | dict[str, object] | None = None) -> pl.DataFrame:
+        """Run a constant ``sql`` with bound ``params`` (positional or named) and return a polars frame."""
         with self._cursor() as cur:
             return cur.sql(sql, params=params or None).pl()
 
@@ -215,26 +219,63 @@ class StoreReader:
             """
         )
 
+    def runs(self) -> pl.DataFrame:
+        """Every analysis run, newest first: ``run_id, created_at, window_start, window_end, bucket_seconds``."""
+        self.require("analysis_runs")
+        return self.frame(
+            """
+            SELECT run_id, created_at, window_start, window_end, bucket_seconds FROM analysis_runs
+            ORDER BY created_at DESC, window_end DESC, run_id
+            """
+        )
+
+    def selected_run(self) -> pl.DataFrame:
+        """The run this reader shows (``run_id``, else the newest), with the columns of :meth:`latest_run`.
+
+        An unknown ``run_id`` is a ``UserError`` that lists the runs the store holds.
+        """
+        if self.run_id is None:
+            return self.latest_run()
+        self.require("analysis_runs")
+        run = self.frame(
+            """
+            SELECT run_id, window_start, window_end, bucket_seconds, CAST(parameters AS VARCHAR) AS parameters,
+                   CAST(summary AS VARCHAR) AS summary, created_at
+            FROM analysis_runs WHERE run_id = ?
+            """,
+            [self.run_id],
+        )
+        if run.height == 0:
+            known = ", ".join(self.runs()["run_id"].head(10).to_list())
+            raise UserError(f"--run-id {self.run_id}: no such analysis run in {self.db_path} (runs, newest first: {known})")
+        return run
+
+    def describe_run(self) -> RunDescription:
+        """Window, bucket, threshold, price source and non-default parameters of the run shown."""
+        run = self.selected_run().row(0, named=True)
+        return describe_run(
+            str(run["run_id"]), run["window_start"], run["window_end"], int(run["bucket_seconds"]), run["parameters"]
+        )
+
     def _run_id(self, table: str) -> str:
-        """The newest run that wrote rows into ``table`` (which must exist and hold rows)."""
-        self.require(table)
-        run = self.latest_run()
-        run_id = str(run["run_id"][0])
+        """The run shown; ``table`` must exist (an analysis has written it), though it may hold no rows of this
+        run (that analysis found nothing): then the query gives an empty frame, never another run's rows."""
+        if table not in self.tables():
+            raise AnalysisMissing(table, self.db_path, self._skipped(table))
+        run = self.selected_run()
+        skipped = skipped_by(str(run["run_id"][0]), run["summary"][0], table)
+        if skipped is not None:
+            raise AnalysisMissing(table, self.db_path, skipped)
+        return str(run["run_id"][0])
+
+    def has_rows(self, table: str) -> bool:
+        """Whether the run shown wrote any row into ``table`` (one of the result tables)."""
+        run_id = self._run_id(table)
         with self._cursor() as cur:
             row = cur.execute(
                 f'SELECT count(*) FROM (SELECT 1 FROM "{table}" WHERE run_id = ? LIMIT 1)', [run_id]  # noqa: S608
             ).fetchone()
-        if row and row[0]:
-            return run_id
-        # the newest run wrote nothing here: fall back to the newest run that did
-        with self._cursor() as cur:
-            row = cur.execute(
-                f'SELECT run_id FROM "{table}" t JOIN analysis_runs r USING (run_id) '  # noqa: S608
-                "ORDER BY r.created_at DESC LIMIT 1"
-            ).fetchone()
-        if row is None:
-            raise AnalysisMissing(table, self.db_path, skipped_by(run_id, run["summary"][0], table))
-        return str(row[0])
+        return bool(row and row[0])
 
     def capacity_states(self, max_points: int | None = None) -> pl.DataFrame:
         """Average GPU-equivalents per state in each time bucket, fleet-wide (from ``idle_capacity``).
@@ -260,7 +301,7 @@ class StoreReader:
         ).fill_null(0.0)
         if max_points is None or frame.height <= max_points:
             return frame
-        bucket_seconds = int(self.latest_run()["bucket_seconds"][0])
+        bucket_seconds = int(self.selected_run()["bucket_seconds"][0])
         per_point = -(-frame.height // max_points)  # ceil: buckets averaged into one point
         return (
             frame.group_by_dynamic("bucket", every=f"{per_point * bucket_seconds}s", start_by="datapoint")
@@ -269,28 +310,43 @@ class StoreReader:
         )
 
     def tenant_usage(self) -> pl.DataFrame:
-        """Per tenant over the window: GE-hours and cost by state, and the idle share of what it held.
+        """Per tenant over the window: GE-hours by state, their cost, and the idle share of held GE-hours.
 
         Columns: ``tenant, active_ge_hours, idle_ge_hours, unmeasured_ge_hours, held_ge_hours,
-        idle_cost_usd, held_cost_usd, idle_share`` (idle / held GE-hours), largest idle first.
+        idle_cost_usd, held_cost_usd, idle_share`` (idle / held GE-hours), largest idle first. Money is
+        the chargeback's (FOCUS ``BilledCost``, cents reconciled by largest remainder to the fleet
+        total), the one source of every money figure, so it adds up with the cost split to the cent.
         """
         run_id = self._run_id("idle_capacity")
+        if "chargeback" not in self.tables():
+            raise AnalysisMissing("chargeback", self.db_path)
         return self.frame(
             """
-            SELECT tenant,
-                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-active'), 0) AS active_ge_hours,
-                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_ge_hours,
-                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-unmeasured'), 0) AS unmeasured_ge_hours,
-                   sum(ge_hours) AS held_ge_hours,
-                   coalesce(sum(cost_usd) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_cost_usd,
-                   sum(cost_usd) AS held_cost_usd,
-                   coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0)
-                       / nullif(sum(ge_hours), 0) AS idle_share
-            FROM idle_capacity
-            WHERE run_id = ? AND tenant IS NOT NULL AND state LIKE 'allocated-%'
-            GROUP BY tenant ORDER BY idle_ge_hours DESC, tenant
+            WITH hours AS (
+                SELECT tenant,
+                       coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-active'), 0) AS active_ge_hours,
+                       coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_ge_hours,
+                       coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-unmeasured'), 0) AS unmeasured_ge_hours,
+                       sum(ge_hours) AS held_ge_hours
+                FROM idle_capacity
+                WHERE run_id = $run AND tenant IS NOT NULL AND state LIKE 'allocated-%'
+                GROUP BY tenant
+            ),
+            money AS (
+                SELECT x_Tenant AS tenant,
+                       coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'idle'), 0) AS idle_cost,
+                       coalesce(sum(BilledCost) FILTER (WHERE x_CostState IN ('active', 'idle', 'unmeasured')), 0)
+                           AS held_cost
+                FROM chargeback WHERE run_id = $run AND x_Tenant IS NOT NULL GROUP BY x_Tenant
+            )
+            SELECT h.tenant, h.active_ge_hours, h.idle_ge_hours, h.unmeasured_ge_hours, h.held_ge_hours,
+                   CAST(coalesce(m.idle_cost, 0) AS DOUBLE) AS idle_cost_usd,
+                   CAST(coalesce(m.held_cost, 0) AS DOUBLE) AS held_cost_usd,
+                   h.idle_ge_hours / nullif(h.held_ge_hours, 0) AS idle_share
+            FROM hours h LEFT JOIN money m USING (tenant)
+            ORDER BY h.idle_ge_hours DESC, h.tenant
             """,
-            [run_id],
+            {"run": run_id},
         )
 
     def chargeback_by_account(self) -> pl.DataFrame:
@@ -393,15 +449,32 @@ class StoreReader:
         )
 
     def fragmentation_by_node(self) -> pl.DataFrame:
-        """Per node over the window: ``node, gpu_model, stranded_ge_hours, avg_free_ge, last_reason``."""
+        """Per node over the window: ``node, gpu_model, stranded_ge_hours, avg_free_ge, why, why_share``.
+
+        ``why`` is the reason that holds most of the node's stranded GE-hours (with nothing stranded:
+        the reason of most of its free GE-hours), ``why_share`` the share of the node's stranded
+        GE-hours it holds (NULL when nothing was stranded). No rows: the run found no free capacity.
+        """
         run_id = self._run_id("fragmentation")
         return self.frame(
             """
-            SELECT node, any_value(gpu_model) AS gpu_model, sum(stranded_ge_hours) AS stranded_ge_hours,
-                   avg(free_ge) AS avg_free_ge, arg_max(reason, bucket_start) AS last_reason
-            FROM fragmentation WHERE run_id = ? GROUP BY node ORDER BY stranded_ge_hours DESC, node
+            WITH per_reason AS (
+                SELECT node, reason, sum(stranded_ge_hours) AS stranded,
+                       sum(free_ge * epoch(bucket_end - bucket_start) / 3600.0) AS free_ge_hours
+                FROM fragmentation WHERE run_id = $run GROUP BY node, reason
+            ),
+            why AS (
+                SELECT node, arg_max(reason, (stranded, free_ge_hours, reason)) AS why,
+                       max(stranded) / nullif(sum(stranded), 0) AS why_share
+                FROM per_reason GROUP BY node
+            )
+            SELECT f.node, any_value(f.gpu_model) AS gpu_model, sum(f.stranded_ge_hours) AS stranded_ge_hours,
+                   avg(f.free_ge) AS avg_free_ge, any_value(w.why) AS why, any_value(w.why_share) AS why_share
+            FROM fragmentation f JOIN why w USING (node)
+            WHERE f.run_id = $run
+            GROUP BY f.node ORDER BY stranded_ge_hours DESC, f.node
             """,
-            [run_id],
+            {"run": run_id},
         )
 
     # -- recommendations ----------------------------------------------------------------------------------

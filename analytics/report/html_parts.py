@@ -103,6 +103,8 @@ body { font-family: system-ui, sans-serif; margin: 0; color: #1d2430; background
 header { background: #1d2d44; color: #fff; padding: 18px 32px; }
 header h1 { margin: 0 0 4px 0; font-size: 22px; }
 header .meta { font-size: 13px; opacity: .85; }
+header .run-note { font-size: 13px; margin-top: 6px; padding: 4px 8px; background: #e0a800; color: #1d2430;
+                   border-radius: 4px; display: inline-block; }
 nav { padding: 8px 32px; background: #e8ebf0; font-size: 14px; }
 nav a { margin-right: 16px; color: #1d2d44; }
 main { padding: 8px 32px 40px; max-width: 1200px; }
@@ -126,9 +128,11 @@ ul.files li { margin: 4px 0; }
 """
 
 
-def page(title: str, meta: str, nav: Sequence[tuple[str, str]], body: str) -> str:
-    """The whole HTML document: inline CSS, no scripts, no external resources."""
+def page(title: str, meta: str, run: str, run_note: str, nav: Sequence[tuple[str, str]], body: str) -> str:
+    """The whole HTML document: inline CSS, no scripts, no external resources. ``run`` names the analysis
+    run shown; ``run_note`` (if any) says which of its parameters are not the defaults."""
     links = "".join(f'<a href="#{esc(anchor)}">{esc(label)}</a>' for anchor, label in nav)
+    note = f'<div class="run-note" id="run-note">{esc(run_note)}</div>' if run_note else ""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -136,6 +140,7 @@ def page(title: str, meta: str, nav: Sequence[tuple[str, str]], body: str) -> st
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "img-src data:\">"
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
-        f'<header><h1>{esc(title)}</h1><div class="meta">{esc(meta)}</div></header>'
+        f'<header><h1>{esc(title)}</h1><div class="meta">{esc(meta)}</div>'
+        f'<div class="meta run" id="run">{esc(run)}</div>{note}</header>'
         f"<nav>{links}</nav><main>{body}</main></body></html>\n"
     )

@@ -1,7 +1,10 @@
 """``write_report``: the self-contained HTML report plus its CSV and Parquet files, from a store.
 
-The report reads the store read-only. Each section stands alone: a section whose analysis has not
-run yet shows which command to run, the others still render.
+The report reads the store read-only and shows one analysis run (``run_id``, default the newest):
+its window, bucket, threshold and price source are in the header, with a note when its parameters
+are not the defaults. Each section stands alone: a section whose analysis has not run yet shows which
+command to run, the others still render. Every money figure comes from the run's chargeback (FOCUS
+``BilledCost``, cents reconciled by largest remainder), so all of them add up to the fleet total.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ CHART_POINTS = 400
 """Most x positions in a time chart; longer windows average neighbouring buckets."""
 MAX_ROWS = 25
 """Longest list shown in a chart or table; the CSV files hold every row."""
+IDLE_RULE = (
+    "Idle is decided per sample, not per bucket mean: each sample's held time is idle or active by its own "
+    "activity reading against the threshold, weighted by the sample interval; buckets only add up. A sample "
+    "without a finite activity reading is unmeasured, never idle or active."
+)
+"""How held time is split into idle and active, in the words the docs and the dashboard use."""
 
 
 @dataclass
@@ -38,18 +47,23 @@ class _Build:
     """(file name, description) of every data file written."""
 
 
-def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None) -> Path:
+def write_report(
+    db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None, run_id: str | None = None
+) -> Path:
     """Write ``index.html`` (charts inline, no network needed), the FOCUS chargeback as CSV and Parquet,
-    and a per-tenant CSV into ``out_dir``; return the path of ``index.html``.
+    and a per-tenant CSV into ``out_dir`` for analysis run ``run_id`` (default the newest); return the
+    path of ``index.html``.
 
-    Raises ``UserError`` when the store cannot be read or ``out_dir`` cannot be written.
+    Raises ``UserError`` when the store cannot be read, ``run_id`` is not a run of the store or
+    ``out_dir`` cannot be written.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    reader = StoreReader.open(db_path)
+    reader = StoreReader.open(db_path, run_id)
     try:
         reader.require_store()
+        run_line, run_note = _run_header(reader)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -67,6 +81,8 @@ def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | No
         document = h.page(
             "gpulens report: GPU capacity, idle cost, isolation risk",
             meta,
+            run_line,
+            run_note,
             [(anchor, title) for anchor, title, _ in sections],
             "".join(body for _, _, body in sections),
         )
@@ -75,6 +91,17 @@ def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | No
         return index
     finally:
         reader.close()
+
+
+def _run_header(reader: StoreReader) -> tuple[str, str]:
+    """The header's line naming the run shown, and a note when its parameters are not the defaults."""
+    try:
+        run = reader.describe_run()
+    except AnalysisMissing:
+        if reader.run_id is not None:
+            raise
+        return "No analysis run yet: run `gpulens analyze` first.", ""
+    return run.header() + ".", run.non_default_note()
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -96,21 +123,26 @@ def _guarded(fn: Callable[[_Build], str], build: _Build) -> str:
 
 
 def _summary(b: _Build) -> str:
-    run = b.reader.latest_run().row(0, named=True)
+    run = b.reader.describe_run()
     split = {r["state"]: r for r in b.reader.cost_split().iter_rows(named=True)}
     total = sum(r["billed_usd"] for r in split.values())
     idle = split.get("idle", {}).get("billed_usd", 0.0)
     unallocated = sum(split.get(s, {}).get("billed_usd", 0.0) for s in ("unallocated", "shared-unallocated"))
     idle_ge_h = split.get("idle", {}).get("ge_hours", 0.0)
+    held_ge_h = sum(split.get(s, {}).get("ge_hours", 0.0) for s in ("active", "idle", "unmeasured"))
     cards = h.cards([
-        ("total GPU cost", h.fmt_usd(total)),
+        ("fleet GPU cost (FOCUS BilledCost)", h.fmt_usd(total)),
         ("allocated but idle", h.fmt_usd(idle)),
         ("unallocated", h.fmt_usd(unallocated)),
-        ("idle GPU-hours", h.fmt_number(idle_ge_h, 1)),
-        ("idle + unallocated share", h.fmt_percent((idle + unallocated) / total if total else None)),
+        ("idle GE-hours", h.fmt_number(idle_ge_h, 1)),
+        ("idle, share of held GE-hours", h.fmt_percent(idle_ge_h / held_ge_h if held_ge_h else None)),
+        ("idle + unallocated, share of fleet cost", h.fmt_percent((idle + unallocated) / total if total else None)),
     ])
-    window = f"Analysis window {h.fmt_time(run['window_start'])} to {h.fmt_time(run['window_end'])} (run {run['run_id']})."
-    return h.section("summary", "Summary", cards, intro=window)
+    intro = (
+        f"Analysis window {h.fmt_time(run.window_start)} to {h.fmt_time(run.window_end)} (run {run.run_id}). "
+        + IDLE_RULE
+    )
+    return h.section("summary", "Summary", cards, intro=intro)
 
 
 def _capacity(b: _Build) -> str:
@@ -123,8 +155,7 @@ def _capacity(b: _Build) -> str:
         "Fleet capacity by state (GPU-equivalents)", xs, series, x_labels=labels, unit="GPU-equivalents"
     )
     intro = (
-        "Average GPU-equivalents (1 per GPU, g/7 per MIG slice) in each state per time bucket. "
-        "Idle = allocated with activity below the threshold; unmeasured = allocated, no activity reading."
+        "Average GPU-equivalents (1 per GPU, g/7 per MIG slice) in each state per time bucket. " + IDLE_RULE
     )
     return h.section("capacity", "Capacity over time", chart, intro=intro)
 
@@ -137,18 +168,40 @@ def _idle_by_tenant(b: _Build) -> str:
         svg.Series("unmeasured", tuple(usage["unmeasured_ge_hours"].to_list()), svg.colour_for("unmeasured", 1)),
         svg.Series("active", tuple(usage["active_ge_hours"].to_list()), svg.colour_for("active", 2)),
     ]
-    chart = svg.stacked_bar_chart("GPU-hours held per tenant, idle first", names, series, unit="GE-h")
+    chart = svg.stacked_bar_chart("GE-hours held per tenant, idle first", names, series, unit="GE-h")
     table = h.table(usage, [
         h.Col("tenant", "tenant", h.text, numeric=False),
         h.Col("idle_ge_hours", "idle GE-h"),
         h.Col("active_ge_hours", "active GE-h"),
         h.Col("unmeasured_ge_hours", "unmeasured GE-h"),
-        h.Col("idle_share", "idle share", h.fmt_percent),
-        h.Col("idle_cost_usd", "idle cost", h.fmt_usd),
-        h.Col("held_cost_usd", "held cost", h.fmt_usd),
+        h.Col("idle_share", "idle, share of its held GE-h", h.fmt_percent),
+        h.Col("idle_cost_usd", "idle cost (billed)", h.fmt_usd),
+        h.Col("held_cost_usd", "held cost (billed)", h.fmt_usd),
     ])
-    intro = "GPU-equivalent hours each tenant held, split by what it did with them, most idle first."
-    return h.section("idle", "Idle capacity by tenant", chart + table, intro=intro)
+    intro = (
+        "GPU-equivalent hours (GE-hours) each tenant held, split by what it did with them, most idle first. "
+        + IDLE_RULE + " Costs are the chargeback's billed cents, as in the cost split."
+    )
+    return h.section("idle", "Idle capacity by tenant", chart + table + _reconciliation(b), intro=intro)
+
+
+def _reconciliation(b: _Build) -> str:
+    """One line: tenants' held cost + unallocated + no data = the fleet total, from the same chargeback cents."""
+    split = {r["state"]: r["billed_usd"] for r in b.reader.cost_split().iter_rows(named=True)}
+    cents = {state: round(usd * 100) for state, usd in split.items()}
+    held = sum(cents.get(s, 0) for s in ("active", "idle", "unmeasured"))
+    shared = cents.get("shared-unallocated", 0)
+    unallocated = cents.get("unallocated", 0)
+    unknown = cents.get("unknown", 0)
+    total = sum(cents.values())
+    parts = [f"held by tenants {h.fmt_usd(held / 100)}"]
+    if shared:
+        parts.append(f"unallocated shared between tenants {h.fmt_usd(shared / 100)}")
+    if unallocated:
+        parts.append(f"unallocated {h.fmt_usd(unallocated / 100)}")
+    if unknown:
+        parts.append(f"no data {h.fmt_usd(unknown / 100)}")
+    return f'<p class="note">{h.esc(" + ".join(parts) + f" = fleet total {h.fmt_usd(total / 100)} (FOCUS BilledCost)")}</p>'
 
 
 def _cost_split(b: _Build) -> str:
@@ -249,7 +302,8 @@ def _recommendations(b: _Build) -> str:
         ))
     parts.append(h.table(recs, [
         h.Col("scope", "kind", h.text, numeric=False), h.Col("tenant", "tenant", h.text, numeric=False),
-        h.Col("target", "target", h.text, numeric=False), h.Col("change", "change", h.text, numeric=False),
+        h.Col("target", "target", h.text, numeric=False), h.Col("flavor", "Kueue flavor", h.text, numeric=False),
+        h.Col("change", "change", h.text, numeric=False),
         h.Col("action", "action", h.text, numeric=False),
         h.Col("confidence_label", "confidence", h.text, numeric=False),
         h.Col("reasons", "why", h.text, numeric=False),
@@ -279,16 +333,29 @@ def _health(b: _Build) -> str:
     if warn.height:
         parts.append("<h3>Warnings</h3>" + h.table(warn, columns, limit=MAX_ROWS))
     try:
-        frag = b.reader.fragmentation_by_node().head(MAX_ROWS)
+        frag = b.reader.fragmentation_by_node()
     except AnalysisMissing as exc:
         parts.append(h.notice(f"{exc}."))
     else:
-        parts.append("<h3>Stranded capacity (fragmentation)</h3>" + h.table(frag, [
-            h.Col("node", "node", h.text, numeric=False), h.Col("gpu_model", "model", h.text, numeric=False),
-            h.Col("stranded_ge_hours", "stranded GE-h"), h.Col("avg_free_ge", "avg free GE"),
-            h.Col("last_reason", "why", h.text, numeric=False),
-        ]))
+        parts.append("<h3>Stranded capacity (fragmentation)</h3>" + _stranded(frag))
     return h.section("health", "Health and drain list", "".join(parts))
+
+
+def _stranded(frag: pl.DataFrame) -> str:
+    """The stranded-capacity table, or the sentence saying that this run found nothing stranded."""
+    if frag.height == 0:
+        return "<p>Nothing stranded in this window: the run found no free capacity.</p>"
+    stranded = float(frag["stranded_ge_hours"].sum())
+    lead = "" if stranded > 0 else (
+        "<p>Nothing stranded in this window: free capacity was either not wanted (no pending demand) "
+        "or fit a pending request shape.</p>"
+    )
+    return lead + h.table(frag.head(MAX_ROWS), [
+        h.Col("node", "node", h.text, numeric=False), h.Col("gpu_model", "model", h.text, numeric=False),
+        h.Col("stranded_ge_hours", "stranded GE-h"), h.Col("avg_free_ge", "avg free GE (buckets with free capacity)"),
+        h.Col("why", "why (reason holding most of the node's stranded GE-h)", h.text, numeric=False),
+        h.Col("why_share", "that reason, share of the node's stranded GE-h", h.fmt_percent),
+    ])
 
 
 _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (

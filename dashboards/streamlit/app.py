@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from gpulens.dashboards.streamlit.launch import PAGES
+from gpulens.dashboards.streamlit.support import run_picker
 
 HERE = Path(__file__).parent
 
@@ -14,4 +15,5 @@ st.set_page_config(page_title="gpulens", page_icon=":material/memory:", layout="
 navigation = st.navigation(
     [st.Page(str(HERE / path), title=title, icon=icon, default=i == 0) for i, (path, title, icon) in enumerate(PAGES)]
 )
+run_picker()
 navigation.run()

@@ -1,4 +1,8 @@
-"""What every page shares: the store path, the cached read-only reader, cached queries, friendly errors.
+"""What every page shares: the store path, the analysis run shown, cached queries, friendly errors.
+
+Every page shows one analysis run: the one picked in the sidebar, by default the newest; its window,
+bucket, threshold and price source head the page, with a warning when its parameters are not the
+defaults.
 
 Tenant names are data: pages show them only through dataframes, charts and ``st.text`` (never
 markdown or HTML).
@@ -14,6 +18,7 @@ import polars as pl
 import streamlit as st
 
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.run_parameters import RunDescription
 from gpulens.core.errors import UserError
 from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
 
@@ -27,17 +32,67 @@ def db_path() -> str:
     return path
 
 
+IDLE_RULE = (
+    "Idle is decided per sample, not per bucket mean: each sample's held time is idle or active by its own "
+    "activity reading against the threshold, weighted by the sample interval; buckets only add up. A sample "
+    "without a finite activity reading is unmeasured, never idle or active."
+)
+"""How held time is split into idle and active, in the words of the report and docs/analytics.md."""
+
+
 @st.cache_resource(show_spinner=False)
-def _reader(path: str) -> StoreReader:
-    """One reader per store, shared by sessions. It opens the file read-only per query and closes it,
-    so the app never holds DuckDB's file lock against the collector or ``gpulens analyze``."""
-    return StoreReader.per_query(path)
+def _reader(path: str, run_id: str | None) -> StoreReader:
+    """One reader per store and run, shared by sessions. It opens the file read-only per query and closes
+    it, so the app never holds DuckDB's file lock against the collector or ``gpulens analyze``."""
+    return StoreReader.per_query(path, run_id)
 
 
 @st.cache_data(ttl=300, show_spinner=False)
-def query(path: str, query_name: str, /, **params: Any) -> pl.DataFrame:
-    """Run ``StoreReader.<query_name>(**params)`` on ``path``; cached per path, query and parameters."""
-    return _reader(path).run(query_name, **params)
+def query(path: str, query_name: str, run_id: str | None, /, **params: Any) -> pl.DataFrame:
+    """Run ``StoreReader.<query_name>(**params)`` on ``path`` for ``run_id``; cached per path, run, query and
+    parameters."""
+    return _reader(path, run_id).run(query_name, **params)
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def _describe(path: str, run_id: str | None) -> RunDescription:
+    return _reader(path, run_id).describe_run()
+
+
+def run_picker() -> None:
+    """The sidebar's choice of analysis run (default the newest); app.py draws it once per script run."""
+    path = db_path_from(sys.argv[1:], os.environ)
+    if path is None:
+        return
+    try:
+        runs = query(path, "runs", None)
+    except UserError:
+        return
+    ids = runs["run_id"].to_list()
+    labels = {
+        r["run_id"]: f"{r['run_id']} · {r['window_start']:%Y-%m-%d %H:%M} to {r['window_end']:%Y-%m-%d %H:%M}"
+        + (" (newest)" if i == 0 else "")
+        for i, r in enumerate(runs.iter_rows(named=True))
+    }
+    st.sidebar.selectbox("Analysis run", ids, format_func=lambda r: labels[r], key="run")
+
+
+def selected_run_id() -> str | None:
+    """The run picked in the sidebar; None: the newest (or the store has no analysis run)."""
+    picked = st.session_state.get("run")
+    return str(picked) if picked is not None else None
+
+
+def run_header() -> None:
+    """Say which run the page shows: window, bucket, threshold, price source; warn on non-defaults."""
+    run_id = selected_run_id()
+    if run_id is None:
+        return
+    run = _describe(db_path(), run_id)
+    st.caption(run.header())
+    note = run.non_default_note()
+    if note:
+        st.warning(note)
 
 
 def load(query_name: str, /, **params: Any) -> pl.DataFrame:
@@ -53,7 +108,7 @@ def try_load(query_name: str, /, **params: Any) -> pl.DataFrame | None:
     """Like :func:`load`, but a missing analysis shows its message and returns None (the page goes on)."""
     path = db_path()
     try:
-        return query(path, query_name, **params)
+        return query(path, query_name, selected_run_id(), **params)
     except AnalysisMissing as exc:
         st.info(f"{exc}.")
     except UserError as exc:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import load, overview
+from gpulens.dashboards.streamlit.support import IDLE_RULE, load, overview, run_header
 
 CHART_POINTS = 1000  # most time buckets drawn; longer windows average neighbouring buckets
 
 st.title("Fleet capacity")
+run_header()
 info = overview()
 cols = st.columns(5)
 cols[0].metric("nodes", info["nodes"])
@@ -21,14 +22,24 @@ st.caption(f"Samples from {info['first_sample']} to {info['last_sample']} (UTC).
 
 states = load("capacity_states", max_points=CHART_POINTS)
 st.subheader("Capacity states over time")
-st.caption(
-    "Average GPU-equivalents (1 per GPU, g/7 per MIG slice) per state in each bucket. Idle = allocated with "
-    "activity below the analysis threshold; unmeasured = allocated without an activity reading."
-)
+st.caption("Average GPU-equivalents (1 per GPU, g/7 per MIG slice) per state in each bucket. " + IDLE_RULE)
 st.altair_chart(charts.capacity_area(states), width="stretch")
 totals = states.drop("bucket").mean()
 st.dataframe(totals, hide_index=True)
 
 st.subheader("Stranded capacity by node")
 st.caption("Free GPU-equivalents that no pending request shape could use (fragmentation).")
-st.dataframe(load("fragmentation_by_node"), hide_index=True, width="stretch")
+stranded = load("fragmentation_by_node")
+if stranded.height == 0 or stranded["stranded_ge_hours"].sum() == 0:
+    st.text("Nothing stranded in this window.")
+if stranded.height:
+    st.dataframe(
+        stranded, hide_index=True, width="stretch",
+        column_config={
+            "stranded_ge_hours": st.column_config.NumberColumn("stranded GE-hours", format="%.2f"),
+            "avg_free_ge": st.column_config.NumberColumn("avg free GE (buckets with free capacity)", format="%.3f"),
+            "why": st.column_config.TextColumn("why (reason holding most of the node's stranded GE-hours)"),
+            "why_share": st.column_config.NumberColumn("that reason, share of the node's stranded GE-hours",
+                                                       format="percent"),
+        },
+    )

@@ -5,9 +5,10 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit.support import load, try_load
+from gpulens.dashboards.streamlit.support import load, run_header, try_load
 
 st.title("Health and drain list")
+run_header()
 xids = load("recent_xids")
 health = try_load("health")
 if health is None:

@@ -28,7 +28,7 @@ scope = st.radio("Kind", ["workload", "quota", "mig_conversion"], horizontal=Tru
 shown = recs.filter(pl.col("scope") == scope)
 st.caption(f"{shown.height} of {recs.height} recommendations of the newest `gpulens recommend` run.")
 st.dataframe(
-    shown.select("tenant", "target", "change", "action", "confidence_label", "history_days", "reasons"),
+    shown.select("tenant", "target", "flavor", "change", "action", "confidence_label", "history_days", "reasons"),
     hide_index=True, width="stretch",
 )
 

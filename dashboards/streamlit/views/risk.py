@@ -5,9 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import load
+from gpulens.dashboards.streamlit.support import load, run_header
 
 st.title("Isolation risk")
+run_header()
 st.caption("Score 0..100 = the sum of the points of its terms; hover a cell for the reason.")
 scope = st.radio("Scope", ["tenant", "device"], horizontal=True, key="scope")
 terms = load("isolation_terms", scope=scope)

@@ -6,19 +6,28 @@ import polars as pl
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import load
+from gpulens.dashboards.streamlit.support import IDLE_RULE, load, run_header
 
 st.title("Tenants")
+run_header()
 
 usage = load("tenant_usage")
 st.subheader("Idle capacity by tenant")
-st.caption("GPU-equivalent hours each tenant held over the analysis window, by what it did with them.")
+st.caption("GPU-equivalent hours (GE-hours) each tenant held over the analysis window, by what it did with them. "
+           + IDLE_RULE + " Costs are the chargeback's billed cents, as below.")
 long = usage.unpivot(
     index="tenant", on=["active_ge_hours", "idle_ge_hours", "unmeasured_ge_hours"],
     variable_name="state", value_name="ge_hours",
 ).with_columns(pl.col("state").str.replace("_ge_hours", ""))
 st.altair_chart(charts.stacked_bars(long, "tenant", "state", "ge_hours", "GE-hours"), width="stretch")
-st.dataframe(usage, hide_index=True, width="stretch")
+st.dataframe(
+    usage, hide_index=True, width="stretch",
+    column_config={
+        "idle_share": st.column_config.NumberColumn("idle, share of its held GE-hours", format="percent"),
+        "idle_cost_usd": st.column_config.NumberColumn("idle cost (billed, USD)", format="%.2f"),
+        "held_cost_usd": st.column_config.NumberColumn("held cost (billed, USD)", format="%.2f"),
+    },
+)
 
 accounts = load("chargeback_by_account")
 st.subheader("Chargeback by account and cost state")

@@ -1,0 +1,176 @@
+"""Idle is decided per sample, never per bucket mean: the bucket size changes no idle figure.
+
+Fixtures are shaped like bursty LLM-serving pods scraped as dcgm-exporter series at about 60 s: each
+GPU is scraped at its own second of the minute, sits near 0 % activity with bursts of a few busy
+minutes, loses scrapes now and then (no sample, no allocation row), reports NaN or no activity for
+a while (an exporter version without the field), and pods come and go at any minute.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpulens.analytics.run import analyze
+from gpulens.analytics.settings import AnalysisSettings
+from tests.support.analytics_fleet import T0, Fleet
+
+HOURS = 2
+MINUTES = HOURS * 60
+END = T0 + timedelta(hours=HOURS)
+THRESHOLD = 0.05
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of minutes on one GPU: what the GPU reported and who held it."""
+
+    minutes: int
+    reading: str
+    """``idle`` (0..4 % activity), ``busy`` (30..100 %), ``edge`` (exactly the threshold), ``nan``,
+    ``inf``, ``null`` (no activity field) or ``gap`` (the scrape failed: no sample, no holder)."""
+    holder: str | None
+
+
+segment = st.builds(
+    Segment,
+    minutes=st.integers(1, 12),
+    reading=st.sampled_from(["idle", "idle", "idle", "busy", "busy", "edge", "nan", "inf", "null", "gap"]),
+    holder=st.sampled_from([None, "chat", "chat", "embed", "batch"]),
+)
+trace = st.lists(segment, min_size=1, max_size=30)
+
+
+def _activity(reading: str, i: int) -> float | None:
+    return {
+        "idle": (i % 5) / 100,
+        "busy": 0.3 + (i % 8) / 10,
+        "edge": THRESHOLD,
+        "nan": math.nan,
+        "inf": math.inf,
+        "null": None,
+    }[reading]
+
+
+@dataclass
+class Held:
+    """What the raw trace says, sample by sample (the expected figures)."""
+
+    held_ge_hours: float = 0.0
+    idle_ge_hours: float = 0.0
+    unmeasured_ge_hours: float = 0.0
+
+
+def build(path: Path, traces: list[list[Segment]], offsets: list[int]) -> Held:
+    """One exclusive H200 per trace, scraped every 60 s at its own second; returns the expected figures."""
+    f = Fleet(path)
+    f.node("n0")
+    held = Held()
+    for g, (segments, offset) in enumerate(zip(traces, offsets, strict=True)):
+        device = f"GPU-{g}"
+        f.gpu(device, "n0")
+        minute = 0
+        for seg in segments:
+            for i in range(seg.minutes):
+                if minute >= MINUTES:
+                    break
+                ts = T0 + timedelta(minutes=minute, seconds=offset)
+                minute += 1
+                if seg.reading == "gap":
+                    continue
+                activity = _activity(seg.reading, minute + i)
+                f.samples(device, start=ts, count=1, activity=activity)
+                if seg.holder is None:
+                    continue
+                f.alloc(device, seg.holder, start=ts, count=1, pod=f"{seg.holder}-{g}")
+                held.held_ge_hours += 1 / 60
+                if activity is None or not math.isfinite(activity):
+                    held.unmeasured_ge_hours += 1 / 60
+                elif activity < THRESHOLD:
+                    held.idle_ge_hours += 1 / 60
+    f.close()
+    return held
+
+
+def states(path: Path, bucket: str) -> dict[str, float]:
+    summary = analyze(
+        path,
+        AnalysisSettings(window_seconds=f"{HOURS}h", bucket_seconds=bucket, end=END, activity_threshold=THRESHOLD,
+                         sample_interval_seconds=60),
+    )
+    return summary.ge_hours_by_state
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces=st.lists(trace, min_size=1, max_size=3), offsets=st.lists(st.integers(0, 59), min_size=3, max_size=3))
+def test_idle_ge_hours_do_not_depend_on_the_bucket_and_equal_the_held_sample_time_below_threshold(
+    traces: list[list[Segment]], offsets: list[int]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.duckdb"
+        expected = build(path, traces, offsets[: len(traces)])
+        by_bucket = {bucket: states(path, bucket) for bucket in ("1m", "5m", "1h")}
+    held = expected.held_ge_hours
+    for bucket, got in by_bucket.items():
+        idle = got.get("allocated-idle", 0.0)
+        got_held = sum(got.get(s, 0.0) for s in ("allocated-idle", "allocated-active", "allocated-unmeasured"))
+        assert got_held == pytest.approx(held, abs=1e-9), bucket
+        assert idle == pytest.approx(expected.idle_ge_hours, abs=1e-9), bucket
+        assert got.get("allocated-unmeasured", 0.0) == pytest.approx(expected.unmeasured_ge_hours, abs=1e-9), bucket
+        if held:
+            assert idle / held == pytest.approx(expected.idle_ge_hours / held, abs=1e-9), bucket
+    idles = [got.get("allocated-idle", 0.0) for got in by_bucket.values()]
+    assert max(idles) - min(idles) < 0.005 * held + 1e-12
+
+
+def test_one_busy_minute_does_not_make_a_five_minute_bucket_active(tmp_path: Path) -> None:
+    """The issue's example: four idle minutes and one at 100 % are 4 idle and 1 active minute, not 5 active."""
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n0")
+    f.gpu("GPU-0", "n0")
+    f.samples("GPU-0", count=5, activity=lambda i: 1.0 if i == 2 else 0.0)
+    f.alloc("GPU-0", "chat", count=5)
+    f.close()
+    got = analyze(
+        path,
+        AnalysisSettings(window_seconds="5m", bucket_seconds="5m", end=T0 + timedelta(minutes=5),
+                         sample_interval_seconds=60),
+    ).ge_hours_by_state
+    assert got["allocated-idle"] == pytest.approx(4 / 60)
+    assert got["allocated-active"] == pytest.approx(1 / 60)
+
+
+@pytest.mark.parametrize("reading", [math.nan, math.inf, -math.inf])
+def test_a_nan_or_infinite_activity_reading_is_unmeasured_never_active_or_idle(tmp_path: Path, reading: float) -> None:
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n0")
+    f.gpu("GPU-0", "n0")
+    f.samples("GPU-0", count=5, activity=lambda i: reading if i < 3 else 0.5)
+    f.alloc("GPU-0", "chat", count=5)
+    f.close()
+    summary = analyze(
+        path,
+        AnalysisSettings(window_seconds="5m", bucket_seconds="5m", end=T0 + timedelta(minutes=5),
+                         sample_interval_seconds=60),
+    )
+    got = summary.ge_hours_by_state
+    assert got["allocated-unmeasured"] == pytest.approx(3 / 60)
+    assert got["allocated-active"] == pytest.approx(2 / 60)
+    assert "allocated-idle" not in got
+    con = duckdb.connect(str(path), read_only=True)
+    samples = con.execute(
+        "SELECT state, sum(samples) FROM idle_capacity WHERE run_id = ? AND tenant IS NOT NULL GROUP BY state",
+        [summary.run_id],
+    ).fetchall()
+    con.close()
+    assert dict(samples) == {"allocated-unmeasured": 3, "allocated-active": 2}
