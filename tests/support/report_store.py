@@ -77,7 +77,10 @@ def build_facts(con: duckdb.DuckDBPyConnection) -> None:
                                     ge, "Job", pod.rsplit("-", 1)[0], "test"))
         for gpu, node in ((H200, "node-h200"), (A100_0, "node-a100"), (A100_1, "node-a100")):
             gpu_samples.append((ts, node, gpu, True, 300.0, 300.0 * 300 * i, 55.0, "test"))
-    con.executemany("INSERT INTO device_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", samples)
+    con.executemany(
+        "INSERT INTO device_samples (ts, node, gpu_uuid, device_id, activity_ratio, memory_used_bytes, "
+        "memory_total_bytes, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", samples,
+    )
     con.executemany(
         "INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", allocations
     )
