@@ -7,7 +7,7 @@ which command to run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -69,9 +69,18 @@ class StoreReader:
     })
     """The queries :meth:`run` may call (each returns a polars frame)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path) -> None:
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path,
+        *, connect: Callable[[str], duckdb.DuckDBPyConnection] = open_store,
+    ) -> None:
         self._con = con
         self.db_path = str(db_path)
+        self._connect = connect
+
+    def reconnected(self, connect: Callable[[str], duckdb.DuckDBPyConnection]) -> StoreReader:
+        """A reader of the same kind (held or per query) on the same file whose connections come from
+        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants)."""
+        return StoreReader(None if self._con is None else connect(self.db_path), self.db_path, connect=connect)
 
     @classmethod
     def open(cls, db_path: str | Path) -> StoreReader:
@@ -98,7 +107,7 @@ class StoreReader:
             raise ValueError(f"unknown store query {query_name!r} (known: {', '.join(sorted(self.QUERIES))})")
         if self._con is not None:
             return getattr(self, query_name)(**params)
-        held = StoreReader(open_store(self.db_path), self.db_path)
+        held = StoreReader(self._connect(self.db_path), self.db_path, connect=self._connect)
         try:
             return getattr(held, query_name)(**params)
         finally:
@@ -109,7 +118,7 @@ class StoreReader:
         if self._con is not None:
             yield self._con.cursor()
             return
-        con = open_store(self.db_path)
+        con = self._connect(self.db_path)
         try:
             yield con
         finally:
