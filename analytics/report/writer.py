@@ -16,6 +16,7 @@ import polars as pl
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
 from gpulens.core.errors import UserError
 
 INDEX = "index.html"
@@ -36,18 +37,24 @@ class _Build:
     """(file name, description) of every data file written."""
 
 
-def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None) -> Path:
+def write_report(
+    db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None,
+    scope: TenantScope | None = None, directory: TenantDirectory | None = None,
+) -> Path:
     """Write ``index.html`` (charts inline, no network needed), the FOCUS chargeback as CSV and Parquet,
     and a per-tenant CSV into ``out_dir``; return the path of ``index.html``.
 
+    With a ``scope`` of some tenants, every section and file shows only theirs (see ``report.scope``).
     Raises ``UserError`` when the store cannot be read or ``out_dir`` cannot be written.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    reader = StoreReader.open(db_path)
+    store = StoreReader.open(db_path)
+    reader = store
     try:
-        reader.require_store()
+        store.require_store()
+        reader = scope_reader(store, scope or TenantScope.everything(), directory)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -62,8 +69,12 @@ def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | No
             f"{overview['devices']} devices · samples {h.fmt_time(overview['first_sample'])} to "
             f"{h.fmt_time(overview['last_sample'])} · generated {generated}"
         )
+        page_title = "gpulens report: GPU capacity, idle cost, isolation risk"
+        if scope is not None and scope.tenants is not None:
+            page_title = f"gpulens report for {', '.join(sorted(scope.tenants))}: GPU capacity, idle cost, isolation risk"
+            meta = f"Only this tenant's devices, costs and findings; fleet figures are its share · {meta}"
         document = h.page(
-            "gpulens report: GPU capacity, idle cost, isolation risk",
+            page_title,
             meta,
             [(anchor, title) for anchor, title, _ in sections],
             "".join(body for _, _, body in sections),
@@ -72,7 +83,9 @@ def write_report(db_path: str | Path, out_dir: str | Path, *, now: datetime | No
         _write_text(index, document)
         return index
     finally:
-        reader.close()
+        if reader is not store:
+            reader.close()
+        store.close()
 
 
 def _write_text(path: Path, text: str) -> None:
