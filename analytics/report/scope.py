@@ -153,7 +153,7 @@ class Redactor:
         return self.text(value)
 
     def json_text(self, value: str | None) -> str | None:
-        """A JSON document with every string in it redacted (keys included); stays valid JSON."""
+        """A JSON document with every string value in it redacted; stays valid JSON with the same keys."""
         if value is None or self._pattern is None:
             return value
         try:
@@ -168,7 +168,7 @@ class Redactor:
         if isinstance(node, list):
             return [self._walk(item) for item in node]
         if isinstance(node, dict):
-            return {self.text(str(k)): self._walk(v) for k, v in node.items()}
+            return {k: self._walk(v) for k, v in node.items()}  # keys are the schema, values the data
         return node
 
 

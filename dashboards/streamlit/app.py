@@ -7,10 +7,14 @@ from pathlib import Path
 import streamlit as st
 
 from gpulens.dashboards.streamlit.launch import PAGES
+from gpulens.dashboards.streamlit.support import caller_scope
 
 HERE = Path(__file__).parent
 
 st.set_page_config(page_title="gpulens", page_icon=":material/memory:", layout="wide")
+scope = caller_scope()  # behind the proxy: the caller's tenants, or the "no access" page and nothing else
+if scope.tenants is not None:
+    st.sidebar.text(f"Showing tenant{'s' if len(scope.tenants) != 1 else ''}: {', '.join(sorted(scope.tenants))}")
 navigation = st.navigation(
     [st.Page(str(HERE / path), title=title, icon=icon, default=i == 0) for i, (path, title, icon) in enumerate(PAGES)]
 )
