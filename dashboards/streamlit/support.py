@@ -19,7 +19,13 @@ import streamlit as st
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.scope import TenantScope, scope_reader
 from gpulens.core.errors import UserError
-from gpulens.dashboards.streamlit.access import AccessFile, Decision, current_options, decide, load_access_file
+from gpulens.dashboards.streamlit.access import (
+    AccessFile,
+    Decision,
+    current_options,
+    decide,
+    load_access_file,
+)
 from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
 
 
@@ -63,11 +69,16 @@ def caller_scope() -> TenantScope:
     """The caller's scope; a caller without access gets the "no access" page and the run stops here."""
     decision = caller()
     if decision.scope is None:
-        st.title("No access")
-        st.text(f"gpulens shows each team its own GPUs and costs. This request has no access: {decision.reason}.")
+        no_access(decision.reason)
         st.stop()
     assert decision.scope is not None
     return decision.scope
+
+
+def no_access(reason: str) -> None:
+    """The page a caller without access gets: why, and nothing else."""
+    st.title("No access")
+    st.text(f"gpulens shows each team its own GPUs and costs. This request has no access: {reason}.")
 
 
 @st.cache_resource(show_spinner=False, ttl=300)
