@@ -9,7 +9,7 @@ default the newest; a run that wrote no rows into a table gives an empty frame, 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -78,11 +78,21 @@ class StoreReader:
     })
     """The queries :meth:`run` may call (each returns a polars frame)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path, run_id: str | None = None) -> None:
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path, run_id: str | None = None,
+        *, connect: Callable[[str], duckdb.DuckDBPyConnection] = open_store,
+    ) -> None:
         self._con = con
         self.db_path = str(db_path)
         self.run_id = run_id
         """The analysis run to show; None: the newest."""
+        self._connect = connect
+
+    def reconnected(self, connect: Callable[[str], duckdb.DuckDBPyConnection]) -> StoreReader:
+        """A reader of the same kind (held or per query) on the same file whose connections come from
+        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants)."""
+        return StoreReader(None if self._con is None else connect(self.db_path), self.db_path, self.run_id,
+                           connect=connect)
 
     @classmethod
     def open(cls, db_path: str | Path, run_id: str | None = None) -> StoreReader:
@@ -109,7 +119,7 @@ class StoreReader:
             raise ValueError(f"unknown store query {query_name!r} (known: {', '.join(sorted(self.QUERIES))})")
         if self._con is not None:
             return getattr(self, query_name)(**params)
-        held = StoreReader(open_store(self.db_path), self.db_path, self.run_id)
+        held = StoreReader(self._connect(self.db_path), self.db_path, self.run_id, connect=self._connect)
         try:
             return getattr(held, query_name)(**params)
         finally:
@@ -120,7 +130,7 @@ class StoreReader:
         if self._con is not None:
             yield self._con.cursor()
             return
-        con = open_store(self.db_path)
+        con = self._connect(self.db_path)
         try:
             yield con
         finally:

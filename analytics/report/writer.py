@@ -21,6 +21,7 @@ from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.mig_layout_section import mig_layout_section
+from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
 from gpulens.core.errors import UserError
 
 INDEX = "index.html"
@@ -48,22 +49,26 @@ class _Build:
 
 
 def write_report(
-    db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None, run_id: str | None = None
+    db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None, run_id: str | None = None,
+    scope: TenantScope | None = None, directory: TenantDirectory | None = None,
 ) -> Path:
     """Write ``index.html`` (charts inline, no network needed), the FOCUS chargeback as CSV and Parquet,
     and a per-tenant CSV into ``out_dir`` for analysis run ``run_id`` (default the newest); return the
     path of ``index.html``.
 
+    With a ``scope`` of some tenants, every section and file shows only theirs (see ``report.scope``).
     Raises ``UserError`` when the store cannot be read, ``run_id`` is not a run of the store or
     ``out_dir`` cannot be written.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    reader = StoreReader.open(db_path, run_id)
+    store = StoreReader.open(db_path, run_id)
+    reader = store
     try:
-        reader.require_store()
-        run_line, run_note = _run_header(reader)
+        store.require_store()
+        run_line, run_note = _run_header(store)
+        reader = scope_reader(store, scope or TenantScope.everything(), directory)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -78,8 +83,12 @@ def write_report(
             f"{overview['devices']} devices · samples {h.fmt_time(overview['first_sample'])} to "
             f"{h.fmt_time(overview['last_sample'])} · generated {generated}"
         )
+        page_title = "gpulens report: GPU capacity, idle cost, isolation risk"
+        if scope is not None and scope.tenants is not None:
+            page_title = f"gpulens report for {', '.join(sorted(scope.tenants))}: GPU capacity, idle cost, isolation risk"
+            meta = f"Only this tenant's devices, costs and findings; fleet figures are its share · {meta}"
         document = h.page(
-            "gpulens report: GPU capacity, idle cost, isolation risk",
+            page_title,
             meta,
             run_line,
             run_note,
@@ -90,7 +99,9 @@ def write_report(
         _write_text(index, document)
         return index
     finally:
-        reader.close()
+        if reader is not store:
+            reader.close()
+        store.close()
 
 
 def _run_header(reader: StoreReader) -> tuple[str, str]:

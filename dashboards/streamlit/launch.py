@@ -6,6 +6,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpulens.dashboards.streamlit.access import TrustedHeaders
 
 APP_PATH = Path(__file__).with_name("app.py")
 DB_ENV = "GPULENS_DB"
@@ -19,8 +23,12 @@ PAGES = (
 """The app's pages: script (relative to app.py), title and icon, in navigation order."""
 
 
-def streamlit_command(db: Path, *, port: int, host: str) -> list[str]:
-    """The argv that serves the app on ``db`` (a list: no shell ever sees the path)."""
+def streamlit_command(db: Path, *, port: int, host: str, trusted: TrustedHeaders | None = None) -> list[str]:
+    """The argv that serves the app on ``db`` (a list: no shell ever sees the path), with its access options."""
+    access = [] if trusted is None else [
+        "--trusted-user-header", trusted.user, "--trusted-groups-header", trusted.groups,
+        "--access-file", str(trusted.access_file.resolve()),
+    ]
     return [
         sys.executable, "-m", "streamlit", "run", str(APP_PATH),
         "--server.port", str(port),
@@ -30,6 +38,7 @@ def streamlit_command(db: Path, *, port: int, host: str) -> list[str]:
         "--client.toolbarMode", "viewer",
         "--",
         "--db", str(db.resolve()),
+        *access,
     ]
 
 

@@ -5,21 +5,32 @@ bucket, threshold and price source head the page, with a warning when its parame
 defaults.
 
 Tenant names are data: pages show them only through dataframes, charts and ``st.text`` (never
-markdown or HTML).
+markdown or HTML). Behind an authenticating proxy (``--trusted-user-header`` ...), every query runs
+on the caller's tenant scope, and a caller without access gets the "no access" page and no data.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 import streamlit as st
 
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.report.scope import TenantScope, scope_reader
 from gpulens.analytics.run_parameters import RunDescription
 from gpulens.core.errors import UserError
+from gpulens.dashboards.streamlit.access import (
+    AccessFile,
+    Decision,
+    current_options,
+    decide,
+    load_access_file,
+)
 from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
 
 
@@ -32,6 +43,67 @@ def db_path() -> str:
     return path
 
 
+def request_headers() -> Mapping[str, str]:
+    """The headers of this session's request (set by the authenticating proxy in front of the app)."""
+    return st.context.headers
+
+
+@st.cache_resource(show_spinner=False, ttl=300)
+def _access_file(path: str, mtime_ns: int) -> AccessFile:
+    return load_access_file(Path(path))
+
+
+def caller() -> Decision:
+    """What this session may see; without access options, everything (the app as run on a laptop)."""
+    try:
+        trusted = current_options()
+        if trusted is None:
+            return Decision(TenantScope.everything(), None)
+        try:
+            mtime = trusted.access_file.stat().st_mtime_ns
+        except OSError:
+            mtime = -1
+        access = _access_file(str(trusted.access_file), mtime)
+    except UserError as exc:
+        st.error(str(exc))
+        st.stop()
+    return decide(request_headers(), trusted, access)
+
+
+def caller_scope() -> TenantScope:
+    """The caller's scope; a caller without access gets the "no access" page and the run stops here."""
+    decision = caller()
+    if decision.scope is None:
+        no_access(decision.reason)
+        st.stop()
+    assert decision.scope is not None
+    return decision.scope
+
+
+def no_access(reason: str) -> None:
+    """The page a caller without access gets: why, and nothing else."""
+    st.title("No access")
+    st.text(f"gpulens shows each team its own GPUs and costs. This request has no access: {reason}.")
+
+
+@st.cache_resource(show_spinner=False, ttl=300)
+def _reader(path: str, tenants: tuple[str, ...] | None = None, run_id: str | None = None) -> StoreReader:
+    """One reader per store and tenant scope, shared by sessions. It opens the file read-only per query
+    and closes it, so the app never holds DuckDB's file lock against the collector or ``gpulens analyze``."""
+    scope = TenantScope.everything() if tenants is None else TenantScope.of(tenants)
+    return scope_reader(StoreReader.per_query(path, run_id), scope)
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def query(
+    path: str, tenants: tuple[str, ...] | None, query_name: str, run_id: str | None, /, **params: Any
+) -> pl.DataFrame:
+    """Run ``StoreReader.<query_name>(**params)`` on ``path`` for analysis run ``run_id`` (None: the newest)
+    within the scope of ``tenants`` (None: all); cached per path, scope, run, query and parameters, so one
+    caller's results never reach another scope."""
+    return _reader(path, tenants, run_id).run(query_name, **params)
+
+
 IDLE_RULE = (
     "Idle is decided per sample, not per bucket mean: each sample's held time is idle or active by its own "
     "activity reading against the threshold, weighted by the sample interval; buckets only add up. A sample "
@@ -40,23 +112,9 @@ IDLE_RULE = (
 """How held time is split into idle and active, in the words of the report and docs/analytics.md."""
 
 
-@st.cache_resource(show_spinner=False)
-def _reader(path: str, run_id: str | None) -> StoreReader:
-    """One reader per store and run, shared by sessions. It opens the file read-only per query and closes
-    it, so the app never holds DuckDB's file lock against the collector or ``gpulens analyze``."""
-    return StoreReader.per_query(path, run_id)
-
-
-@st.cache_data(ttl=300, show_spinner=False)
-def query(path: str, query_name: str, run_id: str | None, /, **params: Any) -> pl.DataFrame:
-    """Run ``StoreReader.<query_name>(**params)`` on ``path`` for ``run_id``; cached per path, run, query and
-    parameters."""
-    return _reader(path, run_id).run(query_name, **params)
-
-
 @st.cache_data(ttl=300, show_spinner=False)
 def _describe(path: str, run_id: str | None) -> RunDescription:
-    return _reader(path, run_id).describe_run()
+    return _reader(path, None, run_id).describe_run()
 
 
 def run_picker() -> None:
@@ -65,7 +123,7 @@ def run_picker() -> None:
     if path is None:
         return
     try:
-        runs = query(path, "runs", None)
+        runs = query(path, None, "runs", None)
     except UserError:
         return
     ids = runs["run_id"].to_list()
@@ -107,8 +165,9 @@ def load(query_name: str, /, **params: Any) -> pl.DataFrame:
 def try_load(query_name: str, /, **params: Any) -> pl.DataFrame | None:
     """Like :func:`load`, but a missing analysis shows its message and returns None (the page goes on)."""
     path = db_path()
+    scope = caller_scope()
     try:
-        return query(path, query_name, selected_run_id(), **params)
+        return query(path, scope.key, query_name, selected_run_id(), **params)
     except AnalysisMissing as exc:
         st.info(f"{exc}.")
     except UserError as exc:

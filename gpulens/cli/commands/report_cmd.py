@@ -1,4 +1,4 @@
-"""`gpulens report`: the self-contained HTML report with its CSV and Parquet files."""
+"""`gpulens report`: the self-contained HTML report with its CSV and Parquet files, for the fleet or per tenant."""
 
 from __future__ import annotations
 
@@ -19,14 +19,41 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--run-id", help="Analysis run to show (see analysis_runs); default: the newest run."),
         ] = None,
+        tenant: Annotated[
+            str | None,
+            typer.Option("--tenant", help="Report for this tenant only: its devices, costs, recommendations, risk "
+                                          "and health; other tenants never appear by name."),
+        ] = None,
+        per_tenant: Annotated[
+            bool,
+            typer.Option("--per-tenant", help="Write OUT/<tenant>/ (report, CSV, Parquet) for every tenant, and "
+                                              "OUT/index.html listing them for the platform team."),
+        ] = False,
     ) -> None:
         """Write a self-contained HTML report (charts inline, works offline), the FOCUS chargeback as CSV
         and Parquet, and a per-tenant CSV into OUT. Sections whose analysis has not run yet say which
         command to run. The header names the run shown (window, bucket, activity threshold, price
-        source) and notes parameters that are not the defaults.
+        source) and notes parameters that are not the defaults. With --tenant or --per-tenant, each
+        report shows one tenant only (showback).
         """
-        from gpulens.analytics.report import write_report
+        from gpulens.core.errors import UserError
 
-        index = write_report(db, out, run_id=run_id)
+        if tenant is not None and per_tenant:
+            raise UserError("--tenant and --per-tenant cannot be used together: pick one")
+        if per_tenant:
+            from gpulens.analytics.report.tenant_reports import write_per_tenant_reports
+
+            index, reports = write_per_tenant_reports(db, out, run_id=run_id)
+            typer.echo(f"{len(reports)} tenant reports written under {out}; the platform team's index: {index}")
+            typer.echo(f"open it in a browser: file://{index.resolve()}")
+            return
+        if tenant is not None:
+            from gpulens.analytics.report.tenant_reports import write_tenant_report
+
+            index = write_tenant_report(db, out, tenant, run_id=run_id)
+        else:
+            from gpulens.analytics.report import write_report
+
+            index = write_report(db, out, run_id=run_id)
         typer.echo(f"report written: {index}")
         typer.echo(f"open it in a browser: file://{index.resolve()}")

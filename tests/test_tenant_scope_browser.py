@@ -1,0 +1,84 @@
+"""Real browser, real headers: `gpulens dashboard` with access options behind a local header-setting proxy.
+
+The proxy (tests/support/header_proxy.py) stands where oauth2-proxy stands in deploy/overlays/oauth2-proxy;
+Streamlit reads its headers with ``st.context.headers``. Skips loudly without Chromium, fails under CI=true.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.header_proxy import header_proxy, rewrite_head
+from tests.support.prometheus import free_port
+from tests.support.report_store import build_store
+from tests.support.tenant_names import leaks
+from tests.test_browser_screenshots import _browse, _chromium, _keep, _load_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def app_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    _chromium()
+    tmp = tmp_path_factory.mktemp("scoped")
+    store = build_store(tmp / "gpulens.duckdb")
+    access = tmp / "access.yaml"
+    access.write_text("admin_groups: [platform]\ngroups:\n  team-nlp: [nlp]\n", encoding="utf-8")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulens.cli", "dashboard", "--db", str(store), "--port", str(port),
+         "--trusted-user-header", "X-Forwarded-Email", "--trusted-groups-header", "X-Forwarded-Groups",
+         "--access-file", str(access)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited early:\n{proc.stdout.read() if proc.stdout else ''}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+                    if resp.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("streamlit did not become healthy within 90 s")
+            time.sleep(0.5)
+        _browse(f"http://127.0.0.1:{port}/", tmp / "warm-up")  # the first load warms imports and caches
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_a_request_without_the_proxys_headers_gets_no_access(app_port: int, tmp_path: Path) -> None:
+    dom = _load_until(f"http://127.0.0.1:{app_port}/", tmp_path, "the request carries no X-Forwarded-Email header")
+    assert "No access" in dom
+    assert leaks(dom, "") == []
+
+
+def test_a_team_behind_the_proxy_sees_its_tenant_only(app_port: int, tmp_path: Path) -> None:
+    headers = {"X-Forwarded-Email": "dev@example.com", "X-Forwarded-Groups": "team-nlp"}
+    with header_proxy(app_port, headers) as url:
+        shot = tmp_path / "scoped.png"
+        dom = _load_until(f"{url}/tenants", tmp_path, "Tenant: nlp", screenshot=shot, attempts=6)
+    assert "Showing tenant: nlp" in dom
+    assert leaks(dom, "nlp") == []
+    _keep(shot, "streamlit-tenant-scoped.png")
+
+
+def test_the_proxy_replaces_headers_a_client_sent() -> None:
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nx-forwarded-groups: platform"
+    rewritten = rewrite_head(head, {"X-Forwarded-Groups": "team-nlp"})
+    assert rewritten == b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-Groups: team-nlp\r\n\r\n"
