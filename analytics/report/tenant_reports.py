@@ -14,7 +14,7 @@ import polars as pl
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.scope import TenantDirectory, TenantScope
-from gpulens.analytics.report.writer import INDEX, write_report
+from gpulens.analytics.report.writer import INDEX, run_header_line, write_report
 from gpulens.core.errors import UserError
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -88,6 +88,7 @@ def _platform_index(
     """The platform team's page: every tenant with its figures and a link to its report."""
     reader = StoreReader.open(db_path, run_id)
     try:
+        run_header = run_header_line(reader)
         usage = _optional(reader.tenant_usage)
         billed = _optional(reader.chargeback_by_account)
     finally:
@@ -123,8 +124,9 @@ def _platform_index(
     )
     generated = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     body = h.section("tenants", f"{len(reports)} tenant reports", table, intro=intro)
+    run_line, run_note = run_header
     return h.page("gpulens showback: reports per tenant", f"Store {Path(db_path).name} · generated {generated}",
-                  [("tenants", "Tenants")], body)
+                  run_line, run_note, [("tenants", "Tenants")], body)
 
 
 def _optional(query: Callable[[], pl.DataFrame]) -> pl.DataFrame | None:

@@ -67,7 +67,7 @@ def write_report(
     reader = store
     try:
         store.require_store()
-        run_line, run_note = _run_header(store)
+        run_line, run_note = run_header_line(store)
         reader = scope_reader(store, scope or TenantScope.everything(), directory)
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def write_report(
         store.close()
 
 
-def _run_header(reader: StoreReader) -> tuple[str, str]:
+def run_header_line(reader: StoreReader) -> tuple[str, str]:
     """The header's line naming the run shown, and a note when its parameters are not the defaults."""
     try:
         run = reader.describe_run()
