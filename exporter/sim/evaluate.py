@@ -5,7 +5,8 @@ one function, so history at ``t`` is the snapshot at ``t`` by construction. Phys
 and loaded power, temperatures, clocks) follows the nvidia-smi captures of H100 and H200 on driver 590
 (H100: 70 W / 41 C idle, 630 W / 63 C under gpu-burn, SM 345 -> 1980 MHz, memory 2619 MHz; H200: 78 W
 / 28 C idle, memory 3201 MHz) and the A100-SXM4-80GB data sheet (400 W, SM up to 1410 MHz, memory
-1593 MHz).
+1593 MHz). Power and energy come from ``power.py``: one power reading per UTC minute, and an energy
+counter that is its exact integral.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class NodeArrays:
     gpu_up: np.ndarray  # (G, T) bool
     gpu_activity: np.ndarray  # (G, T) float; NaN where not reported
     gpu_memory: np.ndarray  # (G, T) int64
-    power: np.ndarray  # (G, T) float; NaN while down (as all physical readings below)
+    power: np.ndarray  # (G, T) float, the minute's reading; NaN while down (as all physical readings below)
     energy: np.ndarray
     temperature: np.ndarray
     sm_clock: np.ndarray
