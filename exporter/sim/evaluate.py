@@ -5,7 +5,8 @@ one function, so history at ``t`` is the snapshot at ``t`` by construction. Phys
 and loaded power, temperatures, clocks) follows the nvidia-smi captures of H100 and H200 on driver 590
 (H100: 70 W / 41 C idle, 630 W / 63 C under gpu-burn, SM 345 -> 1980 MHz, memory 2619 MHz; H200: 78 W
 / 28 C idle, memory 3201 MHz) and the A100-SXM4-80GB data sheet (400 W, SM up to 1410 MHz, memory
-1593 MHz).
+1593 MHz). Power and energy come from ``power.py``: one power reading per UTC minute, and an energy
+counter that is its exact integral.
 """
 
 from __future__ import annotations
@@ -18,42 +19,16 @@ from gpulens.exporter.model import SharingMode
 from gpulens.exporter.sim.faults import XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.noise import centered_noise, stable_key, stable_unit
 from gpulens.exporter.sim.plan import NodePlan
+from gpulens.exporter.sim.power import HARDWARE, PowerLedger, model_power, node_load, sum_rows
 from gpulens.exporter.sim.scenario import FaultKind, Scenario
-from gpulens.exporter.sim.workloads import (
-    NOISE_SLOT,
-    HoldingTable,
-    holding_table,
-    table_activity,
-    table_activity_integral,
-    table_memory,
-    table_present,
-    table_slots,
-)
+from gpulens.exporter.sim.workloads import NOISE_SLOT, HoldingTable, holding_table, table_memory
 
 MHZ = 1e6
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Hardware:
-    idle_watts: float
-    peak_watts: float
-    idle_celsius: float
-    peak_celsius: float
-    idle_sm_mhz: float
-    max_sm_mhz: float
-    memory_mhz: float
-    has_retired_pages: bool
-
-
-HARDWARE = {
-    "H100": Hardware(70.0, 630.0, 41.0, 64.0, 345.0, 1980.0, 2619.0, False),
-    "H200": Hardware(78.0, 650.0, 28.0, 58.0, 345.0, 1980.0, 3201.0, False),
-    "A100": Hardware(60.0, 380.0, 33.0, 62.0, 210.0, 1410.0, 1593.0, True),
-}
 THERMAL_CELSIUS = 88.0
 THERMAL_CLOCK_FACTOR = 0.55
-THERMAL_POWER_FACTOR = 0.6
 BUSY_THRESHOLD = 0.01
 """Below this GPU activity the SM clock drops to its idle value."""
 GI_BASE_MIB = {1: 9, 2: 17, 3: 22, 4: 30, 7: 55}
@@ -74,7 +49,7 @@ class NodeArrays:
     gpu_up: np.ndarray  # (G, T) bool
     gpu_activity: np.ndarray  # (G, T) float; NaN where not reported
     gpu_memory: np.ndarray  # (G, T) int64
-    power: np.ndarray  # (G, T) float; NaN while down (as all physical readings below)
+    power: np.ndarray  # (G, T) float, the minute's reading; NaN while down (as all physical readings below)
     energy: np.ndarray
     temperature: np.ndarray
     sm_clock: np.ndarray
@@ -130,19 +105,18 @@ def node_constants(s: Scenario, node: NodePlan) -> NodeConstants:
     )
 
 
-def _sum_rows(values: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
-    """Row sums into ``n`` groups, in row order (the same result whatever the number of columns)."""
-    out = np.zeros((n, values.shape[1]), dtype=values.dtype)
-    np.add.at(out, index, values)
-    return out
-
-
 def evaluate(
-    s: Scenario, node: NodePlan, t_in: np.ndarray | list[float], constants: NodeConstants | None = None
+    s: Scenario, node: NodePlan, t_in: np.ndarray | list[float], constants: NodeConstants | None = None,
+    ledger: PowerLedger | None = None,
 ) -> NodeArrays:
-    """Evaluate every reading of ``node`` at the times ``t`` (float Unix seconds)."""
+    """Evaluate every reading of ``node`` at the times ``t`` (float Unix seconds).
+
+    Power and energy come from ``ledger`` (the node's per-minute power and its integral; pass the
+    node's long-lived one so that its per-day cache is reused).
+    """
     t = np.asarray(t_in, dtype=np.float64).reshape(-1)
     c = constants or node_constants(s, node)
+    ledger = ledger or PowerLedger(s, node, c)
     tab = c.holdings
     n_t = t.shape[0]
     hw = HARDWARE[node.model.short_name]
@@ -152,15 +126,12 @@ def evaluate(
     n_d, n_g = len(node.devices), len(node.gpus)
 
     # Holdings and pods.
-    slots = table_slots(tab, t)
-    present = table_present(tab, t, slots)
-    hold_act = np.where(present, table_activity(tab, t, slots), 0.0)
+    load = node_load(node, c, t)
+    slots, present, hold_act, dev_busy = load.slots, load.present, load.hold_activity, load.dev_busy
     hold_mem = np.where(present, table_memory(tab, t, slots), 0)
     pod_pres = present[c.pod_first_holding]
     pod_slot = np.where(c.batch_pods[:, None], slots[c.pod_first_holding], -1)
-    dev_busy = np.round(np.minimum(_sum_rows(hold_act, tab.device, n_d), 1.0), 4)
-    gi_mem = _sum_rows(hold_mem, tab.gi_first, n_d)
-    expected_integral = _sum_rows(tab.weight * table_activity_integral(tab, s.epoch_seconds, t), tab.gpu, n_g)
+    gi_mem = sum_rows(hold_mem, tab.gi_first, n_d)
 
     # Faults per GPU.
     gpu_up = np.ones((n_g, n_t), dtype=bool)
@@ -193,18 +164,18 @@ def evaluate(
     dev_up = gpu_up[c.device_gpu]
     dev_memory = np.minimum(gi_mem[c.device_gi_first] + c.device_base, c.device_total)
     dev_activity = np.where(dev_up & ~c.mig_no_gpm[:, None], dev_busy, np.nan)
-    gpu_true = np.minimum(_sum_rows(c.device_share * dev_busy, c.device_gpu, n_g), 1.0)
+    gpu_true = load.gpu_true
     is_first = c.device_gi_first == np.arange(n_d)
-    gpu_memory = _sum_rows(dev_memory[is_first], c.device_gpu[is_first], n_g)
+    gpu_memory = sum_rows(dev_memory[is_first], c.device_gpu[is_first], n_g)
     gpu_activity = np.round(gpu_true, 4) if (hopper or not mig) else np.full((n_g, n_t), np.nan)
     gpu_activity = np.where(gpu_up, gpu_activity, np.nan)
 
+    # The gauge is the power of the minute (at its first second), the counter its exact integral; the
+    # temperature follows the model's power at t itself (the same value at a minute's first second).
+    power, energy = ledger.read(t)
     minute = np.floor(t / NOISE_SLOT).astype(np.int64)[None, :]
-    span = hw.peak_watts - hw.idle_watts
-    p = hw.idle_watts + span * gpu_true + 4.0 * centered_noise(c.gpu_key, minute)
-    p = np.where(throttled, np.minimum(p, THERMAL_POWER_FACTOR * hw.peak_watts), p)
-    power = np.round(p, 2)
-    heat = (p - hw.idle_watts) / span
+    p = model_power(hw, c.gpu_key, gpu_true, throttled, t)
+    heat = (p - hw.idle_watts) / (hw.peak_watts - hw.idle_watts)
     temp = hw.idle_celsius + (hw.peak_celsius - hw.idle_celsius) * heat + centered_noise(c.gpu_key ^ np.uint64(0x7E), minute)
     hot = THERMAL_CELSIUS + centered_noise(c.gpu_key ^ np.uint64(0x7F), minute)
     temperature = np.round(np.where(throttled, hot, temp))
@@ -212,7 +183,6 @@ def evaluate(
     clock = np.where(throttled, np.round(hw.max_sm_mhz * THERMAL_CLOCK_FACTOR / 15.0) * 15.0, clock)
     sm_clock = clock * MHZ
     since = np.maximum(rel, 0.0)[None, :]
-    energy = np.round(hw.idle_watts * since + span * expected_integral, 1)
     ecc_corr = np.floor(since / 86400.0 * c.sbe_per_day).astype(np.int64)
 
     down = ~gpu_up

@@ -31,6 +31,7 @@ from gpulens.exporter.sim.evaluate import NodeArrays, NodeConstants, evaluate, n
 from gpulens.exporter.sim.faults import THERMAL_REASONS
 from gpulens.exporter.sim.noise import stable_key, stable_uuid
 from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
+from gpulens.exporter.sim.power import PowerLedger
 from gpulens.exporter.sim.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -70,12 +71,23 @@ class SimulatedFleet:
         except ValueError as exc:
             raise UserError(f"scenario {scenario.name!r}: {exc}") from None
         self._constants: dict[str, NodeConstants] = {}
+        self._ledgers: dict[str, PowerLedger] = {}
+        self._ledger_lock = threading.Lock()
 
     def _node_constants(self, node: str) -> NodeConstants:
         found = self._constants.get(node)
         if found is None:  # a race only builds the same immutable value twice
             found = self._constants[node] = node_constants(self.scenario, self.node_plan(node))
         return found
+
+    def _ledger(self, node: str) -> PowerLedger:
+        """The node's power gauge and energy counter, with their per-day cache (one per node and fleet)."""
+        with self._ledger_lock:
+            found = self._ledgers.get(node)
+            if found is None:
+                found = self._ledgers[node] = PowerLedger(self.scenario, self.node_plan(node),
+                                                          self._node_constants(node))
+            return found
 
     def node_names(self) -> list[str]:
         """Node names in scenario order; the first is the scenario's default node."""
@@ -90,12 +102,12 @@ class SimulatedFleet:
 
     def arrays(self, node: str, times: np.ndarray | list[float]) -> NodeArrays:
         """Raw readings of ``node`` over many times (what ``history`` is built from)."""
-        return evaluate(self.scenario, self.node_plan(node), times, self._node_constants(node))
+        return evaluate(self.scenario, self.node_plan(node), times, self._node_constants(node), self._ledger(node))
 
     def node_snapshot(self, node: str, t: float) -> NodeSnapshot:
         """The node at time ``t``: GPUs with MIG instances and health, allocations, processes."""
         plan = self.node_plan(node)
-        a = evaluate(self.scenario, plan, [t], self._node_constants(node))
+        a = evaluate(self.scenario, plan, [t], self._node_constants(node), self._ledger(node))
         gpus = self._gpus(plan, a)
         return NodeSnapshot(
             node=node, timestamp=float(t), gpus=gpus, allocations=self._allocations(plan, a),

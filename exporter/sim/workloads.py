@@ -87,21 +87,6 @@ def _work_hours(t: np.ndarray) -> np.ndarray:
 ARCHETYPE_CODES = {a: i for i, a in enumerate(Archetype)}
 
 
-def expected_activity(pod: PodPlan, levels: PodLevels) -> float:
-    """Long-run mean activity of a holding (without the inference daily cycle, see ``activity_integral``)."""
-    a = pod.archetype
-    if a is Archetype.TRAINING:
-        f = CHECKPOINT_SECONDS / CHECKPOINT_EVERY
-        return levels.busy * (1 - f) + levels.low * f
-    if a is Archetype.INFERENCE:
-        return levels.low + (levels.busy - levels.low) * 0.5
-    if a is Archetype.NOTEBOOK:
-        work = 5 / 7 * (WORK_HOURS[1] - WORK_HOURS[0]) / 24
-        p = work * NOTEBOOK_BURST_PROBABILITY
-        return levels.busy * p + levels.low * (1 - p)
-    return levels.busy * pod.workload.duty
-
-
 @dataclass(frozen=True)
 class HoldingTable:
     """Per-holding constants of one node as arrays (rows follow ``NodePlan.holdings``); built once per node.
@@ -120,9 +105,6 @@ class HoldingTable:
     slot_seconds: np.ndarray
     duty: np.ndarray
     capacity_mib: np.ndarray
-    weight: np.ndarray
-    """Compute share of the GPU per unit of holding activity (a holder's activity is a share of its device)."""
-    expected: np.ndarray
     device: np.ndarray
     gpu: np.ndarray
     gi_first: np.ndarray
@@ -135,7 +117,7 @@ def holding_table(seed: int, node: NodePlan) -> HoldingTable:
     """The constants of every holding of ``node``."""
     cols: dict[str, list[float]] = {k: [] for k in (
         "pod", "archetype", "busy", "low", "memory_fraction", "phase", "slot_seconds", "duty", "capacity_mib",
-        "weight", "expected", "device", "gpu", "gi_first")}
+        "device", "gpu", "gi_first")}
     keys: list[int] = []
     pod_keys: list[int] = []
     levels = {p.index: pod_levels(seed, p) for p in node.pods}
@@ -149,7 +131,7 @@ def holding_table(seed: int, node: NodePlan) -> HoldingTable:
             "memory_fraction": lv.memory_fraction, "phase": lv.phase,
             "slot_seconds": pod.workload.slot_seconds if batch else 1.0, "duty": pod.workload.duty if batch else 1.0,
             "capacity_mib": d.memory_total_bytes * d.memory_share / d.replicas / MIB,
-            "weight": d.compute_share, "expected": expected_activity(pod, lv), "device": d.index,
+            "device": d.index,
             "gpu": d.gpu_index, "gi_first": d.gi_first,
         }
         for k, v in values.items():
@@ -211,17 +193,3 @@ def table_memory(tab: HoldingTable, t: np.ndarray, slots: np.ndarray) -> np.ndar
         frac[r] = frac[r] + 0.1 * centered_noise(tab.pod_key[r] ^ np.uint64(0x51), slots[r])
     frac = np.clip(frac, 0.01, 0.97)
     return (np.floor(frac * tab.capacity_mib) * MIB).astype(np.int64)
-
-
-def table_activity_integral(tab: HoldingTable, t0: float, t: np.ndarray) -> np.ndarray:
-    """(H, T) integral of the expected activity from ``t0`` to ``t`` (activity-seconds), in closed form."""
-    span = np.maximum(t - t0, 0.0)[None, :]
-    out = tab.expected * span
-    r = tab.rows(Archetype.INFERENCE)
-    if len(r):
-        omega = 2 * math.pi / DAY
-        shift = INFERENCE_PEAK_HOUR * 3600.0 + tab.phase[r]
-        end = np.maximum(t, t0)[None, :]
-        wave = (np.sin(omega * (end - shift)) - np.sin(omega * (t0 - shift))) / omega
-        out[r] = out[r] + (tab.busy[r] - tab.low[r]) * 0.5 * wave
-    return out
