@@ -88,3 +88,48 @@ def test_bad_input_is_one_line(demo_store: Path, tmp_path: Path, args: tuple[str
 
 def test_a_missing_store_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(gpulens("plan", "--db", str(tmp_path / "none.duckdb")), "no store at")
+
+
+@pytest.fixture(scope="module")
+def planned_store(demo_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("planned")
+    (tmp / "capacity.yaml").write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
+    proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(tmp / "capacity.yaml"), "--out", str(tmp / "o"))
+    assert proc.returncode == 0, proc.stderr
+    return demo_store
+
+
+def test_the_report_has_a_quota_plan_section(planned_store: Path, tmp_path: Path) -> None:
+    proc = gpulens("report", "--db", str(planned_store), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "report" / "index.html").read_text()
+    section = html[html.index('id="plan"'):]
+    assert "Quota plan" in section and "capacity line (for quotas)" in section
+    assert "llm-research" in section and "h100-80gb" in section
+
+
+def test_the_streamlit_page_shows_current_vs_planned_against_the_capacity_line(
+    planned_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from gpulens.dashboards.streamlit.launch import DB_ENV
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    monkeypatch.setenv(DB_ENV, str(planned_store))
+    app = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60)
+    at.run()
+    at.switch_page("views/plan.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Quota plan"]
+    at.selectbox[0].select("h100-80gb nvidia.com/gpu").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Units on the flavor"] == "32" and metrics["Reserve"] == "8" and metrics["Capacity for quotas"] == "24"
+    assert at.get("vega_lite_chart"), "current vs planned chart missing"
+    assert any("capacity line of 24 units" in c.value for c in at.caption)
+    rows = at.dataframe[0].value
+    assert list(rows["cluster_queue"]) == ["llm-research"] and list(rows["planned_quota"]) == [20]

@@ -337,10 +337,10 @@ def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: flo
         for t in s.tenants
     ]
     flavors: dict[str, dict[str, object]] = {}
-    for p in s.pools:  # a ResourceFlavor selects its pool's nodes by their labels (as exporter.sim.cluster)
-        labels = {"nvidia.com/gpu.product": p.model.name.replace(" ", "-"), **p.labels}
-        flavors.setdefault(p.flavor_name, {"flavor": p.flavor_name, "node_labels": json.dumps(labels, sort_keys=True),
-                                           **seen})
+    for pool in s.pools:  # a ResourceFlavor selects its pool's nodes by their labels (as exporter.sim.cluster)
+        labels = {"nvidia.com/gpu.product": pool.model.name.replace(" ", "-"), **pool.labels}
+        flavors.setdefault(pool.flavor_name, {"flavor": pool.flavor_name,
+                                              "node_labels": json.dumps(labels, sort_keys=True), **seen})
     return {
         "resource_flavors": _table("resource_flavors", list(flavors.values())),
         "nodes": _table("nodes", node_rows) if node_rows else _empty("nodes"),
