@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpulens.core.errors import UserError
+
+if TYPE_CHECKING:
+    from gpulens.analytics.writers.apply import ApplyOutcome
+    from gpulens.analytics.writers.plan import ObjectPlan
 
 PLAN_HELP = (
     "Plan the nominalQuota of every Kueue ClusterQueue of each ResourceFlavor and resource together, under "
@@ -115,7 +119,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
 
 
-def _apply(objects: list, kubeconfig: Path | None) -> list:  # type: ignore[type-arg]
+def _apply(objects: list[ObjectPlan], kubeconfig: Path | None) -> list[ApplyOutcome]:
     from gpulens.analytics.plan.output import apply_plan
     from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
 
