@@ -152,10 +152,42 @@ TABLES: dict[str, list[Column]] = {
         _c("x_MigProration", "VARCHAR NOT NULL", "'slices' or 'memory'."),
         _c("x_UnallocatedPolicy", "VARCHAR NOT NULL", "'own-line', 'even' or 'proportional'."),
     ],
+    "quota_plan": [
+        *_RUN,
+        _c("generated_at", "TIMESTAMP NOT NULL", "When `gpulens plan` decided the plan (UTC)."),
+        _c("cluster_queue", "VARCHAR NOT NULL", "Kueue ClusterQueue."),
+        _c("tenant", "VARCHAR", "Tenant of the queue (budgets are per tenant)."),
+        _c("flavor", "VARCHAR NOT NULL", "ResourceFlavor."),
+        _c("resource", "VARCHAR NOT NULL", "Resource, e.g. nvidia.com/gpu or nvidia.com/mig-1g.18gb."),
+        _c("current_quota", "DOUBLE", "nominalQuota now (NULL: the queue has none)."),
+        _c("planned_quota", "BIGINT NOT NULL", "What the next apply writes (one step at most; = current on conflict)."),
+        _c("target_quota", "BIGINT NOT NULL", "Where the plan goes without the step limit."),
+        _c("capacity", "BIGINT NOT NULL", "Units this flavor and resource can give to nominal quotas: after drains and the reserve."),
+        _c("physical_capacity", "BIGINT NOT NULL", "Units on the flavor's nodes (or from --capacity / --add-capacity)."),
+        _c("drained", "BIGINT NOT NULL", "Units on health's drain candidates, taken out of capacity."),
+        _c("reserve", "BIGINT NOT NULL", "Units kept back for resilience (policy: n+1, a count or a share)."),
+        _c("demand_p50", "DOUBLE NOT NULL", "P50 of in-use + pending over the window."),
+        _c("demand_p95", "DOUBLE NOT NULL", "P95 of in-use + pending over the window."),
+        _c("demand_ask", "BIGINT", "What `recommend` asks for the entry (NULL: not enough evidence)."),
+        _c("pending_share", "DOUBLE NOT NULL", "Share of the window's buckets with pending demand."),
+        _c("weight", "DOUBLE NOT NULL", "Business priority weight of the queue."),
+        _c("lower_bound", "BIGINT NOT NULL", "Floor of the next apply (guarantee, no-cut holds, one step)."),
+        _c("upper_bound", "BIGINT NOT NULL", "Ceiling of the next apply (demand, budget, one step)."),
+        _c(
+            "binding_constraint",
+            "VARCHAR NOT NULL",
+            "capacity | reserve | budget | step | demand | guarantee | pending | evidence | conflict.",
+        ),
+        _c("relax_gain", "BIGINT NOT NULL", "Units the queue would gain if the binding constraint were relaxed."),
+        _c("explanation", "VARCHAR NOT NULL", "Why, in words."),
+        _c("conflict", "VARCHAR", "The conflicting constraints of the flavor and resource, with amounts (NULL: none)."),
+        _c("parameters", "JSON NOT NULL", "The policy the plan was made with."),
+    ],
 }
 
 RESULT_TABLES = ("idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback")
-"""Tables holding per-run rows (``analysis_runs`` holds one row per run)."""
+"""Tables ``gpulens analyze`` fills per run (``analysis_runs`` holds one row per run); ``quota_plan`` is
+written by ``gpulens plan``."""
 
 
 def ddl(table: str) -> str:

@@ -1,7 +1,8 @@
 """Cluster inventory from the Kubernetes API: namespaces, GPU pods, GPU nodes, Kueue queues, quotas.
 
 A snapshot at time ``t`` becomes one window of source ``kubernetes`` in the store's inventory tables
-(``namespace_snapshots``, ``pod_snapshots``, ``quota_snapshots``, ``nodes``, ``tenants``). The API is
+(``namespace_snapshots``, ``pod_snapshots``, ``quota_snapshots``, ``nodes``, ``tenants``,
+``resource_flavors``: each Kueue ResourceFlavor's ``spec.nodeLabels``). The API is
 reached through the small :class:`ClusterApi` interface; :class:`KubernetesClusterApi` implements it
 with the official ``kubernetes`` client (raw JSON, no model conversion).
 
@@ -78,6 +79,8 @@ class ClusterApi(Protocol):
     def list_cluster_queues(self) -> list[dict[str, Any]]: ...
 
     def list_local_queues(self) -> list[dict[str, Any]]: ...
+
+    def list_resource_flavors(self) -> list[dict[str, Any]]: ...
 
 
 class KubernetesClusterApi:
@@ -157,6 +160,9 @@ class KubernetesClusterApi:
 
     def list_local_queues(self) -> list[dict[str, Any]]:
         return self._kueue("localqueues", namespaced=True)
+
+    def list_resource_flavors(self) -> list[dict[str, Any]]:
+        return self._kueue("resourceflavors", namespaced=False)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -383,7 +389,15 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
                 "last_seen": ts,
             }
         )
+    flavor_rows = [
+        {"flavor": str(_meta(rf).get("name", "")), "node_labels": _dumps((rf.get("spec") or {}).get("nodeLabels") or {}),
+         "first_seen": ts, "last_seen": ts}
+        for rf in api.list_resource_flavors()
+    ]
     frames = {
+        "resource_flavors": pl.DataFrame(flavor_rows, schema={"flavor": pl.Utf8, "node_labels": pl.Utf8,
+                                                               "first_seen": pl.Datetime("us"),
+                                                               "last_seen": pl.Datetime("us")}),
         "namespace_snapshots": pl.DataFrame(ns_rows, schema_overrides={"virtual_cluster": pl.Utf8}),
         "quota_snapshots": pl.DataFrame(quota_rows, infer_schema_length=None),
         "pod_snapshots": pl.DataFrame(pod_rows, infer_schema_length=None),

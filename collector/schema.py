@@ -57,6 +57,13 @@ DIMENSIONS = {
         dedicated_pool VARCHAR,
         virtual_cluster VARCHAR
     """,
+    # Kueue ResourceFlavors: which nodes a flavor selects (spec.nodeLabels), for capacity per flavor.
+    "resource_flavors": """
+        flavor VARCHAR PRIMARY KEY,
+        node_labels JSON,
+        first_seen TIMESTAMP,
+        last_seen TIMESTAMP
+    """,
     "prices": """
         gpu_model VARCHAR PRIMARY KEY,
         usd_per_gpu_hour DOUBLE NOT NULL,

@@ -29,6 +29,7 @@ RESULT_TABLE_PRODUCERS: dict[str, str] = {
     "chargeback": "gpulens analyze",
     "analysis_runs": "gpulens analyze",
     "recommendations": "gpulens recommend",
+    "quota_plan": "gpulens plan",
 }
 """Result table -> the command that writes it (named in the message when the table is missing)."""
 
@@ -74,7 +75,7 @@ class StoreReader:
     QUERIES = frozenset({
         "overview", "latest_run", "selected_run", "runs", "capacity_states", "tenant_usage", "chargeback_by_account", "cost_split",
         "isolation_terms", "isolation_scores", "health", "fragmentation_by_node", "recommendations",
-        "workload_series", "recent_xids",
+        "workload_series", "recent_xids", "quota_plan",
     })
     """The queries :meth:`run` may call (each returns a polars frame)."""
 
@@ -518,6 +519,24 @@ class StoreReader:
                      tenant, target_namespace, target_name, resource
             """
         ))
+
+    def quota_plan(self) -> pl.DataFrame:
+        """Rows of the newest ``gpulens plan`` run: per queue, flavor and resource, current vs planned and why."""
+        self.require("quota_plan")
+        plan = self.frame(
+            """
+            SELECT run_id, generated_at, window_start, window_end, cluster_queue, tenant, flavor, resource,
+                   current_quota, planned_quota, target_quota, capacity, physical_capacity, drained, reserve,
+                   demand_p50, demand_p95, demand_ask, pending_share, weight, binding_constraint, relax_gain,
+                   explanation, conflict
+            FROM quota_plan
+            WHERE run_id = (SELECT run_id FROM quota_plan ORDER BY generated_at DESC, run_id LIMIT 1)
+            ORDER BY flavor, resource, cluster_queue
+            """
+        )
+        if plan.height == 0:
+            raise AnalysisMissing("quota_plan", self.db_path)
+        return plan
 
     def workload_series(self, namespace: str, kind: str, name: str, bucket_seconds: int = 3600) -> pl.DataFrame:
         """Evidence over time for one workload: ``bucket, compute_ge`` (mean activity x GE summed over

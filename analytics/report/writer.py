@@ -369,6 +369,41 @@ def _stranded(frag: pl.DataFrame) -> str:
     ])
 
 
+def _quota_plan(b: _Build) -> str:
+    plan = b.reader.quota_plan()
+    r0 = plan.row(0, named=True)
+    pools = plan.group_by("flavor", "resource", maintain_order=True).agg(
+        pl.col("physical_capacity").first(), pl.col("drained").first(), pl.col("reserve").first(),
+        pl.col("capacity").first(), pl.col("current_quota").sum().alias("current"),
+        pl.col("planned_quota").sum().alias("planned"), pl.col("conflict").drop_nulls().first(),
+    )
+    parts = [svg.stacked_bar_chart(
+        "Nominal quotas per flavor and resource: current vs planned (capacity for quotas in the table)",
+        [f"{r['flavor']} {r['resource']}" for r in pools.iter_rows(named=True)],
+        [svg.Series("current", tuple(float(v or 0) for v in pools["current"].to_list()), svg.PALETTE[1]),
+         svg.Series("planned", tuple(float(v) for v in pools["planned"].to_list()), svg.PALETTE[0])],
+    )]
+    parts.append(h.table(pools, [
+        h.Col("flavor", "flavor", h.text, numeric=False), h.Col("resource", "resource", h.text, numeric=False),
+        h.Col("physical_capacity", "units"), h.Col("drained", "on drain candidates"), h.Col("reserve", "reserve"),
+        h.Col("capacity", "capacity line (for quotas)"), h.Col("current", "current sum"),
+        h.Col("planned", "planned sum"), h.Col("conflict", "conflict", h.text, numeric=False),
+    ]))
+    parts.append(h.table(plan, [
+        h.Col("cluster_queue", "queue", h.text, numeric=False), h.Col("flavor", "flavor", h.text, numeric=False),
+        h.Col("resource", "resource", h.text, numeric=False), h.Col("weight", "weight"),
+        h.Col("current_quota", "current"), h.Col("planned_quota", "next apply"), h.Col("target_quota", "target"),
+        h.Col("demand_p95", "P95 demand"), h.Col("binding_constraint", "binding", h.text, numeric=False),
+        h.Col("explanation", "why", h.text, numeric=False),
+    ], limit=MAX_ROWS * 2))
+    intro = (
+        f"Quota plan {r0['run_id']}: every ClusterQueue of a flavor and resource decided together by weighted "
+        "max-min water-filling under capacity (drain candidates out) less the reserve; evidence "
+        f"{r0['window_start']:%Y-%m-%d %H:%M} .. {r0['window_end']:%Y-%m-%d %H:%M} UTC."
+    )
+    return h.section("plan", "Quota plan", "".join(parts), intro=intro)
+
+
 _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("summary", "Summary", _summary),
     ("capacity", "Capacity over time", _capacity),
@@ -377,6 +412,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("risk", "Isolation risk", _risk),
     ("recommendations", "Recommendations", _recommendations),
     ("mig-layout", "MIG layout", lambda b: mig_layout_section(b.reader)),
+    ("plan", "Quota plan", _quota_plan),
     ("health", "Health", _health),
 )
 

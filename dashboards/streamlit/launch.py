@@ -18,6 +18,7 @@ PAGES = (
     ("views/tenants.py", "Tenants", ":material/groups:"),
     ("views/risk.py", "Isolation risk", ":material/shield:"),
     ("views/recommendations.py", "Recommendations", ":material/tune:"),
+    ("views/plan.py", "Quota plan", ":material/balance:"),
     ("views/health.py", "Health", ":material/health_and_safety:"),
 )
 """The app's pages: script (relative to app.py), title and icon, in navigation order."""

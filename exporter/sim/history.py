@@ -63,6 +63,7 @@ COLUMNS: dict[str, dict[str, Any]] = {
                 "gpu_instance_id": I32, "compute_instance_id": I32, "slices": I32, "gpu_equivalents": F,
                 "memory_total_bytes": I64, "sharing_mode": S, "first_seen": TS, "last_seen": TS},
     "tenants": {"tenant": S, "cost_center": S, "dedicated_pool": S, "virtual_cluster": S},
+    "resource_flavors": {"flavor": S, "node_labels": S, "first_seen": TS, "last_seen": TS},
     "quota_snapshots": {"ts": TS, "object_kind": S, "object_namespace": S, "object_name": S, "tenant": S,
                         "flavor": S, "resource": S, "nominal_quota": F, "borrowing_limit": F, "lending_limit": F,
                         "usage": F, "annotations": S, "source": S},
@@ -89,6 +90,7 @@ class SimulatedHistory:
     gpus: pl.DataFrame
     devices: pl.DataFrame
     tenants: pl.DataFrame
+    resource_flavors: pl.DataFrame
     quota_snapshots: pl.DataFrame
     pending_demand: pl.DataFrame
     namespace_snapshots: pl.DataFrame
@@ -339,7 +341,13 @@ def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: flo
          "virtual_cluster": next((ns.virtual_cluster for ns in t.namespaces if ns.virtual_cluster), None)}
         for t in s.tenants
     ]
+    flavors: dict[str, dict[str, object]] = {}
+    for pool in s.pools:  # a ResourceFlavor selects its pool's nodes by their labels (as exporter.sim.cluster)
+        labels = {"nvidia.com/gpu.product": pool.model.name.replace(" ", "-"), **pool.labels}
+        flavors.setdefault(pool.flavor_name, {"flavor": pool.flavor_name,
+                                              "node_labels": json.dumps(labels, sort_keys=True), **seen})
     return {
+        "resource_flavors": _table("resource_flavors", list(flavors.values())),
         "nodes": _table("nodes", node_rows) if node_rows else _empty("nodes"),
         "gpus": _table("gpus", gpu_rows) if gpu_rows else _empty("gpus"),
         "devices": _table("devices", dev_rows) if dev_rows else _empty("devices"),

@@ -145,12 +145,29 @@ def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
     ])
 
 
+def build_quota_plan(con: duckdb.DuckDBPyConnection) -> None:
+    """A ``quota_plan`` as ``gpulens plan`` records it (the real solver): one flavor, two queues."""
+    from gpulens.analytics.plan.fleet import FleetPlan
+    from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
+    from gpulens.analytics.plan.policy import PlanPolicy
+    from gpulens.analytics.plan.record import store_plan
+    from gpulens.analytics.plan.solve import solve_pool
+
+    res = "nvidia.com/mig-1g.18gb"
+    pool = solve_pool(PoolCapacity("h200-mig", res, 14, nodes=1, largest_node=14), [
+        QueueDemand("nlp-cq", "nlp", "h200-mig", res, 4, 2, in_use=1, evidence_days=30),
+        QueueDemand("evil-cq", EVIL_TENANT, "h200-mig", res, 6, 9, in_use=6, pending_now=3, evidence_days=30),
+    ], PlanPolicy())
+    store_plan(con, FleetPlan("plan0001", WINDOW[1], WINDOW[0], WINDOW[1], PlanPolicy(), (pool,)))
+
+
 def build_results(con: duckdb.DuckDBPyConnection) -> None:
     """Analytics result tables for the fixture, consistent with its facts (hourly buckets)."""
     from gpulens.analytics.result_tables import create_result_tables
 
     create_result_tables(con)
     build_recommendations(con)
+    build_quota_plan(con)
     run = {"run_id": RUN_ID, "window_start": WINDOW[0], "window_end": WINDOW[1]}
     _insert(con, "analysis_runs", [{
         **run, "bucket_seconds": 3600, "sample_interval_seconds": 300.0,

@@ -10,6 +10,7 @@ from gpulens.cli.commands import (
     dashboard_cmd,
     demo_cmd,
     exporter_cmd,
+    plan_cmd,
     recommend_cmd,
     report_cmd,
 )
@@ -20,6 +21,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     collect_cmd,
     analyze_cmd,
     recommend_cmd,
+    plan_cmd,
     report_cmd,
     dashboard_cmd,
 )

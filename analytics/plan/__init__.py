@@ -1,0 +1,1 @@
+"""Fleet quota plan: every ClusterQueue of a flavor and resource decided together (``gpulens plan``)."""

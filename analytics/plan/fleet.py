@@ -1,0 +1,145 @@
+"""One quota plan for the whole fleet: read the store, decide every flavor and resource, record the result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+
+from gpulens.analytics.plan.inputs import (
+    add_capacity,
+    apply_capacity_file,
+    inventory_capacity,
+    latest_time,
+    queue_demands,
+)
+from gpulens.analytics.plan.model import PoolCapacity, PoolPlan, QueueDemand
+from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
+from gpulens.analytics.plan.solve import budget_caps, solve_pool
+from gpulens.analytics.quota import QuotaSettings
+from gpulens.core.errors import UserError
+
+
+class PlanConflict(UserError):
+    """The plan's constraints conflict somewhere: nothing was written (exit status 3)."""
+
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """Every pool's plan, the queue entries that could not be planned, and the run they belong to."""
+
+    run_id: str
+    generated_at: datetime
+    window_start: datetime
+    window_end: datetime
+    policy: PlanPolicy
+    pools: tuple[PoolPlan, ...]
+    unplanned: tuple[QueueDemand, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def conflicts(self) -> tuple[PoolPlan, ...]:
+        return tuple(p for p in self.pools if p.conflict is not None)
+
+    @property
+    def writable(self) -> bool:
+        """Nothing is written while any constraint conflicts."""
+        return not self.conflicts
+
+
+def plan_pools(
+    pools: Mapping[tuple[str, str], PoolCapacity], demands: Sequence[QueueDemand], policy: PlanPolicy
+) -> tuple[tuple[PoolPlan, ...], tuple[QueueDemand, ...], tuple[str, ...]]:
+    """Decide every pool that has queues; entries whose flavor and resource have no known capacity stay unplanned."""
+    caps, notes = budget_caps([d for d in demands if (d.flavor, d.resource) in pools], pools, policy)
+    per_pool: dict[tuple[str, str], list[QueueDemand]] = defaultdict(list)
+    unplanned = []
+    for d in demands:
+        if (d.flavor, d.resource) in pools:
+            per_pool[(d.flavor, d.resource)].append(d)
+        else:
+            unplanned.append(d)
+    plans = []
+    for key in sorted(per_pool):
+        mine = per_pool[key]
+        pool_caps = {d.queue: caps.get((d.queue, d.flavor, d.resource)) for d in mine}
+        plans.append(solve_pool(pools[key], mine, policy, pool_caps))
+    unplanned.sort(key=lambda d: (d.flavor, d.resource, d.queue))
+    return tuple(plans), tuple(unplanned), tuple(notes)
+
+
+def run_id_of(start: datetime, end: datetime, policy: PlanPolicy, pools: Mapping[tuple[str, str], PoolCapacity]) -> str:
+    blob = json.dumps([start.isoformat(), end.isoformat(), policy.model_dump(mode="json"),
+                       sorted((k, repr(v)) for k, v in pools.items())], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _naive_utc(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
+
+
+def make_plan(
+    con: duckdb.DuckDBPyConnection,
+    policy: PlanPolicy,
+    *,
+    capacity: CapacityFile | None = None,
+    extra: Mapping[tuple[str, str], int] | None = None,
+    window_end: datetime | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> FleetPlan:
+    """Read the store through ``con`` and decide the plan (nothing is written)."""
+    generated_at = _naive_utc(clock())
+    end = window_end or latest_time(con)
+    if end is None:
+        raise UserError("the store holds no samples and no quota snapshots yet: nothing to plan")
+    end = _naive_utc(end)
+    start = end - timedelta(days=policy.window_days)
+    settings = QuotaSettings(max_step=policy.max_step, min_step_units=policy.min_step_units)
+    demands = queue_demands(con, start, end, settings)
+    if not demands:
+        raise UserError("the store holds no Kueue ClusterQueue quotas in the window: nothing to plan")
+    flavors = {d.flavor for d in demands}
+    pools, notes = inventory_capacity(con, flavors, start, policy.hours_per_month)
+    if capacity is not None:
+        pools = apply_capacity_file(pools, capacity)
+    if extra:
+        for flavor, resource in extra:
+            if (flavor, resource) not in pools and flavor not in flavors:
+                raise UserError(f"invalid --add-capacity: no queue uses flavor {flavor!r}")
+        pools = add_capacity(pools, dict(extra))
+    plans, unplanned, budget_notes = plan_pools(pools, demands, policy)
+    for d in unplanned:
+        notes.append(f"{d.queue} {d.flavor}/{d.resource}: capacity unknown (no devices on the flavor's nodes "
+                     "and not in --capacity): not planned")
+    return FleetPlan(run_id_of(start, end, policy, pools), generated_at, start, end, policy, plans, unplanned,
+                     tuple(notes) + budget_notes)
+
+
+def plan_store(
+    db_path: str | Path,
+    policy: PlanPolicy,
+    *,
+    capacity: CapacityFile | None = None,
+    extra: Mapping[tuple[str, str], int] | None = None,
+    store: bool = True,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> FleetPlan:
+    """Plan over the store at ``db_path``; with ``store`` the plan replaces its run's rows in ``quota_plan``."""
+    from gpulens.analytics.plan.record import store_plan
+
+    path = Path(db_path)
+    if not path.exists():
+        raise UserError(f"no store at {path}")
+    with duckdb.connect(str(path), read_only=not store) as con:
+        plan = make_plan(con, policy, capacity=capacity, extra=extra, clock=clock)
+        if store:
+            store_plan(con, plan)
+    return plan

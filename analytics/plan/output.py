@@ -1,0 +1,118 @@
+"""Write a fleet plan through the Kueue writers: dry-run YAML per ClusterQueue, or guarded server-side apply."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpulens.analytics.plan.fleet import FleetPlan
+from gpulens.analytics.quota import QuotaRecommendation
+from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
+from gpulens.analytics.writers.base import format_quantity
+from gpulens.analytics.writers.kube_api import KubeApi
+from gpulens.analytics.writers.kueue import ClusterQueueTarget
+from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+
+DRY_RUN_HEADER = "# written by `gpulens plan`"
+"""First line of every file ``write_plan_yaml`` writes; only such files are replaced by the next run."""
+
+
+class PlanClusterQueueTarget(ClusterQueueTarget):
+    """A ClusterQueue writer that can also set ``spec.fairSharing.weight`` to the queue's plan weight."""
+
+    def __init__(self, version: str, *, weights: Mapping[str, float] | None = None,
+                 borrowing_limit_ratio: float | None = None, lending_limit_ratio: float | None = None) -> None:
+        super().__init__(version, borrowing_limit_ratio=borrowing_limit_ratio, lending_limit_ratio=lending_limit_ratio)
+        self.weights = dict(weights or {})
+
+    def owned_spec(self, obj: Mapping[str, Any], values: Mapping[tuple[str, str], int]) -> dict[str, Any]:
+        spec = super().owned_spec(obj, values)
+        name = obj.get("metadata", {}).get("name")
+        if name in self.weights:
+            spec["fairSharing"] = {"weight": format_quantity(self.weights[name])}
+        return spec
+
+
+def planned_recommendations(plan: FleetPlan) -> list[QuotaRecommendation]:
+    """``recommend``'s results re-decided by the plan, for every entry of each ClusterQueue the plan changes.
+
+    Changed entries carry the planned value as the next apply; every other entry of those queues (held,
+    conflicting or without known capacity) is a hold, so the writers rebuild whole objects and change
+    only what the plan decided.
+    """
+    held: list[QuotaRecommendation] = []
+    changed: list[QuotaRecommendation] = []
+    for pool in plan.pools:
+        for q in pool.queues:
+            rec = q.demand.source
+            if rec is None:
+                continue
+            if pool.conflict is not None or q.planned == q.demand.current:
+                held.append(_hold(rec))
+                continue
+            action = "increase" if q.demand.current is None or q.planned > q.demand.current else "decrease"
+            reason = f"quota plan {plan.run_id}: {q.explanation} (binding: {q.binding})"
+            changed.append(dataclasses.replace(rec, action=action, recommended=q.target, next_value=q.planned,
+                                               reasons=(*rec.reasons, reason)))
+    held += [_hold(d.source) for d in plan.unplanned if d.source is not None]
+    queues = {r.key.object_id for r in changed}
+    return sorted((r for r in changed + held if r.key.object_id in queues),
+                  key=lambda r: (r.key.object_id, r.key.flavor, r.key.resource))
+
+
+def _hold(rec: QuotaRecommendation) -> QuotaRecommendation:
+    return dataclasses.replace(rec, action="hold", next_value=rec.current)
+
+
+def object_plans(plan: FleetPlan, *, record_namespace: str = "gpulens") -> list[ObjectPlan]:
+    """One writer plan per ClusterQueue the plan changes (none while constraints conflict)."""
+    if not plan.writable:
+        return []
+    p = plan.policy
+    weights = None
+    if p.fair_sharing_weight:
+        weights = {q.demand.queue: q.weight for pool in plan.pools for q in pool.queues}
+    target = PlanClusterQueueTarget(p.kueue_version, weights=weights, borrowing_limit_ratio=p.borrowing_limit_ratio,
+                                    lending_limit_ratio=p.lending_limit_ratio)
+    return build_plans(planned_recommendations(plan), [], {target.object_kind: target},
+                       record_namespace=record_namespace, run_id=plan.run_id)
+
+
+def _file_name(obj: ObjectPlan) -> str:
+    return "clusterqueue-" + re.sub(r"[^a-z0-9.-]+", "-", obj.name.lower()) + ".yaml"
+
+
+def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | Path) -> list[Path]:
+    """Write the apply body of every changed ClusterQueue; files an earlier plan wrote there are removed first."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.yaml"):
+        with old.open(encoding="utf-8", errors="replace") as f:
+            if f.readline().startswith(DRY_RUN_HEADER):
+                old.unlink()
+    header = (f"{DRY_RUN_HEADER} (run {plan.run_id}, {plan.generated_at:%Y-%m-%dT%H:%M:%SZ}, evidence "
+              f"{plan.window_start:%Y-%m-%dT%H:%MZ} .. {plan.window_end:%Y-%m-%dT%H:%MZ})\n")
+    written = []
+    for obj in objects:
+        if obj.applicable and not obj.opted_out:
+            path = out / _file_name(obj)
+            path.write_text(header + obj.target.dry_run_note + dump_yaml(obj.body(plan.generated_at)),
+                            encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def apply_plan(
+    objects: list[ObjectPlan], api: KubeApi, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sleep: Callable[[float], None] | None = None,
+) -> list[ApplyOutcome]:
+    """Server-side apply of every object with ``recommend``'s guard rails; one outcome per object."""
+    kwargs: dict[str, Any] = {"clock": clock}
+    if sleep is not None:
+        kwargs["sleep"] = sleep
+    applier = QuotaApplier(api, **kwargs)
+    return [applier.apply(obj) for obj in objects]

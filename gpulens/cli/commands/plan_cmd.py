@@ -1,0 +1,136 @@
+"""`gpulens plan`: one quota plan for every ClusterQueue of each flavor and resource, decided together."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpulens.core.errors import UserError
+
+if TYPE_CHECKING:
+    from gpulens.analytics.writers.apply import ApplyOutcome
+    from gpulens.analytics.writers.plan import ObjectPlan
+
+PLAN_HELP = (
+    "Plan the nominalQuota of every Kueue ClusterQueue of each ResourceFlavor and resource together, under "
+    "the flavor's capacity (devices on its nodes, minus health's drain candidates, or --capacity FILE) "
+    "less a resilience reserve (default n+1: the largest node), with per-queue guarantees, weights, tenant "
+    "budgets and one step per apply (--policy FILE). Demand per queue is what `gpulens recommend` asks; no "
+    "queue with pending work is cut. Method: weighted max-min fairness by water-filling, in whole units; "
+    "the same store and policy give the same plan.\n\n"
+    "Explains the binding constraint per queue and what relaxing it gives. When guarantees and holds "
+    "exceed capacity, the conflict is reported with amounts and nothing is written.\n\n"
+    "Dry run by default: writes the ClusterQueue YAML it would apply to --out. --apply sends it with "
+    "server-side apply (field manager gpulens) with the guard rails of `recommend`, one outcome per object. "
+    "--add-capacity FLAVOR=N (what-if) shows which queues gain and which stop waiting; it writes nothing.\n\n"
+    "Example: gpulens plan --db gpulens.duckdb --capacity capacity.yaml --policy policy.yaml --out plan/"
+)
+
+_ADD = re.compile(r"^(?P<flavor>[^=/]+)(/(?P<resource>[^=]+))?=(?P<n>\d+)$")
+
+
+def parse_add_capacity(values: list[str]) -> dict[tuple[str, str], int]:
+    """``FLAVOR=N`` (nvidia.com/gpu) or ``FLAVOR/RESOURCE=N`` -> {(flavor, resource): N}."""
+    out: dict[tuple[str, str], int] = {}
+    for v in values:
+        m = _ADD.match(v.strip())
+        if not m:
+            raise UserError(f"invalid --add-capacity {v!r}: use FLAVOR=N or FLAVOR/RESOURCE=N (N a whole number)")
+        key = (m["flavor"], m["resource"] or "nvidia.com/gpu")
+        out[key] = out.get(key, 0) + int(m["n"])
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `plan` command to `app`."""
+
+    @app.command("plan", help=PLAN_HELP)
+    def plan_command(
+        db: Annotated[Path, typer.Option("--db", help="The DuckDB store (gpulens collect / demo).")],
+        capacity: Annotated[
+            Path | None, typer.Option("--capacity", help="YAML: flavors: {FLAVOR: {RESOURCE: UNITS}} (overrides the store).")
+        ] = None,
+        policy: Annotated[
+            Path | None, typer.Option("--policy", help="YAML plan policy: weights, guarantees, budgets, reserve, step.")
+        ] = None,
+        add_capacity: Annotated[
+            list[str] | None,
+            typer.Option("--add-capacity", help="What-if: FLAVOR=N (or FLAVOR/RESOURCE=N) more units; writes nothing."),
+        ] = None,
+        apply: Annotated[bool, typer.Option("--apply", help="Apply with server-side apply (default: dry run).")] = False,
+        kubeconfig: Annotated[
+            Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
+        ] = None,
+        out: Annotated[Path, typer.Option("--out", help="Directory for the YAML that would be applied.")] = Path(
+            "gpulens-plan"
+        ),
+        store: Annotated[
+            bool, typer.Option("--store/--no-store", help="Record the plan in the store's quota_plan table.")
+        ] = True,
+    ) -> None:
+        from gpulens.analytics.plan.fleet import PlanConflict, plan_store
+        from gpulens.analytics.plan.output import object_plans, write_plan_yaml
+        from gpulens.analytics.plan.policy import load_capacity, load_policy
+        from gpulens.analytics.plan.render import render_plan, render_what_if
+
+        extra = parse_add_capacity(add_capacity or [])
+        if extra and apply:
+            raise UserError("--add-capacity is a what-if: it cannot be combined with --apply")
+        plan_policy = load_policy(policy)
+        capacity_file = load_capacity(capacity)
+        try:
+            base = plan_store(db, plan_policy, capacity=capacity_file, store=store and not extra)
+            if extra:
+                what_if = plan_store(db, plan_policy, capacity=capacity_file, extra=extra, store=False)
+                typer.echo(render_plan(base))
+                typer.echo("")
+                typer.echo(render_what_if(base, what_if, extra))
+                return
+        except Exception as exc:  # duckdb errors: not a store, locked, wrong schema
+            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
+                raise UserError(f"cannot read the store {db}: {exc}") from exc
+            raise
+        typer.echo(render_plan(base))
+        if not base.writable:
+            raise PlanConflict(f"{len(base.conflicts)} flavor/resource pool(s) in conflict: nothing written")
+        objects = object_plans(base)
+        try:
+            written = write_plan_yaml(base, objects, out)
+        except OSError as exc:
+            raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+        typer.echo("")
+        for obj in objects:
+            if obj.applicable:
+                typer.echo(obj.diff(base.generated_at))
+            for r in obj.refused:
+                typer.echo(f"{obj.ref} {r.key.flavor}/{r.key.resource}: refused, low confidence "
+                           f"{r.confidence.value:.1f} days")
+        if apply:
+            outcomes = _apply(objects, kubeconfig)
+            for o in outcomes:
+                typer.echo(f"{o.ref}: {o.status.upper()}: {o.message}")
+            failed = [o for o in outcomes if o.status == "failed"]
+            if failed:
+                raise UserError(f"{len(failed)} object(s) not applied: {failed[0].ref}: {failed[0].message}")
+        typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
+
+
+def _apply(objects: list[ObjectPlan], kubeconfig: Path | None) -> list[ApplyOutcome]:
+    from gpulens.analytics.plan.output import apply_plan
+    from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
+
+    try:
+        connection = connection_from_kubeconfig(kubeconfig)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    with KubeApi(connection) as api:
+        try:
+            return apply_plan(objects, api, clock=lambda: datetime.now(UTC))
+        except Exception as exc:
+            if type(exc).__module__.startswith("httpx"):
+                raise UserError(f"cannot reach the API server {connection.server}: {exc}") from exc
+            raise

@@ -1,0 +1,135 @@
+"""`gpulens plan` as a user runs it: the real CLI on the demo store (simulated fleet, 15 days) and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from tests.support.cli import assert_one_line_error, gpulens
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("plan-demo")
+    proc = gpulens("demo", "--out", str(out), "--days", "15", "--step", "5m", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out / "gpulens.duckdb"
+
+
+def test_on_the_demo_store_a_held_pool_over_capacity_is_a_conflict_and_nothing_is_written(
+    demo_store: Path, tmp_path: Path
+) -> None:
+    """llm-research holds all 16 H100s of its flavor with work pending, one H100 is a drain candidate and
+    n+1 keeps a node back: the plan reports the shortfall and writes nothing (exit 3)."""
+    out = tmp_path / "plan"
+    proc = gpulens("plan", "--db", str(demo_store), "--out", str(out))
+    assert proc.returncode == 3, proc.stderr
+    assert "h100-80gb nvidia.com/gpu: 16 units (inventory) - 1 on drain candidates (gpu-h100-train-1)" in proc.stdout
+    assert "CONFLICT (short 9)" in proc.stdout and "no cut while work is pending 16" in proc.stdout
+    assert proc.stderr.strip() == "gpulens: error: 1 flavor/resource pool(s) in conflict: nothing written"
+    assert not out.exists() or not list(out.glob("*.yaml"))
+    with duckdb.connect(str(demo_store), read_only=True) as con:
+        bindings = dict(con.execute("SELECT binding_constraint, count(*) FROM quota_plan GROUP BY 1").fetchall())
+    assert bindings["conflict"] == 1
+
+
+def test_on_the_demo_store_with_capacity_the_plan_writes_clusterqueue_yaml(demo_store: Path, tmp_path: Path) -> None:
+    capacity = tmp_path / "capacity.yaml"
+    capacity.write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("queues:\n  llm-research: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n")
+    out = tmp_path / "plan"
+    proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(capacity), "--policy", str(policy),
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "h100-80gb nvidia.com/gpu: 32 units (capacity file)" in proc.stdout
+    assert "dry run: nothing applied" in proc.stdout
+    body = yaml.safe_load((out / "clusterqueue-llm-research.yaml").read_text())
+    assert body["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert body["spec"]["fairSharing"] == {"weight": 2}
+    gpu = next(r for g in body["spec"]["resourceGroups"] for f in g["flavors"] if f["name"] == "h100-80gb"
+               for r in f["resources"])
+    assert gpu["nominalQuota"] == 20  # 16 + one step of 25%: pending work asks for more
+    assert body["metadata"]["annotations"]["gpulens.io/applied-to"] == '{"h100-80gb/nvidia.com/gpu": 20}'
+
+
+def test_what_if_more_capacity_shows_who_stops_waiting_and_writes_nothing(demo_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    proc = gpulens("plan", "--db", str(demo_store), "--add-capacity", "h100-80gb=24", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "what if: h100-80gb/nvidia.com/gpu +24 (dry run, nothing written or stored)" in proc.stdout
+    assert "llm-research h100-80gb/nvidia.com/gpu: target 16 ->" in proc.stdout
+    assert "STOPS WAITING" in proc.stdout
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "files", "fragments"),
+    [
+        (("--add-capacity", "h100=lots"), {}, ("--add-capacity", "FLAVOR=N")),
+        (("--capacity", "cap.yaml"), {"cap.yaml": "flavors: {f: {nvidia.com/gpu: -1}}\n"}, ("cap.yaml", ">= 0")),
+        (("--policy", "p.yaml"), {"p.yaml": "reserve: {default: lots}\n"}, ("p.yaml", "n+1")),
+        (("--policy", "p.yaml"), {"p.yaml": "queues: {a: {weight: 0}}\n"}, ("p.yaml", "weight")),
+        (("--policy", "missing.yaml"), {}, ("cannot read", "missing.yaml")),
+        (("--add-capacity", "h100=1", "--apply"), {}, ("--add-capacity", "--apply")),
+    ],
+)
+def test_bad_input_is_one_line(demo_store: Path, tmp_path: Path, args: tuple[str, ...], files: dict[str, str],
+                               fragments: tuple[str, ...]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    resolved = [str(tmp_path / a) if a in files or a.endswith(".yaml") else a for a in args]
+    proc = gpulens("plan", "--db", str(demo_store), *resolved)
+    assert_one_line_error(proc, *fragments)
+
+
+def test_a_missing_store_is_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(gpulens("plan", "--db", str(tmp_path / "none.duckdb")), "no store at")
+
+
+@pytest.fixture(scope="module")
+def planned_store(demo_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("planned")
+    (tmp / "capacity.yaml").write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
+    proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(tmp / "capacity.yaml"), "--out", str(tmp / "o"))
+    assert proc.returncode == 0, proc.stderr
+    return demo_store
+
+
+def test_the_report_has_a_quota_plan_section(planned_store: Path, tmp_path: Path) -> None:
+    proc = gpulens("report", "--db", str(planned_store), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "report" / "index.html").read_text()
+    section = html[html.index('id="plan"'):]
+    assert "Quota plan" in section and "capacity line (for quotas)" in section
+    assert "llm-research" in section and "h100-80gb" in section
+
+
+def test_the_streamlit_page_shows_current_vs_planned_against_the_capacity_line(
+    planned_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from gpulens.dashboards.streamlit.launch import DB_ENV
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    monkeypatch.setenv(DB_ENV, str(planned_store))
+    app = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60)
+    at.run()
+    at.switch_page("views/plan.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Quota plan"]
+    at.selectbox[0].select("h100-80gb nvidia.com/gpu").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Units on the flavor"] == "32" and metrics["Reserve"] == "8" and metrics["Capacity for quotas"] == "24"
+    assert at.get("vega_lite_chart"), "current vs planned chart missing"
+    assert any("capacity line of 24 units" in c.value for c in at.caption)
+    rows = at.dataframe[0].value
+    assert list(rows["cluster_queue"]) == ["llm-research"] and list(rows["planned_quota"]) == [20]

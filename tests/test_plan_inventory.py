@@ -1,0 +1,49 @@
+"""Capacity per flavor from the Kubernetes inventory: ResourceFlavors' nodeLabels select the flavor's nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from kubernetes import client
+
+from gpulens.analytics.plan.inputs import flavor_nodes
+from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory
+from gpulens.collector.store import Store
+from tests.support.http_stub import http_stand_in
+from tests.test_collector_inventory import NOW, FakeKubernetesApi
+
+
+def _node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+CLUSTER: dict[str, list[dict[str, Any]]] = {
+    "/api/v1/namespaces": [], "/api/v1/pods": [], "/api/v1/resourcequotas": [],
+    "/apis/networking.k8s.io/v1/networkpolicies": [],
+    "/api/v1/nodes": [
+        _node("h100-a", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "train"}),
+        _node("h100-b", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "serve"}),
+        _node("h200-a", {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "train"}),
+    ],
+    "/apis/kueue.x-k8s.io/v1beta2/resourceflavors": [
+        {"metadata": {"name": "h100-train"},
+         "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "train"}}},
+        {"metadata": {"name": "any-h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}},
+    ],
+}
+
+
+def test_resource_flavors_are_collected_and_select_their_nodes_by_labels(tmp_path: Path) -> None:
+    fake = FakeKubernetesApi(CLUSTER)
+    with http_stand_in(fake.respond) as url, Store(str(tmp_path / "s.duckdb")) as store:
+        collect_inventory(store, KubernetesClusterApi(client.ApiClient(client.Configuration(host=url))),
+                          clock=lambda: NOW)
+        rows = {f: json.loads(labels) for f, labels in store.query("SELECT flavor, node_labels FROM resource_flavors")}
+    assert rows["h100-train"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "train"}
+    with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
+        members, notes = flavor_nodes(con, ["h100-train", "any-h100", "unknown"])
+    assert members == {"h100-train": ["h100-a"], "any-h100": ["h100-a", "h100-b"], "unknown": []}
+    assert notes == ["node h100-a matches flavors any-h100, h100-train: its devices count in each"]
