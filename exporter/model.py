@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from gpulens.exporter.topology import GpuTopology
+
 
 class SharingMode(StrEnum):
     """How a physical GPU is shared between containers."""
@@ -101,6 +103,8 @@ class Gpu:
     health: HealthReadings = field(default_factory=HealthReadings)
     nvlink_domain: str | None = None
     driver_version: str | None = None
+    topology: GpuTopology | None = None
+    """NVLink, PCIe, NUMA and fabric placement (``exporter/topology.py``); None where not read."""
 
 
 @dataclass(frozen=True)
