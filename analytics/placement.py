@@ -13,8 +13,10 @@ workload that holds it: no figure is given for it, never a guess.
   taken first until every pod fits. Either way it never exceeds ``domains_spanned``.
 * ``distance_score``: pair distance is the hop count of the innermost level two GPUs share
   (``HOPS``: 1 NVLink ... 6 zone, 7 none). The score is the farthest pair's hops plus a tenth of the
-  mean pair's, so a placement inside one domain of any level always scores better than one that
-  leaves it (the farthest pair decides; the mean only orders placements with the same farthest pair).
+  mean pair's, so a placement inside one domain of a level always scores better than one that leaves
+  it (the farthest pair decides; the mean only orders placements with the same farthest pair). That
+  holds for the levels that nest (NVLink inside node inside rack ...); NUMA is about CPU-to-GPU
+  traffic and is judged by its own ``numa`` row, since an NVSwitch joins GPUs of both NUMA nodes.
 """
 
 from __future__ import annotations
