@@ -137,7 +137,7 @@ TABLES: dict[str, list[Column]] = {
     ],
     "topology_stranded": [
         *_RUN,
-        _c("at", "TIMESTAMP NOT NULL", "Newest GPU sample of the window: free GPUs are counted there."),
+        _c("measured_at", "TIMESTAMP NOT NULL", "Newest GPU sample of the window: free GPUs are counted there."),
         _c("level", "VARCHAR NOT NULL", "nvlink | numa | node | rack | block."),
         _c("domain", "VARCHAR NOT NULL", "The domain with free GPUs."),
         _c("parent", "VARCHAR", "The enclosing domain whose free GPUs are compared (node, rack, block, zone)."),

@@ -43,7 +43,7 @@ class StrandedRow:
 
     def as_row(self) -> dict[str, object]:
         return {
-            "at": self.at, "level": self.level, "domain": self.domain, "parent": self.parent,
+            "measured_at": self.at, "level": self.level, "domain": self.domain, "parent": self.parent,
             "gpu_model": self.gpu_model, "free_gpus": self.free_gpus, "stranded_gpus": self.stranded_gpus,
             "parent_free_gpus": self.parent_free_gpus, "smallest_shape_gpus": self.smallest_shape_gpus,
             "reason": self.reason,

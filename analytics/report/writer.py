@@ -17,6 +17,7 @@ from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.mig_layout_section import mig_layout_section
+from gpulens.analytics.report.placement_section import placement_section
 from gpulens.core.errors import UserError
 
 INDEX = "index.html"
@@ -299,6 +300,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("recommendations", "Recommendations", _recommendations),
     ("mig-layout", "MIG layout", lambda b: mig_layout_section(b.reader)),
     ("health", "Health", _health),
+    ("placement", "Placement", lambda b: placement_section(b.reader, MAX_ROWS)),
 )
 
 
