@@ -251,10 +251,10 @@ def build_plan(s: Scenario) -> FleetPlan:
             queue = w.queue or next((q for q, ns in tenant.local_queue_map().items() if ns == namespace), None)
         for ordinal in range(w.pods):
             placed = False
-            gpus = w.gpu_indices[ordinal % len(w.gpu_indices)] if w.gpu_indices else None
+            on_gpus = w.gpu_indices[ordinal % len(w.gpu_indices)] if w.gpu_indices else None
             for node in w.nodes or pool.node_names():
                 b = builders[node]
-                picked = b.take(w.shape, w.devices_per_pod, gpus)
+                picked = b.take(w.shape, w.devices_per_pod, on_gpus)
                 if picked is None:
                     continue
                 pod_index = len(b.pods)
