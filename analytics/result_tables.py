@@ -111,6 +111,43 @@ TABLES: dict[str, list[Column]] = {
         _c("first_evidence_ts", "TIMESTAMP", "Earliest time of a warn/drain signal in the window."),
         _c("last_evidence_ts", "TIMESTAMP", "Latest time of a warn/drain signal in the window."),
     ],
+    "placement": [
+        *_RUN,
+        _c("tenant", "VARCHAR NOT NULL", "Tenant of the workload."),
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
+        _c("workload_kind", "VARCHAR NOT NULL", "Top owner kind (JobSet, PyTorchJob, LeaderWorkerSet, ...)."),
+        _c("workload", "VARCHAR NOT NULL", "Top owner name: all pods of one job are one workload."),
+        _c("gpu_model", "VARCHAR NOT NULL", "Short model name(s) of its GPUs ('+'-joined when mixed)."),
+        _c("level", "VARCHAR NOT NULL", "nvlink | numa | node | rack | block | zone (one row per measured level)."),
+        _c("pods", "INTEGER NOT NULL", "Pods of the placement held longest."),
+        _c("devices", "INTEGER NOT NULL", "Whole GPUs of that placement."),
+        _c("nodes", "INTEGER NOT NULL", "Nodes of that placement."),
+        _c("domains_spanned", "INTEGER NOT NULL", "Domains of this level holding its GPUs."),
+        _c("min_domains", "INTEGER NOT NULL", "Fewest domains of this level whose size could hold them (fleet shapes)."),
+        _c("excess_domains", "INTEGER NOT NULL", "domains_spanned - min_domains."),
+        _c("placed_worse", "BOOLEAN NOT NULL", "excess_domains > 0: spread over more domains than needed."),
+        _c("distance_score", "DOUBLE", "Farthest GPU pair's hops + mean pair hops / 10 (1 NVLink .. 7 none); lower is closer."),
+        _c("ge_hours", "DOUBLE NOT NULL", "GE-hours the workload held on whole GPUs in the window (all its placements)."),
+        _c("ge_hours_affected", "DOUBLE NOT NULL", "GE-hours of its placements that spanned more domains of this level than needed."),
+        _c("placements", "INTEGER NOT NULL", "Distinct placements (pod -> GPU sets) seen in the window."),
+        _c("domains", "VARCHAR[] NOT NULL", "The domains spanned (paths such as zone/block/rack)."),
+        _c("first_seen", "TIMESTAMP NOT NULL", "First sample of the workload in the window."),
+        _c("last_seen", "TIMESTAMP NOT NULL", "Last sample of the workload in the window."),
+        _c("reason", "VARCHAR NOT NULL", "The comparison in words."),
+    ],
+    "topology_stranded": [
+        *_RUN,
+        _c("measured_at", "TIMESTAMP NOT NULL", "Newest GPU sample of the window: free GPUs are counted there."),
+        _c("level", "VARCHAR NOT NULL", "nvlink | numa | node | rack | block."),
+        _c("domain", "VARCHAR NOT NULL", "The domain with free GPUs."),
+        _c("parent", "VARCHAR", "The enclosing domain whose free GPUs are compared (node, rack, block, zone)."),
+        _c("gpu_model", "VARCHAR NOT NULL", "Short model name."),
+        _c("free_gpus", "INTEGER NOT NULL", "Free whole exclusive GPUs in the domain."),
+        _c("stranded_gpus", "INTEGER NOT NULL", "free_gpus when no common shape fits here but one fits the parent's free GPUs, else 0."),
+        _c("parent_free_gpus", "INTEGER NOT NULL", "Free GPUs of the parent domain."),
+        _c("smallest_shape_gpus", "INTEGER", "Smallest common shape (pod or job GPUs) that the parent's free GPUs could take."),
+        _c("reason", "VARCHAR NOT NULL", "Why the free GPUs are or are not stranded, in words."),
+    ],
     "chargeback": [
         *_RUN,
         _c("BillingAccountId", "VARCHAR NOT NULL", "FOCUS: the fleet ('gpulens')."),
@@ -185,7 +222,9 @@ TABLES: dict[str, list[Column]] = {
     ],
 }
 
-RESULT_TABLES = ("idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback")
+RESULT_TABLES = (
+    "idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback", "placement", "topology_stranded",
+)
 """Tables ``gpulens analyze`` fills per run (``analysis_runs`` holds one row per run); ``quota_plan`` is
 written by ``gpulens plan``."""
 

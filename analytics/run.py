@@ -1,4 +1,4 @@
-"""``analyze``: run every analysis over one window and write the five result tables in one transaction.
+"""``analyze``: run every analysis over one window and write every result table in one transaction.
 
 Results of the same window and parameters replace the earlier ones (same ``run_id``), so running
 twice changes nothing.
@@ -19,6 +19,8 @@ import duckdb
 from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
 from gpulens.analytics.facts import Window, bind_facts, infer_sample_interval, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
+from gpulens.analytics.placement_run import assess as assess_placement
+from gpulens.analytics.placement_run import insert_placement
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.queue_use import has_queue_data, queue_use
 from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables
@@ -75,6 +77,8 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     clock.done("health")
     risks = isolation.assess(con, window, settings.risk, settings.health)
     clock.done("isolation risk")
+    placement, stranded = assess_placement(con, window, interval, settings.topology)
+    clock.done("placement")
     model_prices = {
         str(m): (float(lp), float(cp))
         for m, lp, cp in con.execute(
@@ -98,6 +102,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
         clock.done("write fragmentation")
         isolation.insert_risk(con, run_id, window, risks)
         health.insert_health(con, run_id, window, gpu_health)
+        insert_placement(con, run_id, window, placement, stranded)
         fleet = chargeback.insert_chargeback(
             con, run_id, window, model_prices, settings.mig_proration, settings.unallocated
         )

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpulens.analytics.topology_settings import TopologySettings
+
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -109,6 +111,7 @@ class AnalysisSettings(BaseModel):
     """DuckDB memory limit (it spills to disk beyond it)."""
     risk: RiskWeights = RiskWeights()
     health: HealthRules = HealthRules()
+    topology: TopologySettings = TopologySettings()
 
     @field_validator("window_seconds", "bucket_seconds", mode="before")
     @classmethod

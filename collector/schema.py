@@ -51,6 +51,20 @@ DIMENSIONS = {
         first_seen TIMESTAMP,
         last_seen TIMESTAMP
     """,
+    # Where each GPU sits inside its node (collector/topology.py): NULL where the hardware said nothing.
+    "gpu_topology": """
+        gpu_uuid VARCHAR PRIMARY KEY,
+        node VARCHAR NOT NULL,
+        gpu_index INTEGER,
+        numa_node INTEGER,
+        cpu_affinity VARCHAR,
+        nvlink_domain VARCHAR,            -- fabric clique, else the node's NVLink-connected GPU group
+        nvlink_peers INTEGER,             -- GPUs of the node reachable over NVLink
+        fabric_cluster_uuid VARCHAR,
+        fabric_clique_id BIGINT,
+        first_seen TIMESTAMP,
+        last_seen TIMESTAMP
+    """,
     "tenants": """
         tenant VARCHAR PRIMARY KEY,
         cost_center VARCHAR,

@@ -25,6 +25,7 @@ from prometheus_client.utils import floatToGoString
 from gpulens.core.vocabulary import ThrottleReason
 from gpulens.exporter.cycle import ExporterState
 from gpulens.exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
+from gpulens.exporter.topology_exposition import topology_families
 
 PREFIX = "gpulens_"
 
@@ -308,6 +309,7 @@ def state_families(state: ExporterState, backend: str, version: str) -> Iterator
     if snapshot is not None:
         devices = device_identities(snapshot.gpus)
         yield from gpu_families(snapshot)
+        yield from topology_families(snapshot)
         yield from device_families(snapshot, devices)
         yield from allocation_families(snapshot, devices)
     yield from exporter_families(state, backend, version)

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from gpulens.core.hashing import value_hash
 from gpulens.core.vocabulary import slices_gpu_equivalents
+from gpulens.exporter.topology import GpuTopology
 
 
 class SharingMode(StrEnum):
@@ -104,6 +105,8 @@ class Gpu:
     health: HealthReadings = field(default_factory=HealthReadings)
     nvlink_domain: str | None = None
     driver_version: str | None = None
+    topology: GpuTopology | None = None
+    """NVLink, PCIe, NUMA and fabric placement (``exporter/topology.py``); None where not read."""
 
 
 @dataclass(frozen=True)

@@ -57,3 +57,13 @@ def test_demo_rejects_a_bad_step_with_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("gpulens: error:")
     assert "Traceback" not in proc.stderr
+
+
+def test_demo_shows_placement_findings_end_to_end(demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, proc = demo_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Placement by topology: 5 multi-GPU workload(s) measured, 4 spread wider than needed." in proc.stdout
+    assert "JobSet/gpt-pretrain" in proc.stdout and "block  2 domains, 1 would do" in proc.stdout
+    assert "gpu-h200-train-1/numa-0" in proc.stdout  # free GPUs stranded by topology
+    report = (out / "report" / "index.html").read_text(encoding="utf-8")
+    assert 'id="placement"' in report and "moe-finetune" in report

@@ -262,7 +262,8 @@ def test_snapshots_are_pure_functions_of_time(fleet: SimulatedFleet, scenario: S
 
 def test_cluster_state_has_queues_quotas_and_pending_demand(fleet: SimulatedFleet, scenario: Scenario) -> None:
     state = fleet.cluster_state(at(scenario, 10 * DAY))
-    assert {t.name for t in state.tenants} == {"llm-research", "search-ranking", "vision", "recsys", "ml-notebooks"}
+    assert {t.name for t in state.tenants} == {
+        "llm-research", "search-ranking", "vision", "recsys", "ml-notebooks", "foundation"}
     llm = next(q for q in state.cluster_queues if q.name == "llm-research")
     h100 = next(r for r in llm.resources if r.flavor == "h100-80gb")
     assert h100.usage == h100.nominal_quota == 16 and h100.borrowing_limit == 0  # exhausted

@@ -194,7 +194,7 @@ def test_an_empty_window_gives_empty_frames_with_the_store_columns() -> None:
     for name, frame in empty.frames().items():
         assert dict(frame.schema) == COLUMNS[name]
     assert empty.device_samples.height == 0 and empty.pod_snapshots.height == 0
-    assert empty.nodes.height == 6  # dimensions still describe the fleet
+    assert empty.nodes.height == 10  # dimensions still describe the fleet
 
 
 def test_a_non_positive_step_is_a_user_error() -> None:

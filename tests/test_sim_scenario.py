@@ -63,10 +63,10 @@ def test_the_default_first_node_is_an_h200_mig_node_shared_by_several_tenants() 
     assert len({a.tenant for a in snap.allocations}) >= 4
 
 
-def test_the_default_fleet_has_six_nodes_of_eight_gpus_with_every_sharing_mode() -> None:
+def test_the_default_fleet_has_ten_nodes_of_eight_gpus_with_every_sharing_mode() -> None:
     fleet = SimulatedFleet(load_scenario(None))
     plans = [fleet.node_plan(n) for n in fleet.node_names()]
-    assert len(plans) == 6
+    assert len(plans) == 10
     assert all(len(p.gpus) == 8 for p in plans)
     assert {p.pool.sharing for p in plans} == set(SharingMode)
     assert {p.model.short_name for p in plans} == {"H100", "H200", "A100"}

@@ -21,6 +21,7 @@ from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.mig_layout_section import mig_layout_section
+from gpulens.analytics.report.placement_section import placement_section
 from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
 from gpulens.core.errors import UserError
 
@@ -414,6 +415,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("mig-layout", "MIG layout", lambda b: mig_layout_section(b.reader)),
     ("plan", "Quota plan", _quota_plan),
     ("health", "Health", _health),
+    ("placement", "Placement", lambda b: placement_section(b.reader, MAX_ROWS)),
 )
 
 

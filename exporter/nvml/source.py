@@ -23,7 +23,9 @@ from gpulens.exporter.mig_catalog import profile_slices
 from gpulens.exporter.model import DeviceReadings, Gpu, GpuProcess, HealthReadings, MigInstance, SharingMode
 from gpulens.exporter.nvml.funnel import GpuLifecycleError, NvmlFunnel
 from gpulens.exporter.nvml.gpm import GpmSampler
+from gpulens.exporter.nvml.topology import read_topology
 from gpulens.exporter.nvml.xid import XidEvent, XidWatcher
+from gpulens.exporter.topology import GpuTopology, nvlink_domains
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class NvmlDeviceSource:
         self._driver_backoff = backoff_initial
         self.xids = XidWatcher(self.funnel, self.live_handles, wait_ms=xid_wait_ms)
         self._discover()
+        self._topology: dict[str, tuple[GpuTopology, str | None]] = self._read_topology()
         self.directory = DeviceDirectory()
         self.replicas: Callable[[], Mapping[str, int]] = dict
         """GPU UUID -> advertised replicas (time-slicing / MPS), from the allocation side when wired."""
@@ -275,8 +278,23 @@ class NvmlDeviceSource:
             replicas=replicas,
             health=self._health(state),
             driver_version=self.driver_version,
+            topology=self._topology[state.uuid][0] if state.uuid in self._topology else None,
+            nvlink_domain=self._topology[state.uuid][1] if state.uuid in self._topology else None,
         )
         return gpu, processes
+
+    def _read_topology(self) -> dict[str, tuple[GpuTopology, str | None]]:
+        """Topology of every GPU that answers, read once (it changes only with the hardware)."""
+        live = sorted((s.index, s.uuid, s.handle) for s in self._gpus.values() if not s.down)
+        try:
+            found = read_topology(self.funnel, self.nvml, live)
+        except GpuLifecycleError as exc:
+            log.warning("topology not read: %s", exc)
+            return {}
+        uuids = [u for _, u, _ in live if u in found]
+        index = {u: i for i, u, _ in live}
+        domains = nvlink_domains(self.node, [index[u] for u in uuids], [found[u] for u in uuids])
+        return {u: (found[u], d) for u, d in zip(uuids, domains, strict=True)}
 
     def _read_migs(self, state: _GpuState, now: float) -> tuple[tuple[MigInstance, ...], list[GpuProcess]]:
         f, h = self.funnel, state.handle

@@ -33,6 +33,7 @@ from gpulens.exporter.sim.noise import stable_key, stable_uuid
 from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
 from gpulens.exporter.sim.power import PowerLedger
 from gpulens.exporter.sim.scenario import Scenario
+from gpulens.exporter.sim.topology import node_topology
 
 if TYPE_CHECKING:
     from gpulens.exporter.sim.history import SimulatedHistory
@@ -134,6 +135,7 @@ class SimulatedFleet:
     # -- snapshot pieces -------------------------------------------------------------------------
     def _gpus(self, plan: NodePlan, a: NodeArrays) -> tuple[Gpu, ...]:
         out = []
+        topologies, domains = node_topology(plan)
         for g in plan.gpus:
             up = bool(a.gpu_up[g.index, 0])
             instances = []
@@ -158,8 +160,8 @@ class SimulatedFleet:
                     uuid=g.uuid, index=g.index, model=g.model.name, memory_total_bytes=g.model.memory_bytes,
                     sharing_mode=g.sharing, up=up, memory_used_bytes=int(a.gpu_memory[g.index, 0]) if up else None,
                     activity_ratio=activity, mig_instances=tuple(instances), replicas=g.replicas,
-                    health=self._health(plan, a, g.index, up), nvlink_domain=plan.name,
-                    driver_version=self.scenario.driver_version,
+                    health=self._health(plan, a, g.index, up), nvlink_domain=domains[g.index],
+                    driver_version=self.scenario.driver_version, topology=topologies[g.index],
                 )
             )
         return tuple(out)

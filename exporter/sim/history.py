@@ -28,6 +28,7 @@ from gpulens.exporter.sim.evaluate import NodeArrays
 from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.plan import NodePlan, PodPlan
 from gpulens.exporter.sim.scenario import FaultKind, shape_resource
+from gpulens.exporter.sim.topology import node_topology_labels, topology_rows
 from gpulens.exporter.sim.workloads import batch_slots, pod_present
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "devices": {"device_id": S, "gpu_uuid": S, "node": S, "gpu_model": S, "kind": S, "profile": S,
                 "gpu_instance_id": I32, "compute_instance_id": I32, "slices": I32, "gpu_equivalents": F,
                 "memory_total_bytes": I64, "sharing_mode": S, "first_seen": TS, "last_seen": TS},
+    "gpu_topology": {"gpu_uuid": S, "node": S, "gpu_index": I32, "numa_node": I32, "cpu_affinity": S,
+                     "nvlink_domain": S, "nvlink_peers": I32, "fabric_cluster_uuid": S, "fabric_clique_id": I64,
+                     "first_seen": TS, "last_seen": TS},
     "tenants": {"tenant": S, "cost_center": S, "dedicated_pool": S, "virtual_cluster": S},
     "resource_flavors": {"flavor": S, "node_labels": S, "first_seen": TS, "last_seen": TS},
     "quota_snapshots": {"ts": TS, "object_kind": S, "object_namespace": S, "object_name": S, "tenant": S,
@@ -89,6 +93,7 @@ class SimulatedHistory:
     nodes: pl.DataFrame
     gpus: pl.DataFrame
     devices: pl.DataFrame
+    gpu_topology: pl.DataFrame
     tenants: pl.DataFrame
     resource_flavors: pl.DataFrame
     quota_snapshots: pl.DataFrame
@@ -318,12 +323,17 @@ def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: flo
     node_rows: list[dict[str, object]] = []
     gpu_rows: list[dict[str, object]] = []
     dev_rows: list[dict[str, object]] = []
+    topo_rows: list[dict[str, object]] = []
     for name in names:
         p = fleet.node_plan(name)
+        topo_rows.extend(topology_rows(p, seen))
         node_rows.append({
             "node": name, "pool": p.pool.name, "gpu_model": p.model.name, "sharing_mode": str(p.pool.sharing),
             "nvlink_domain": name, "dedicated_tenant": p.pool.dedicated_tenant,
-            "labels": json.dumps(node_labels(p.pool.labels, p.model.name, p.pool.sharing), sort_keys=True), **seen,
+            "labels": json.dumps(
+                {**node_labels(p.pool.labels, p.model.name, p.pool.sharing), **node_topology_labels(p.pool, name)},
+                sort_keys=True,
+            ), **seen,
         })
         gpu_rows.extend({
             "gpu_uuid": g.uuid, "node": name, "gpu_index": g.index, "gpu_model": g.model.name,
@@ -351,6 +361,7 @@ def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: flo
         "nodes": _table("nodes", node_rows) if node_rows else _empty("nodes"),
         "gpus": _table("gpus", gpu_rows) if gpu_rows else _empty("gpus"),
         "devices": _table("devices", dev_rows) if dev_rows else _empty("devices"),
+        "gpu_topology": _table("gpu_topology", topo_rows) if topo_rows else _empty("gpu_topology"),
         "tenants": _table("tenants", tenants),
     }
 

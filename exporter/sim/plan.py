@@ -194,8 +194,17 @@ class _NodeBuilder:
     pods: list[PodPlan]
     holdings: list[HoldingPlan]
 
-    def take(self, shape: str, count: int) -> list[tuple[int, int]] | None:
-        """Pick ``count`` distinct devices of ``shape`` with a free slot, first fit; None when short."""
+    def take(self, shape: str, count: int, gpus: list[int] | None = None) -> list[tuple[int, int]] | None:
+        """Pick ``count`` distinct devices of ``shape`` with a free slot, first fit (only on ``gpus`` when
+        given, in that order); None when short."""
+        if gpus is not None:
+            chosen = [d for g in gpus for d in self.devices if d.gpu_index == g and d.shape == shape]
+            if len(chosen) < count or not all(self.free[d.index] for d in chosen[:count]):
+                return None
+            picked = [(d.index, self.free[d.index][0]) for d in chosen[:count]]
+            for dev, replica in picked:
+                self.free[dev].remove(replica)
+            return picked
         candidates = [d for d in self.devices if d.shape == shape and self.free[d.index]]
         candidates.sort(key=lambda d: -len(self.free[d.index]))  # stable: least-shared device first
         picked = [(d.index, self.free[d.index][0]) for d in candidates]
@@ -243,9 +252,10 @@ def build_plan(s: Scenario) -> FleetPlan:
             queue = w.queue or next((q for q, ns in tenant.local_queue_map().items() if ns == namespace), None)
         for ordinal in range(w.pods):
             placed = False
-            for node in pool.node_names():
+            on_gpus = w.gpu_indices[ordinal % len(w.gpu_indices)] if w.gpu_indices else None
+            for node in w.nodes or pool.node_names():
                 b = builders[node]
-                picked = b.take(w.shape, w.devices_per_pod)
+                picked = b.take(w.shape, w.devices_per_pod, on_gpus)
                 if picked is None:
                     continue
                 pod_index = len(b.pods)

@@ -84,6 +84,28 @@ def _gi_entry(value: Any) -> Any:
 GpuInstanceEntry = Annotated[GpuInstanceSpec, BeforeValidator(_gi_entry)]
 
 
+class Interconnect(StrEnum):
+    """How the GPUs of one node reach each other (see ``exporter/sim/topology.py``)."""
+
+    NVSWITCH = "nvswitch"
+    """HGX: every GPU joins every other over NVLink through the NVSwitches (one NVLink domain)."""
+    NVLINK_PAIRS = "nvlink-pairs"
+    """PCIe cards with NVLink bridges: GPUs 2k and 2k+1 are peers; the rest talk over PCIe."""
+    PCIE = "pcie"
+    """No NVLink at all."""
+
+
+class NodeTopologySpec(_Strict):
+    """Where a pool's nodes sit: zone, and per node (node i takes entry i mod len) block and sub-block."""
+
+    zone: str = "zone-a"
+    blocks: list[str] = []
+    subblocks: list[str] = []
+    numa_nodes: int = Field(2, ge=1, le=8)
+    """NUMA nodes per host; GPUs are split over them in index order."""
+    cpus_per_numa: int = Field(56, ge=1, le=1024)
+
+
 class PoolSpec(_Strict):
     """A node pool: identical nodes with one GPU model and one sharing mode."""
 
@@ -100,6 +122,9 @@ class PoolSpec(_Strict):
     """Kueue ResourceFlavor of the pool (default: the pool name)."""
     dedicated_tenant: str | None = None
     labels: dict[str, str] = {}
+    interconnect: Interconnect | None = None
+    """Default: NVSwitch for H100/H200/B200 (HGX), NVLink pairs for A100 and others."""
+    topology: NodeTopologySpec = NodeTopologySpec()
 
     @property
     def model(self) -> GpuModel:
@@ -241,6 +266,10 @@ class WorkloadSpec(_Strict):
     duty: float = Field(0.6, ge=0, le=1)
     """Batch only: probability that a pod runs in a slot."""
     labels: dict[str, str] = {}
+    nodes: list[str] | None = None
+    """Place pods only on these nodes of the pool, first fit in this order (a placement chosen on purpose)."""
+    gpu_indices: list[list[Annotated[int, Field(ge=0, le=7)]]] | None = None
+    """Whole-GPU pools: GPU indices of pod i (entry i mod len), instead of the first free GPUs."""
 
     @property
     def workload_kind(self) -> str:
@@ -378,6 +407,16 @@ def reference_problems(s: Scenario) -> list[str]:
             problems.append(f"{where}.queue: {w.queue!r} is not a LocalQueue of tenant {w.tenant!r}")
         if pool.dedicated_tenant is not None and pool.dedicated_tenant != w.tenant:
             problems.append(f"{where}.pool: pool {pool.name!r} is dedicated to tenant {pool.dedicated_tenant!r}")
+        for node in w.nodes or []:
+            if node not in pool.node_names():
+                problems.append(f"{where}.nodes: {node!r} is not a node of pool {pool.name!r}")
+        for gpus in w.gpu_indices or []:
+            if len(gpus) != w.devices_per_pod or len(set(gpus)) != len(gpus) or max(gpus) >= pool.gpus_per_node:
+                problems.append(
+                    f"{where}.gpu_indices: each entry names {w.devices_per_pod} distinct GPUs of 0..{pool.gpus_per_node - 1}"
+                )
+        if w.gpu_indices and pool.sharing is not SharingMode.EXCLUSIVE:
+            problems.append(f"{where}.gpu_indices: only for pools with sharing 'exclusive'")
         if w.shape not in pool.shapes():
             problems.append(
                 f"{where}.shape: pool {pool.name!r} offers no {w.shape!r} devices (it has: {', '.join(sorted(pool.shapes()))})"

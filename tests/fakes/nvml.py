@@ -7,6 +7,7 @@ empty MIG slots) and keeps a virtual clock so GPM samples and events are determi
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import time
 from collections import deque
@@ -77,6 +78,18 @@ class FakeGpu:
     activity: float = 0.0
     lost: bool = False
     energy_mj: int = 0
+    numa_node: int | None = None
+    """NUMA node (nvmlDeviceGetMemoryAffinity); None: NOT_SUPPORTED."""
+    cpus: list[int] | None = None
+    """CPUs close to the GPU (nvmlDeviceGetCpuAffinity); None: NOT_SUPPORTED."""
+    nvlink_states: list[int] | None = None
+    """nvmlDeviceGetNvLinkState per link (1 up, 0 down); None: a GPU without NVLink (NOT_SUPPORTED)."""
+    ancestors: dict[str, int] = field(default_factory=dict)
+    """Peer GPU UUID -> nvmlGpuTopologyLevel_t; a missing peer answers NOT_SUPPORTED."""
+    p2p_nvlink: dict[str, int] = field(default_factory=dict)
+    """Peer GPU UUID -> nvmlGpuP2PStatus_t over NVLink (missing: NVML_P2P_STATUS_NOT_SUPPORTED)."""
+    fabric: tuple[bytes, int, int, int] | None = None
+    """(clusterUuid 16 bytes, cliqueId, state, status) of nvmlGpuFabricInfo_v2_t; None: NOT_SUPPORTED."""
 
     def renamed(self, uuid: str) -> FakeGpu:
         """A copy with another GPU UUID; MIG UUIDs get the GPU's suffix so they stay unique."""
@@ -116,11 +129,20 @@ class FakeGpmMetricsGet:
         self.metrics = [_GpmMetric() for _ in range(8)]
 
 
+def _masks(bits: list[int], words: int) -> list[int]:
+    """NVML's affinity answer: ``words`` 64-bit words with the given bit numbers set."""
+    out = [0] * words
+    for b in bits:
+        out[b // 64] |= 1 << (b % 64)
+    return out
+
+
 class FakeNvml:
     """A fake ``pynvml`` module: same function names, same exceptions, devices from captures."""
 
     NVMLError = pynvml.NVMLError
     c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
+    c_nvmlGpuFabricInfoV_t = pynvml.c_nvmlGpuFabricInfoV_t  # the real v2 struct layout
 
     def __init__(self, gpus: list[FakeGpu], *, driver_version: str = "590.48.01",
                  missing: frozenset[str] | set[str] = frozenset()) -> None:
@@ -213,6 +235,56 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return self.driver_version
+
+    # -- topology -------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMemoryAffinity(self, handle: _Handle, node_set_size: int, scope: int) -> list[int]:
+        gpu = self._gpu_of(handle)
+        if gpu.numa_node is None or scope != pynvml.NVML_AFFINITY_SCOPE_NODE:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return _masks([gpu.numa_node], node_set_size)
+
+    def nvmlDeviceGetCpuAffinity(self, handle: _Handle, cpu_set_size: int) -> list[int]:
+        gpu = self._gpu_of(handle)
+        if gpu.cpus is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return _masks(gpu.cpus, cpu_set_size)
+
+    def nvmlDeviceGetNvLinkState(self, handle: _Handle, link: int) -> int:
+        gpu = self._gpu_of(handle)
+        if gpu.nvlink_states is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if link >= len(gpu.nvlink_states):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.nvlink_states[link]
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle: _Handle, peer: _Handle) -> int:
+        gpu = self._gpu_of(handle)
+        self._gpu_of(peer)
+        if peer.gpu_uuid not in gpu.ancestors:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu.ancestors[peer.gpu_uuid]
+
+    def nvmlDeviceGetP2PStatus(self, handle: _Handle, peer: _Handle, index: int) -> int:
+        if not isinstance(index, int):  # pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,): ctypes refuses it
+            raise ctypes.ArgumentError("argument 3: wrong type")
+        gpu = self._gpu_of(handle)
+        self._gpu_of(peer)
+        if index != pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
+            return pynvml.NVML_P2P_STATUS_OK
+        return gpu.p2p_nvlink.get(peer.gpu_uuid, pynvml.NVML_P2P_STATUS_NOT_SUPPORTED)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: _Handle, info_ref: Any) -> int:
+        gpu = self._gpu_of(handle)
+        if gpu.fabric is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info = info_ref._obj  # ctypes.byref(struct), as pynvml hands it to the C function
+        if info.version != pynvml.nvmlGpuFabricInfo_v2:
+            raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        cluster, clique, state, status = gpu.fabric
+        info.clusterUuid[:] = list(cluster)
+        info.cliqueId, info.state, info.status = clique, state, status
+        return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)

@@ -142,8 +142,23 @@ def lost_gpu() -> Gpu:
                driver_version="590.48.01")
 
 
+def with_topology(gpu: Gpu, peer: Gpu) -> Gpu:
+    """``gpu`` with every topology reading: NUMA, NVLink links, a peer, and a completed fabric registration."""
+    from dataclasses import replace
+
+    from gpulens.exporter.topology import FabricInfo, GpuTopology, PeerLink
+
+    topology = GpuTopology(
+        numa_node=1, cpu_affinity="56-111,168-223", nvlink_active=18, nvlink_inactive=0,
+        peers=(PeerLink(peer.index, peer.uuid, "system", "ok"),),
+        fabric=FabricInfo("c0ffee00-0000-4000-8000-000000000001", 7, "completed", 0),
+    )
+    return replace(gpu, topology=topology, nvlink_domain=topology.fabric.domain if topology.fabric else None)
+
+
 def every_family_readings(now: float = 1_767_225_600.0, node: str = NODE) -> DeviceReadings:
-    gpus = (h200_mig_gpu(), a100_mig_gpu(), h100_exclusive_gpu(), h100_time_sliced_gpu(), lost_gpu())
+    gpus = (h200_mig_gpu(), a100_mig_gpu(), with_topology(h100_exclusive_gpu(), h100_time_sliced_gpu()),
+            h100_time_sliced_gpu(), lost_gpu())
     processes = (
         GpuProcess(4101, "GPU-44444444-4444-4444-4444-444444444444", 12 * GIB, 0.45, pod_uid="uid-ts-a"),
         GpuProcess(4102, "GPU-44444444-4444-4444-4444-444444444444", 8 * GIB, 0.15, pod_uid="uid-ts-b"),

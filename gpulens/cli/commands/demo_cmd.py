@@ -19,8 +19,9 @@ DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster n
 
 Steps: start one live exporter per simulated node on loopback; scrape them once into
 DIR/gpulens.duckdb and print who holds what; backfill --days of history in virtual time; analyze
-idle capacity, fragmentation, isolation risk, health and chargeback; recommend quotas and a MIG layout (dry-run YAML
-in DIR/recommendations/); write the HTML report to DIR/report/index.html.
+idle capacity, fragmentation, isolation risk, health, placement by topology and chargeback; recommend
+quotas and a MIG layout (dry-run YAML in DIR/recommendations/); write the HTML report to
+DIR/report/index.html.
 
 The store, report and recommendations in DIR are replaced on every run; nothing else there is touched.
 """
@@ -86,7 +87,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         _step(3, total, f"backfilling {days:g} days of history at {step} in virtual time")
         _backfill(db, fleet, days, step_seconds)
 
-        _step(4, total, "analyzing idle capacity, fragmentation, isolation risk, health, chargeback")
+        _step(4, total, "analyzing idle capacity, fragmentation, isolation risk, health, placement, chargeback")
         _analyze(db, out)
 
         _step(5, total, "recommending quotas (dry run)")
@@ -187,6 +188,9 @@ def _analyze(db: Path, out: Path) -> None:
 
     summary = analyze(db, AnalysisSettings(out_dir=out / "chargeback"))
     print(summary.render(), flush=True)
+    from gpulens.analytics.placement_text import render_placement
+
+    print("\n" + render_placement(db), flush=True)
 
 
 def _recommend(db: Path, out_dir: Path) -> None:
