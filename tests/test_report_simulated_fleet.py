@@ -1,4 +1,4 @@
-"""The report and the app on a real pipeline: simulator backfill -> analyze -> recommend -> outputs."""
+"""The report and the app on a real pipeline: simulator backfill -> analyze -> recommend -> plan -> outputs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from gpulens.analytics.plan.fleet import plan_store
+from gpulens.analytics.plan.policy import PlanPolicy
 from gpulens.analytics.recommend import recommend
 from gpulens.analytics.report import write_report
 from gpulens.analytics.report.data import StoreReader
@@ -29,6 +31,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     backfill_simulated(path, None, END - DAY, END, 300.0)
     analyze(path, AnalysisSettings(window_seconds=int(DAY), bucket_seconds=3600))
     recommend(path)
+    plan_store(path, PlanPolicy())  # stored even where the default reserve leaves a pool in conflict
     return path
 
 

@@ -14,8 +14,8 @@ def mig_layout_section(reader: StoreReader) -> str:
         return h.section("mig-layout", "MIG layout", "<p>Planned from the newest recommendation run: none yet.</p>")
     run = reader.mig_layout()
     if run is None or not run.plan.demands:
-        return h.notice("No workload has a confident move to another MIG profile in the newest "
-                        "recommendation run: no MIG layout change proposed.")
+        return h.section("mig-layout", "MIG layout", "<p>No workload has a confident move to another MIG "
+                         "profile in the newest recommendation run: no MIG layout change proposed.</p>")
     p = run.plan
     cards = h.cards([
         ("GPUs to repartition", f"{len(p.changes)} on {len(p.nodes_changed)} node(s)"),
