@@ -253,7 +253,7 @@ def collect_range(
     progress: Callable[[WindowResult], None] = lambda w: None,
     metrics: Sequence[str] | None = None,
 ) -> RangeSummary:
-    """Collect ``[start, end)`` at ``step`` chunk by chunk; chunks already stored are skipped.
+    """Collect ``[start, end)`` at ``step`` chunk by chunk; chunks already stored without gaps are skipped.
 
     Every step ``start + k*step`` before ``end`` is queried, the last one too when ``end`` is not on
     the step grid. A chunk's gaps replace the gaps stored earlier for its span (a later collection that
@@ -267,7 +267,7 @@ def collect_range(
     rejected = Rejections()
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for w_start, w_end in chunk_windows(start, end, step, max_points):
-            if store.window_done(source, w_start, w_end):
+            if store.window_complete(source, w_start, w_end):
                 skipped += 1
                 continue
 

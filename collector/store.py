@@ -122,6 +122,17 @@ class Store:
         ).fetchall()
         return bool(rows)
 
+    def window_complete(self, source: str, start: float, end: float) -> bool:
+        """True when this exact window of ``source`` is committed and no recorded gap of it lies inside:
+        a window with gaps is collected again (what the source now has fills them)."""
+        if not self.window_done(source, start, end):
+            return False
+        rows = self.con.execute(
+            "SELECT 1 FROM gaps WHERE source = ? AND gap_start < ? AND gap_end > ? LIMIT 1",
+            [source, to_datetime(end), to_datetime(start)],
+        ).fetchall()
+        return not rows
+
     def count(self, table: str) -> int:
         if table not in self._table_columns and table not in ("ingest_batches", "gaps", "watermarks"):
             raise ValueError(f"unknown table {table!r}")

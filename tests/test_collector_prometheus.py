@@ -185,6 +185,24 @@ def test_missing_samples_become_gaps_not_values(tmp_path: Path) -> None:
             "?, ?", f"{T0 + 240}, {T0 + 300}")) == [(0,)]
 
 
+def test_collecting_the_same_window_again_fills_its_gaps_and_removes_them(tmp_path: Path) -> None:
+    truth = _truth(10)
+    hole = (pl.col("ts") >= pl.from_epoch(pl.lit(int(T0 + 240)), time_unit="s")) & (
+        pl.col("ts") < pl.from_epoch(pl.lit(int(T0 + 360)), time_unit="s"))
+    holed = {k: v.filter(~hole) if "ts" in v.columns else v for k, v in truth.items()}
+    fake = FakePrometheus(holed)
+    with fake_prometheus(fake) as url, Store(str(tmp_path / "s.duckdb")) as store, _client(url) as client:
+        collect_range(store, client, start=T0, end=T0 + 600, step=STEP, schema="gpulens")
+        assert _table(store, "SELECT count(*) FROM gaps") == [(1,)]
+        first = _table(store, "SELECT count(*) FROM device_samples")[0][0]
+        fake.series = FakePrometheus(truth).series  # the samples arrived later (a remote-write backlog)
+        refill = collect_range(store, client, start=T0, end=T0 + 600, step=STEP, schema="gpulens")
+        assert refill.skipped == 0
+        assert _table(store, "SELECT count(*) FROM gaps") == [(0,)]
+        assert _table(store, "SELECT count(*) FROM device_samples")[0][0] > first
+        assert collect_range(store, client, start=T0, end=T0 + 600, step=STEP, schema="gpulens").skipped >= 1
+
+
 def test_label_values_are_escaped_in_promql_and_token_and_headers_are_sent(tmp_path: Path) -> None:
     assert escape_promql_string('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     selector = series_selector("gpulens_allocation_gpu_equivalents", {"tenant": HOSTILE, "node": "n1"})
