@@ -6,7 +6,8 @@ the bucket: ``gpu`` or a MIG profile, optionally for one GPU model) can use a fr
 is ``gpu``, a free MIG instance of exactly its profile, or unpartitioned slices where the MIG
 catalog says the profile still fits next to the existing instances (a dynamic GPU-instance
 creation; placement offsets are not modelled). Free capacity is **stranded** only while demand is
-pending and no pending shape can use it; with no demand it is idle, not stranded. Rows exist only
+pending and no pending shape can use it; with no demand it is idle, not stranded; where no source of
+pending demand was collected at all, the reason says so instead of claiming there was none. Rows exist only
 for nodes with free capacity in the bucket. Of shapes with equal GE, the largest shape is the last
 profile name in sort order (so that reruns agree). Reasons are a few fixed sentences (the amounts
 are in their own columns), so that outputs can add up the GE-hours each reason holds.
@@ -83,7 +84,9 @@ SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
        CASE WHEN pl.shapes IS NULL THEN 0 ELSE n.unusable_ge END AS stranded_ge,
        CASE WHEN pl.shapes IS NULL THEN 0 ELSE n.unusable_ge * $bh END AS stranded_ge_hours,
        n.largest_shape, n.largest_shape_ge, pl.shapes,
-       CASE WHEN pl.shapes IS NULL THEN 'no pending demand: free capacity is idle, not stranded'
+       CASE WHEN pl.shapes IS NULL AND NOT $demand_collected
+                 THEN 'pending demand not collected (no Kueue metrics or pod inventory): not called stranded'
+            WHEN pl.shapes IS NULL THEN 'no pending demand: free capacity is idle, not stranded'
             WHEN n.unusable_ge < 1e-9 THEN 'every free unit fits a pending shape'
             ELSE 'free capacity that no pending shape fits, while demand was pending' END
 FROM per_node n JOIN (SELECT DISTINCT nk, node, gpu_model FROM an_dev) names USING (nk)
@@ -91,9 +94,24 @@ LEFT JOIN pending_lists pl USING (b)
 """
 
 
+def demand_collected(con: duckdb.DuckDBPyConnection, window: Window) -> bool:
+    """Whether any source of pending demand reached the store for the window (Kueue metrics, pending
+    demand rows, the pod inventory): without one, "no pending demand" would state what was not measured."""
+    row = con.execute(
+        """
+        SELECT EXISTS (SELECT 1 FROM f_pending_demand WHERE ts >= $start AND ts < $end)
+            OR EXISTS (SELECT 1 FROM quota_snapshots WHERE object_kind = 'ClusterQueue' AND ts >= $start AND ts < $end)
+            OR EXISTS (SELECT 1 FROM pod_snapshots WHERE ts >= $start AND ts < $end)
+        """,
+        {"start": window.start, "end": window.end},
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def insert_fragmentation(con: duckdb.DuckDBPyConnection, run_id: str, window: Window) -> None:
     """Write this run's ``fragmentation`` rows (the caller holds the transaction)."""
     con.execute(
         "INSERT INTO fragmentation " + FRAGMENTATION_SELECT,
-        {**bucket_params(window), "run_id": run_id, "bs": window.bucket_seconds, "bh": window.bucket_hours},
+        {**bucket_params(window), "run_id": run_id, "bs": window.bucket_seconds, "bh": window.bucket_hours,
+         "demand_collected": demand_collected(con, window)},
     )

@@ -67,20 +67,39 @@ def test_free_capacity_no_pending_shape_fits_is_stranded(store: Path) -> None:
     assert summary.stranded_ge_hours == pytest.approx(3 / 14 * 2 + 0.5)
 
 
+def _reasons(path: Path) -> list[tuple[float, str]]:
+    summary = analyze(path, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=T0 + timedelta(hours=1)))
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(
+            "SELECT DISTINCT stranded_ge, reason FROM fragmentation WHERE run_id = ?", [summary.run_id]
+        ).fetchall()
+    finally:
+        con.close()
+
+
 def test_without_pending_demand_free_capacity_is_idle_not_stranded(tmp_path: Path) -> None:
     path = tmp_path / "store.duckdb"
     f = Fleet(path)
     f.node("w1")
     f.gpu("GPU-W", "w1")
     f.samples("GPU-W", count=60)
+    f.con.execute(  # Kueue was collected: its queue had nothing waiting
+        "INSERT INTO quota_snapshots (ts, object_kind, object_name, resource, nominal_quota, usage, source) "
+        "VALUES (?, 'ClusterQueue', 'team-a', 'nvidia.com/gpu', 8, 0, 'test')", [T0 + timedelta(minutes=5)])
     f.close()
-    summary = analyze(path, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=T0 + timedelta(hours=1)))
-    con = duckdb.connect(str(path), read_only=True)
-    reasons = con.execute(
-        "SELECT DISTINCT stranded_ge, reason FROM fragmentation WHERE run_id = ?", [summary.run_id]
-    ).fetchall()
-    con.close()
-    assert reasons == [(0.0, "no pending demand: free capacity is idle, not stranded")]
+    assert _reasons(path) == [(0.0, "no pending demand: free capacity is idle, not stranded")]
+
+
+def test_where_no_demand_source_was_collected_the_reason_says_so_not_no_demand(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("w1")
+    f.gpu("GPU-W", "w1")
+    f.samples("GPU-W", count=60)
+    f.close()
+    assert _reasons(path) == [
+        (0.0, "pending demand not collected (no Kueue metrics or pod inventory): not called stranded")]
 
 
 def test_a_pending_profile_that_still_fits_the_unpartitioned_slices_is_usable(tmp_path: Path) -> None:

@@ -358,7 +358,11 @@ def _stranded(frag: pl.DataFrame) -> str:
     if frag.height == 0:
         return "<p>Nothing stranded in this window: the run found no free capacity.</p>"
     stranded = float(frag["stranded_ge_hours"].sum())
+    not_collected = any("not collected" in str(w) for w in frag["why"].to_list())
     lead = "" if stranded > 0 else (
+        "<p>Pending demand was not collected (no Kueue metrics or pod inventory): free capacity is not called "
+        "stranded, and not called unwanted either. Collect Kueue metrics or run `gpulens collect --kubernetes`.</p>"
+        if not_collected else
         "<p>Nothing stranded in this window: free capacity was either not wanted (no pending demand) "
         "or fit a pending request shape.</p>"
     )
