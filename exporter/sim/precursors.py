@@ -6,13 +6,14 @@ Patterns follow the published ones (docs/simulator.md has the sources):
 
 - ``ecc``: correctable ECC errors cluster and accelerate before an uncorrectable one (a correctable
   error makes the next one 13-90x likelier, Schroeder et al.); XID 92 (high single-bit rate) once the
-  rate is high; fails with XID 48 (double-bit ECC). Look-alike: a constant, elevated correctable rate.
+  rate is high; fails with XID 48 (double-bit ECC). Look-alike: a constant, elevated correctable rate
+  since the epoch (a stable weak cell, not a growing one).
 - ``row_remap``: XID 63 row-remap events come closer and closer, correctable errors rise, until a
   remap fails: XID 64 and ``remapped_rows_failure`` (AWS replaces on XID 63 for this reason).
   Look-alike: a single XID 63.
 - ``nvlink``: NVLink CRC errors rise until XID 74. Look-alike: one burst lasting ``duration``.
 - ``pcie``: PCIe replays rise until the GPU falls off the bus (XID 79, down for ``duration``).
-  Look-alike: a constant low replay rate.
+  Look-alike: a constant low replay rate since the epoch.
 - ``thermal``: thermal throttling (with its clock and power drop) takes a growing share of each slot
   until XID 79. Look-alike: one throttling window of ``duration``.
 
@@ -87,6 +88,13 @@ class Trend:
         return self.fault.at + self.fault.fail_after
 
     @property
+    def origin(self) -> float:
+        """Where the signal begins: the onset, or the epoch for a flat look-alike (a GPU that always ran so)."""
+        f = self.fault
+        flat = not self.degrading and f.precursor in (Precursor.ECC, Precursor.PCIE)
+        return 0.0 if flat else f.at
+
+    @property
     def _key(self) -> int:
         f = self.fault
         return stable_key(self.seed, "trend", f.node, f.gpu, f.at, str(f.precursor))
@@ -107,11 +115,11 @@ class Trend:
     def _slots(self, rel: np.ndarray) -> tuple[np.ndarray, int]:
         """Slot index of each time (-1 before the onset) and the number of slots in play."""
         end = self.failure_rel
-        last = float(np.max(rel)) if rel.size else self.fault.at
+        last = float(np.max(rel)) if rel.size else self.origin
         if end is not None:
             last = min(last, end)
-        n = int(np.clip(np.ceil((last - self.fault.at) / SLOT) + 1, 0, _MAX_SLOTS))
-        idx = np.floor((rel - self.fault.at) / SLOT)
+        n = int(np.clip(np.ceil((last - self.origin) / SLOT) + 1, 0, _MAX_SLOTS))
+        idx = np.floor((rel - self.origin) / SLOT)
         return np.clip(idx, -1, n - 1).astype(np.int64), n
 
     def counter(self, rel: np.ndarray) -> np.ndarray:
