@@ -5,7 +5,8 @@ replays and NVLink CRC errors per hour, thermal-violation seconds per hour, minu
 load per hour, and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each runs through a one-sided
 CUSUM, ``S = max(0, S + x - k)``, with the allowance ``k = max(floor, factor x the GPU's own median)``
 so a GPU that always runs a little high stays quiet. A trend is raised at the first hour where
-``S >= decision`` with at least ``min_hours`` hours above ``k`` since the run-up began; it *started*
+``S >= decision`` with at least ``min_hours`` hours above ``k`` since the run-up began and a value at
+least ``growth`` times the higher of the run-up's first two hours (a rise, not a plateau or a burst); it *started*
 at the first hour of that run-up. Everything is causal: the hour a trend is raised only uses hours up to
 it, so a run at that hour would have seen it. Hours without readings (NULL) add nothing: unmeasured is
 not zero, and a trend is never raised from missing data.
@@ -162,6 +163,7 @@ def _cusum(signals: HourlySignals, name: str, rule: TrendRule, end: int) -> list
     k = np.maximum(rule.floor, rule.baseline_factor * median)
     s = np.zeros(n_g)
     run_start = np.full(n_g, -1)
+    first = np.zeros(n_g)
     above = np.zeros(n_g, dtype=np.int64)
     raised = np.full(n_g, -1)
     started = np.full(n_g, -1)
@@ -173,9 +175,11 @@ def _cusum(signals: HourlySignals, name: str, rule: TrendRule, end: int) -> list
         nxt = np.where(measured, np.maximum(0.0, s + np.nan_to_num(v) - k), s)
         rising = measured & (nxt > 0) & (s == 0)
         run_start = np.where(rising, h, run_start)
+        first = np.where(rising, np.nan_to_num(v), np.where(measured & (h - run_start == 1), np.maximum(first, np.nan_to_num(v)), first))
         above = np.where(rising, 0, above) + (measured & (np.nan_to_num(v) > k))
         s = nxt
-        fire = (raised < 0) & (s >= rule.decision) & (above >= rule.min_hours)
+        grown = measured & (np.nan_to_num(v) >= rule.growth * first)
+        fire = (raised < 0) & (s >= rule.decision) & (above >= rule.min_hours) & grown
         raised = np.where(fire, h, raised)
         started = np.where(fire, run_start, started)
         live = raised >= 0

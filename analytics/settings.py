@@ -73,6 +73,8 @@ class TrendRule(BaseModel):
     baseline_factor: float = Field(3.0, ge=0)
     decision: float = Field(gt=0)
     min_hours: int = Field(3, ge=1)
+    growth: float = Field(2.0, ge=1)
+    """The hour that raises it is at least this multiple of the higher of the run-up's first two hours."""
 
 
 class EarlyWarningRules(BaseModel):
@@ -85,7 +87,7 @@ class EarlyWarningRules(BaseModel):
     nvlink_crc_per_hour: TrendRule = TrendRule(floor=5000.0, decision=50000.0)
     thermal_seconds_per_hour: TrendRule = TrendRule(floor=60.0, baseline_factor=0.0, decision=600.0)
     clock_drop_minutes_per_hour: TrendRule = TrendRule(floor=3.0, baseline_factor=0.0, decision=30.0)
-    hardware_xids_per_hour: TrendRule = TrendRule(floor=0.1, baseline_factor=0.0, decision=1.8, min_hours=2)
+    hardware_xids_per_hour: TrendRule = TrendRule(floor=0.1, baseline_factor=0.0, decision=1.8, min_hours=2, growth=1.0)
     clock_drop_ratio: float = Field(0.7, gt=0, lt=1)
     """A sample's SM clock below this share of the GPU's 95th percentile, while drawing at least
     ``clock_drop_power_ratio`` of its 95th-percentile power, counts as a clock drop under load."""

@@ -3,8 +3,7 @@
 ``fault_fleet(nodes, days, seed)`` builds the scenario; ``known_faults(scenario)`` gives the ground truth
 (which GPU fails when, and from which precursor). Half the nodes are H100 training nodes, half H200
 inference nodes (two flavors). Onsets, leads (2 h to 1 day, log-uniform), intensities and look-alike
-lengths (20 min to 4 h)
-shapes are drawn from the seed, so a backtest is repeatable and a different seed is a different fleet.
+lengths (20 min to 4 h) are drawn from the seed, so a backtest is repeatable and a different seed is a different fleet.
 """
 
 from __future__ import annotations

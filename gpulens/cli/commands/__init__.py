@@ -11,6 +11,7 @@ from gpulens.cli.commands import (
     demo_cmd,
     exporter_cmd,
     recommend_cmd,
+    remediate_cmd,
     report_cmd,
 )
 
@@ -20,6 +21,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     collect_cmd,
     analyze_cmd,
     recommend_cmd,
+    remediate_cmd,
     report_cmd,
     dashboard_cmd,
 )
