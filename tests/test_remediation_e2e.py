@@ -69,7 +69,8 @@ def test_a_tighter_cap_refuses_and_says_why(store, tmp_path: Path) -> None:  # t
     path, _ = store
     proc = gpulens("remediate", "--db", str(path), "--out", str(tmp_path / "t"), "--max-share", "5")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("refuse") == 2 and "at most 5%" in proc.stdout
+    refused = [line for line in proc.stdout.splitlines() if line.strip().startswith("refuse")]
+    assert len(refused) == 2 and all("at most 5%" in line for line in refused)
     assert not list((tmp_path / "t").iterdir())
 
 
