@@ -91,7 +91,7 @@ def apply_plan(db: Path, policy: RemediationPolicy, api: KubeApi, clock: Callabl
     """Read the live Nodes, decide, and apply each taint / untaint (one outcome per Node)."""
     live = live_nodes(api)
     report = plan(db, policy, clock(), live)
-    applier = TaintApplier(api, clock=clock, **({"sleep": sleep} if sleep else {}))
+    applier = TaintApplier(api, clock=clock) if sleep is None else TaintApplier(api, clock=clock, sleep=sleep)
     missing = [NodeOutcome(c.node, "skip", "skipped", "not in the cluster")
                for c in report.inputs.cases if c.candidate and c.node not in live]
     outcomes = [applier.apply(d, report.inputs.evidence.get(d.node), report.inputs.window, report.inputs.run_id)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpulens.core.errors import UserError
+
+if TYPE_CHECKING:
+    from gpulens.analytics.remediation.policy import RemediationPolicy
+    from gpulens.analytics.remediation.run import RemediationReport
 
 REMEDIATE_HELP = (
     "Keep new work off nodes whose GPUs are failing or trending towards failure: the drain candidates of "
@@ -78,7 +82,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{len(failed)} Node(s) not changed: {failed[0].node}: {failed[0].message}")
 
 
-def _apply(db: Path, policy: object, kubeconfig: Path | None) -> object:
+def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None) -> RemediationReport:
     from gpulens.analytics.remediation.run import apply_plan
     from gpulens.analytics.writers.kube_api import KubeApi, KubeApiError, connection_from_kubeconfig
 
@@ -88,7 +92,7 @@ def _apply(db: Path, policy: object, kubeconfig: Path | None) -> object:
         raise UserError(str(exc)) from exc
     with KubeApi(connection) as api:
         try:
-            return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))  # type: ignore[arg-type]
+            return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))
         except KubeApiError as exc:
             raise UserError(f"cannot list Nodes: {exc}") from exc
         except Exception as exc:
