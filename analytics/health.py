@@ -141,7 +141,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
     ).fetchall():
         xids[gpu].append((int(code), int(count), first, last))
     trends: dict[str, list[Evidence]] = defaultdict(list)
-    signals = early_warning.hourly_signals(con, window, rules)
+    signals = early_warning.bucket_signals(con, window, rules)
     raised = early_warning.detect(signals, rules.early_warning)
     for t in early_warning.counting(raised, window, rules.early_warning):
         trends[t.gpu_uuid].append(

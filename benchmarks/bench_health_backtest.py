@@ -63,10 +63,11 @@ def main() -> None:
 
     truth = known_faults(scenario)
     failing = {uuid[(k.node, k.gpu)]: k for k in truth if k.failure_rel is not None}
-    lookalikes = {uuid[(k.node, k.gpu)] for k in truth if k.kind == "lookalike"}
+    lookalikes = {uuid[(k.node, k.gpu)]: k for k in truth if k.kind == "lookalike"}
     rules = HealthRules()
     start = datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
     first_flag: dict[str, datetime] = {}
+    flagged_by: dict[str, str] = {}
     runs = 0
     t1 = time.perf_counter()
     cutoff = start + timedelta(hours=24)
@@ -79,6 +80,7 @@ def main() -> None:
                 continue
             if g.drain_candidate and g.gpu_uuid not in first_flag:
                 first_flag[g.gpu_uuid] = cutoff
+                flagged_by[g.gpu_uuid] = ",".join(sorted({e.signal for e in g.evidence if e.severity in ("watch", "drain")}))
         runs += 1
         cutoff += timedelta(hours=1)
     replay_s = time.perf_counter() - t1
@@ -99,6 +101,10 @@ def main() -> None:
           f"({replay_s / max(runs, 1) * 1000:.0f} ms per run)")
     print("caught / failing by precursor: " + ", ".join(f"{p} {caught_by[p]}/{n}" for p, n in sorted(by_precursor.items())))
     print(f"false alarms: {len(false_alarms)} ({sum(g in lookalikes for g in false_alarms)} on look-alikes)")
+    for g in false_alarms:
+        k = lookalikes.get(g)
+        what = f"look-alike {k.precursor} at {k.onset_rel / 3600:.1f} h" if k else "healthy GPU"
+        print(f"  false alarm: {g} ({what}) at {first_flag[g]:%Y-%m-%d %H:%M} by {flagged_by[g]}")
     if leads:
         print(f"lead hours: min {min(leads):.1f}, median {statistics.median(leads):.1f}, max {max(leads):.1f}")
     print(json.dumps({
