@@ -57,3 +57,17 @@ def test_demo_rejects_a_bad_step_with_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("gpulens: error:")
     assert "Traceback" not in proc.stderr
+
+
+def test_demo_shows_early_warnings_with_trend_start_and_lead(
+    demo_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, proc = demo_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "early warnings:" in proc.stdout and "GPU(s) warned before they failed, lead" in proc.stdout
+    assert "trend since" in proc.stdout and "h before the failure" in proc.stdout
+    with duckdb.connect(str(out / "gpulens.duckdb"), read_only=True) as con:
+        leads = con.execute(
+            "SELECT lead_seconds FROM health WHERE scope = 'gpu' AND lead_seconds IS NOT NULL"
+        ).fetchall()
+    assert leads and all(lead >= 1800 for (lead,) in leads), leads

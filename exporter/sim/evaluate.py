@@ -18,7 +18,7 @@ from gpulens.exporter.model import SharingMode
 from gpulens.exporter.sim.faults import XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.noise import centered_noise, stable_key, stable_unit
 from gpulens.exporter.sim.plan import NodePlan
-from gpulens.exporter.sim.precursors import Trend, is_trend
+from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
 from gpulens.exporter.sim.scenario import FaultKind, Scenario
 from gpulens.exporter.sim.workloads import (
     NOISE_SLOT,
@@ -179,13 +179,13 @@ def evaluate(
     for g in node.gpus:
         for f in faults_on(s.faults, node.name, g.index):
             if is_trend(f):
-                trend = Trend(f, s.seed)
+                trend = trend_of(f, s.seed)
                 if trend.profile.counter is not None:
                     counters[trend.profile.counter][g.index] += trend.counter(rel)
                 active, seconds = trend.throttle(rel)
                 throttled[g.index] |= active
                 thermal_seconds[g.index] += seconds
-                for code, times in _event_times(trend).items():
+                for code, times in _event_times(trend, float(rel.max()) if rel.size else 0.0).items():
                     n = np.searchsorted(times, rel, side="right")
                     xid_counts.setdefault(code, np.zeros((n_g, n_t), dtype=np.int64))[g.index] += n
                     last = np.where(n > 0, times[np.maximum(n - 1, 0)] + s.epoch_seconds, np.nan)
@@ -194,7 +194,7 @@ def evaluate(
                     xid_gpus.setdefault(code, set()).add(g.index)
                 gpu_up[g.index] &= ~trend.down(rel)
                 if trend.profile.failure_xid == 48:
-                    ecc_unc[g.index] += 2 * trend.failed(rel)
+                    ecc_unc[g.index] += 2 * trend.failures(rel)
                 elif trend.profile.failure_xid == 64:
                     remap_failure[g.index] |= trend.failed(rel)
                 continue
@@ -257,9 +257,9 @@ def evaluate(
     )
 
 
-def _event_times(trend: Trend) -> dict[int, np.ndarray]:
-    """XID code -> sorted relative times of the trend's events."""
+def _event_times(trend: Trend | RecurringTrend, until: float) -> dict[int, np.ndarray]:
+    """XID code -> sorted relative times of the trend's events (of the cycles begun by ``until``)."""
     out: dict[int, list[float]] = {}
-    for rel, code in trend.events():
+    for rel, code in trend.events_until(until):
         out.setdefault(code, []).append(rel)
     return {code: np.array(sorted(times)) for code, times in out.items()}

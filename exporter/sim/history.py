@@ -27,7 +27,7 @@ from gpulens.exporter.model import NodeSnapshot, SharingMode
 from gpulens.exporter.sim.evaluate import NodeArrays
 from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.plan import NodePlan, PodPlan
-from gpulens.exporter.sim.precursors import Trend, is_trend
+from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
 from gpulens.exporter.sim.scenario import FaultKind, shape_resource
 from gpulens.exporter.sim.workloads import batch_slots, pod_present
 
@@ -294,7 +294,7 @@ def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -
         for g in plan.gpus:
             for f in faults_on(s.faults, name, g.index):
                 if is_trend(f):
-                    records.extend(_trend_events(Trend(f, s.seed), s.epoch_seconds, start, end, name, g.uuid))
+                    records.extend(_trend_events(trend_of(f, s.seed), s.epoch_seconds, start, end, name, g.uuid))
                     continue
                 if f.kind is FaultKind.THERMAL:
                     continue
@@ -312,13 +312,13 @@ def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -
 
 
 def _trend_events(
-    trend: Trend, epoch: float, start: float, end: float, node: str, gpu_uuid: str
+    trend: Trend | RecurringTrend, epoch: float, start: float, end: float, node: str, gpu_uuid: str
 ) -> list[dict[str, object]]:
     """XID rows of a degradation or look-alike in [start, end)."""
     return [
         {"ts": int(to_ts(rel + epoch)), "node": node, "gpu_uuid": gpu_uuid, "device_id": None, "kind": "xid",
          "code": code, "count": 1, "detail": XID_DETAIL.get(code, f"XID {code}")}
-        for rel, code in trend.events() if start <= rel + epoch < end
+        for rel, code in trend.events_until(end - epoch) if start <= rel + epoch < end
     ]
 
 

@@ -180,6 +180,14 @@ class Trend:
             out = [e for e in out if e[0] < failure] + [(failure, p.failure_xid)]
         return out
 
+    def events_until(self, until: float) -> list[tuple[float, int]]:
+        """Every XID event (one cycle only: ``until`` changes nothing)."""
+        return self.events()
+
+    def failures(self, rel: np.ndarray) -> np.ndarray:
+        """Hard failures so far (0 or 1)."""
+        return self.failed(rel).astype(np.int64)
+
     def down(self, rel: np.ndarray) -> np.ndarray:
         """Whether the GPU is off the bus (a failure by XID 79, for ``duration``)."""
         failure = self.failure_rel
@@ -191,3 +199,92 @@ class Trend:
         """Whether the hard failure has happened by ``rel``."""
         failure = self.failure_rel
         return np.zeros(rel.shape, dtype=bool) if failure is None else rel >= failure
+
+
+@dataclass(frozen=True)
+class RecurringTrend:
+    """A degradation with ``every``: the GPU in that slot degrades and fails again each ``every`` after ``at``.
+
+    Each cycle is a one-shot ``Trend`` (its own noise, onset ``at + n x every``); counters add up over the
+    cycles and never go down, and the failed state lasts until the next onset (the part was replaced).
+    """
+
+    fault: FaultSpec
+    seed: int
+
+    @property
+    def profile(self) -> Profile:
+        return self.cycle(0).profile
+
+    @property
+    def every(self) -> float:
+        assert self.fault.every is not None
+        return self.fault.every
+
+    def cycle(self, n: int) -> Trend:
+        return Trend(self.fault.model_copy(update={"at": self.fault.at + n * self.every, "every": None}), self.seed)
+
+    def _index(self, rel: np.ndarray) -> np.ndarray:
+        """Cycle in play at each time (-1 before the first onset)."""
+        return np.maximum(np.floor((rel - self.fault.at) / self.every), -1).astype(np.int64)
+
+    def _range(self, rel: np.ndarray) -> range:
+        if rel.size == 0:
+            return range(0)
+        idx = self._index(rel)
+        return range(max(0, int(idx.min())), int(idx.max()) + 1)
+
+    def counter(self, rel: np.ndarray) -> np.ndarray:
+        if self.profile.counter is None or rel.size == 0:
+            return np.zeros(rel.shape, dtype=np.int64)
+        span = self._range(rel)
+        base = sum(int(self.cycle(n).counter(np.array([self.fault.at + (n + 1) * self.every]))[0])
+                   for n in range(span.start))
+        out = np.full(rel.shape, base, dtype=np.int64)
+        for n in span:
+            out += self.cycle(n).counter(rel)
+        return out
+
+    def throttle(self, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        active = np.zeros(rel.shape, dtype=bool)
+        seconds = np.zeros(rel.shape)
+        if self.fault.precursor is not Precursor.THERMAL or rel.size == 0:
+            return active, seconds
+        span = self._range(rel)
+        for n in range(span.start):
+            seconds += self.cycle(n).throttle(np.array([self.fault.at + (n + 1) * self.every]))[1][0]
+        for n in span:
+            a, s = self.cycle(n).throttle(rel)
+            active |= a
+            seconds += s
+        return active, seconds
+
+    def events_until(self, until: float) -> list[tuple[float, int]]:
+        """Every XID event of the cycles that began before ``until``, in time order."""
+        out: list[tuple[float, int]] = []
+        n = 0
+        while self.fault.at + n * self.every < until:
+            out += self.cycle(n).events()
+            n += 1
+        return out
+
+    def down(self, rel: np.ndarray) -> np.ndarray:
+        out = np.zeros(rel.shape, dtype=bool)
+        for n in self._range(rel):
+            out |= self.cycle(n).down(rel)
+        return out
+
+    def failed(self, rel: np.ndarray) -> np.ndarray:
+        """Failed in the current cycle (a new cycle starts with a working part)."""
+        idx = self._index(rel)
+        failure = self.fault.at + idx * self.every + (self.fault.fail_after or 0.0)
+        return (idx >= 0) & (rel >= failure)
+
+    def failures(self, rel: np.ndarray) -> np.ndarray:
+        """Hard failures so far (for counters such as double-bit ECC that add up over the cycles)."""
+        return np.maximum(self._index(rel), 0) + self.failed(rel).astype(np.int64)
+
+
+def trend_of(fault: FaultSpec, seed: int) -> Trend | RecurringTrend:
+    """The one-shot or recurring trend of a degradation / look-alike fault."""
+    return RecurringTrend(fault, seed) if fault.every is not None else Trend(fault, seed)

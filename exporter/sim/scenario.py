@@ -269,7 +269,8 @@ class Precursor(StrEnum):
 
 
 class FaultSpec(_Strict):
-    """A fault on one GPU at ``epoch + at`` (and every ``every`` after, when given)."""
+    """A fault on one GPU at ``epoch + at`` (and every ``every`` after, when given; a recurring degradation
+    degrades and fails again each cycle, as a weak slot or its replacement part would)."""
 
     kind: FaultKind
     node: str
@@ -296,8 +297,14 @@ class FaultSpec(_Strict):
         trending = self.kind in (FaultKind.DEGRADATION, FaultKind.LOOKALIKE)
         if trending and self.precursor is None:
             raise ValueError(f"precursor: a {self.kind} fault needs one of {', '.join(Precursor)}")
-        if trending and self.every is not None:
-            raise ValueError(f"every: a {self.kind} fault happens once")
+        if self.kind is FaultKind.LOOKALIKE and self.every is not None:
+            raise ValueError("every: a lookalike happens once")
+        if self.kind is FaultKind.DEGRADATION and self.every is not None:
+            if self.fail_after is None:
+                raise ValueError("every: a recurring degradation needs fail_after (each cycle ends in a failure)")
+            if self.every <= self.fail_after + self.duration:
+                raise ValueError(f"every ({self.every:g} s) must be longer than fail_after + duration "
+                                 f"({self.fail_after + self.duration:g} s)")
         if not trending and (self.precursor is not None or self.fail_after is not None):
             raise ValueError(f"precursor / fail_after: only degradation and lookalike faults have them, not {self.kind}")
         if self.kind is FaultKind.LOOKALIKE and self.fail_after is not None:
