@@ -16,6 +16,7 @@ import polars as pl
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.report.health_timeline import section as health_timeline_section
 from gpulens.core.errors import UserError
 
 INDEX = "index.html"
@@ -297,6 +298,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("risk", "Isolation risk", _risk),
     ("recommendations", "Recommendations", _recommendations),
     ("health", "Health", _health),
+    ("health-timeline", "Health timeline", lambda b: health_timeline_section(b.reader)),
 )
 
 
