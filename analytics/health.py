@@ -1,12 +1,14 @@
-"""Health per GPU and node: ok / warn / drain from XID classes and DCGM-style thresholds, with evidence.
+"""Health per GPU and node: ok / watch / warn / drain from XID classes, DCGM-style thresholds and trends.
 
-A GPU drains on a drain-class XID, any double-bit ECC error in the window, retired pages at or
+A GPU is ``watch`` when an early-warning trend (``early_warning.py``) is raised and still counts; such
+a GPU is a drain candidate (keep new work off it) before anything fails. A GPU drains on a drain-class XID, any double-bit ECC error in the window, retired pages at or
 above the limit, a row-remap failure, or a lost GPU (``up = false``); it warns on a warn-class or
 unclassified XID, an NVLink CRC error rate at or above the limit, or any thermal-violation time.
 Application XIDs (13, 31, 43, 45, 68 by default) are listed as ``info`` and never change the state.
 Signals with no readings in the window are listed as ``unmeasured`` (``not_measured``): not checked,
 which is not the same as fine.
-A node takes the worst state of its GPUs.
+A node takes the worst state of its GPUs; it is a drain candidate when one of its GPUs is. Where a
+GPU warned before it failed in the window, ``lead_seconds`` says by how much.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from datetime import datetime
 
 import duckdb
 
+from gpulens.analytics import early_warning
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.settings import HealthRules
 
-_RANK = {"ok": 0, "warn": 1, "drain": 2}
+_RANK = {"ok": 0, "watch": 1, "warn": 2, "drain": 3}
+_FAILURE_SIGNALS = ("gpu_lost", "row_remap_failure")
+"""Drain evidence with a true first time (XID events have one too; counter deltas only have the window)."""
 
 
 @dataclass(frozen=True)
@@ -31,19 +36,28 @@ class Evidence:
     value: float
     threshold: float | None
     severity: str
-    """info | warn | drain | unmeasured (a signal with no readings: never changes the state)"""
+    """info | watch | warn | drain | unmeasured (a signal with no readings: never changes the state)"""
     reason: str
     first_ts: datetime | None = None
     last_ts: datetime | None = None
 
     def as_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "signal": self.signal,
             "value": float(self.value),
             "threshold": None if self.threshold is None else float(self.threshold),
             "severity": self.severity,
             "reason": self.reason,
         }
+        if self.severity == "watch":
+            out["since"] = None if self.first_ts is None else self.first_ts.isoformat()
+            out["detected"] = None if self.last_ts is None else self.last_ts.isoformat()
+        return out
+
+    @property
+    def marks_failure(self) -> bool:
+        """Drain evidence whose ``first_ts`` is when the hard failure happened."""
+        return self.severity == "drain" and (self.signal.startswith("xid_") or self.signal in _FAILURE_SIGNALS)
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,36 @@ class GpuHealth:
     gpu_uuid: str
     state: str
     evidence: tuple[Evidence, ...]
+
+    @property
+    def trends(self) -> tuple[Evidence, ...]:
+        return tuple(e for e in self.evidence if e.severity == "watch")
+
+    @property
+    def drain_candidate(self) -> bool:
+        """Drain-class evidence, or a raised early-warning trend: keep new work off this GPU."""
+        return self.state == "drain" or bool(self.trends)
+
+    @property
+    def trend_start(self) -> datetime | None:
+        return min((e.first_ts for e in self.trends if e.first_ts is not None), default=None)
+
+    @property
+    def warning_ts(self) -> datetime | None:
+        """When the first trend was raised."""
+        return min((e.last_ts for e in self.trends if e.last_ts is not None), default=None)
+
+    @property
+    def failure_ts(self) -> datetime | None:
+        return min((e.first_ts for e in self.evidence if e.marks_failure and e.first_ts is not None), default=None)
+
+    @property
+    def lead_seconds(self) -> float | None:
+        """How long before the first hard failure in the window the first trend was raised (None: no such pair)."""
+        warned, failed = self.warning_ts, self.failure_ts
+        if warned is None or failed is None or warned > failed:
+            return None
+        return (failed - warned).total_seconds()
 
 
 def classify_xid(code: int, rules: HealthRules) -> str:
@@ -98,6 +142,14 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
         params,
     ).fetchall():
         xids[gpu].append((int(code), int(count), first, last))
+    trends: dict[str, list[Evidence]] = defaultdict(list)
+    signals = early_warning.bucket_signals(con, window, rules)
+    raised = early_warning.detect(signals, rules.early_warning)
+    for t in early_warning.counting(raised, window, rules.early_warning):
+        trends[t.gpu_uuid].append(
+            Evidence(f"trend_{t.signal}", round(t.peak, 3), round(t.allowance, 3), "watch", t.reason(), t.started,
+                     t.detected)
+        )
     out = []
     for gpu_uuid, node in gpus:
         ev = _counter_evidence(counters.get(gpu_uuid), crc_rates.get(gpu_uuid), rules)
@@ -105,6 +157,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
             sev = classify_xid(code, rules)
             kind = {"info": "application error, never drains", "warn": "warn-class", "drain": "drain-class"}[sev]
             ev.append(Evidence(f"xid_{code}", count, None, sev, f"XID {code} x{count}: {kind}", first, last))
+        ev.extend(trends.get(gpu_uuid, []))
         state = max((e.severity for e in ev if e.severity in _RANK), key=_RANK.__getitem__, default="ok")
         out.append(GpuHealth(node, gpu_uuid, state, tuple(ev)))
     return out
@@ -181,26 +234,32 @@ def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRu
     return ev
 
 
+def node_health(node: str, members: list[GpuHealth]) -> GpuHealth:
+    """A node as one pseudo-GPU: the worst state and every GPU's evidence."""
+    state = max((g.state for g in members), key=_RANK.__getitem__)
+    return GpuHealth(node, "", state, tuple(e for g in members for e in g.evidence))
+
+
 def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, gpus: list[GpuHealth]) -> None:
     """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU)."""
-    rows: list[tuple[str, str, str | None, str, list[dict[str, object]], list[Evidence]]] = []
+    rows: list[tuple[str, str | None, GpuHealth, list[dict[str, object]]]] = []
     by_node: dict[str, list[GpuHealth]] = defaultdict(list)
     for g in gpus:
-        rows.append(("gpu", g.node, g.gpu_uuid, g.state, [e.as_json() for e in g.evidence], list(g.evidence)))
+        rows.append(("gpu", g.gpu_uuid, g, [e.as_json() for e in g.evidence]))
         by_node[g.node].append(g)
     for node, members in sorted(by_node.items()):
-        state = max((g.state for g in members), key=_RANK.__getitem__)
         tagged = [{**e.as_json(), "gpu_uuid": g.gpu_uuid} for g in members for e in g.evidence]
-        rows.append(("node", node, None, state, tagged, [e for g in members for e in g.evidence]))
+        rows.append(("node", None, node_health(node, members), tagged))
     cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
-    for scope, node, gpu_uuid, state, evidence, raw in rows:
-        flagged = [e for e in raw if e.severity in ("warn", "drain")]
+    for scope, gpu_uuid, g, evidence in rows:
+        flagged = [e for e in g.evidence if e.severity in ("warn", "drain")]
         firsts = [e.first_ts for e in flagged if e.first_ts is not None]
         lasts = [e.last_ts for e in flagged if e.last_ts is not None]
         for name, value in zip(
             cols,
-            (run_id, window.start, window.end, scope, node, gpu_uuid, state, state == "drain",
-             json.dumps(evidence), min(firsts, default=None), max(lasts, default=None)),
+            (run_id, window.start, window.end, scope, g.node, gpu_uuid, g.state, g.drain_candidate,
+             json.dumps(evidence), min(firsts, default=None), max(lasts, default=None), g.trend_start,
+             g.warning_ts, g.failure_ts, g.lead_seconds),
             strict=True,
         ):
             cols[name].append(value)

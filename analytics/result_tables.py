@@ -105,11 +105,20 @@ TABLES: dict[str, list[Column]] = {
         _c("scope", "VARCHAR NOT NULL", "'gpu' or 'node' (a node takes the worst state of its GPUs)."),
         _c("node", "VARCHAR NOT NULL", "Kubernetes node."),
         _c("gpu_uuid", "VARCHAR", "Physical GPU (NULL on node rows)."),
-        _c("state", "VARCHAR NOT NULL", "ok | warn | drain."),
-        _c("drain_candidate", "BOOLEAN NOT NULL", "state = 'drain': take it out of scheduling."),
-        _c("evidence", "JSON NOT NULL", "List of {signal, value, threshold, severity, reason}."),
+        _c("state", "VARCHAR NOT NULL", "ok | watch (an early-warning trend) | warn | drain."),
+        _c(
+            "drain_candidate",
+            "BOOLEAN NOT NULL",
+            "state = 'drain', or an early-warning trend is raised: keep new work off it (what `gpulens remediate` "
+            "taints and what capacity planning subtracts).",
+        ),
+        _c("evidence", "JSON NOT NULL", "List of {signal, value, threshold, severity, reason} (+ since, detected on trends)."),
         _c("first_evidence_ts", "TIMESTAMP", "Earliest time of a warn/drain signal in the window."),
         _c("last_evidence_ts", "TIMESTAMP", "Latest time of a warn/drain signal in the window."),
+        _c("trend_start_ts", "TIMESTAMP", "When the earliest raised early-warning trend started (its run-up's first hour)."),
+        _c("warning_ts", "TIMESTAMP", "When the first early-warning trend was raised (end of that hour)."),
+        _c("failure_ts", "TIMESTAMP", "First hard failure in the window (drain-class XID, lost GPU, remap failure)."),
+        _c("lead_seconds", "DOUBLE", "failure_ts - warning_ts where the warning came first; NULL otherwise."),
     ],
     "placement": [
         *_RUN,
@@ -236,9 +245,17 @@ def ddl(table: str) -> str:
 
 
 def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create ``analysis_runs`` and every result table that does not exist yet (idempotent)."""
+    """Create ``analysis_runs`` and every result table that does not exist yet (idempotent).
+
+    A table from an older release gets the columns added since (NULL in its old rows).
+    """
     for table in TABLES:
         con.execute(ddl(table))
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+        for c in TABLES[table]:
+            if c.name not in have:
+                con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
 
 
 def append_columns(con: duckdb.DuckDBPyConnection, table: str, cols: dict[str, list[object]]) -> None:

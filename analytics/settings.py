@@ -61,6 +61,77 @@ class RiskWeights(BaseModel):
         }.get(mode or "exclusive", self.mode_exclusive)
 
 
+class TrendRule(BaseModel):
+    """One early-warning signal: a one-sided CUSUM over per-hour rates in buckets (see ``analytics/early_warning.py``).
+
+    Buckets above the allowance ``k = max(floor, baseline_factor x the GPU's own median)`` add their excess
+    (rate x bucket hours); the trend is raised when the sum reaches ``decision``, at least ``min_hours``
+    hours since the run-up began were above ``k``, and the trailing hour grew by ``growth``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    floor: float = Field(ge=0)
+    baseline_factor: float = Field(3.0, ge=0)
+    decision: float = Field(gt=0)
+    min_hours: float = Field(1.0, gt=0)
+    growth: float = Field(2.0, ge=1)
+    """The trailing hour's mean is at least this multiple of the mean of the hour after the run-up's first bucket."""
+    bucket_seconds: int = Field(900, gt=0)
+    """Bucket of the rates: 15 minutes by default (an hour for sparse events such as XIDs)."""
+
+    @field_validator("bucket_seconds", mode="before")
+    @classmethod
+    def _duration(cls, value: str | int) -> int:
+        seconds = parse_duration(value)
+        if 3600 % seconds and seconds % 3600:
+            raise ValueError(f"bucket of {seconds}s neither divides nor is a multiple of an hour")
+        return seconds
+
+
+class EarlyWarningRules(BaseModel):
+    """Trends that precede hard failures; a GPU with a raised trend is ``watch`` and a drain candidate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ecc_corrected_per_hour: TrendRule = TrendRule(floor=3.0, decision=60.0)
+    pcie_replays_per_hour: TrendRule = TrendRule(floor=60.0, decision=600.0)
+    nvlink_crc_per_hour: TrendRule = TrendRule(floor=5000.0, decision=50000.0)
+    thermal_seconds_per_hour: TrendRule = TrendRule(floor=60.0, baseline_factor=0.0, decision=600.0)
+    clock_drop_minutes_per_hour: TrendRule = TrendRule(floor=3.0, baseline_factor=0.0, decision=30.0)
+    hardware_xids_per_hour: TrendRule = TrendRule(
+        floor=0.1, baseline_factor=0.0, decision=1.8, min_hours=2, growth=1.0, bucket_seconds=3600
+    )
+    clock_drop_ratio: float = Field(0.7, gt=0, lt=1)
+    """A sample's SM clock below this share of the GPU's 95th percentile, while drawing at least
+    ``clock_drop_power_ratio`` of its 95th-percentile power, counts as a clock drop under load."""
+    clock_drop_power_ratio: float = Field(0.5, gt=0, lt=1)
+    quiet_seconds: int = Field(6 * 3600, ge=0)
+    """A trend that fell back (its sum returned to 0) longer than this before the window end no longer counts."""
+
+    @model_validator(mode="after")
+    def _buckets_nest(self) -> EarlyWarningRules:
+        finest = self.finest_bucket_seconds()
+        odd = sorted(n for n, r in self.rules().items() if r.bucket_seconds % finest)
+        if odd:
+            raise ValueError(f"bucket_seconds of {odd} is not a multiple of the finest bucket ({finest}s)")
+        return self
+
+    def finest_bucket_seconds(self) -> int:
+        return min(r.bucket_seconds for r in self.rules().values())
+
+    def rules(self) -> dict[str, TrendRule]:
+        """Signal name -> rule."""
+        return {
+            "ecc_corrected_per_hour": self.ecc_corrected_per_hour,
+            "pcie_replays_per_hour": self.pcie_replays_per_hour,
+            "nvlink_crc_per_hour": self.nvlink_crc_per_hour,
+            "thermal_seconds_per_hour": self.thermal_seconds_per_hour,
+            "clock_drop_minutes_per_hour": self.clock_drop_minutes_per_hour,
+            "hardware_xids_per_hour": self.hardware_xids_per_hour,
+        }
+
+
 class HealthRules(BaseModel):
     """Which signals make a GPU ``warn`` or ``drain`` (defaults from NVIDIA's XID catalog and DCGM).
 
@@ -78,6 +149,7 @@ class HealthRules(BaseModel):
     retired_pages_drain: int = Field(default=63, ge=1)
     nvlink_crc_per_second_warn: float = Field(default=100.0, gt=0)
     thermal_violation_seconds_warn: float = Field(default=0.0, ge=0)
+    early_warning: EarlyWarningRules = EarlyWarningRules()
 
     @model_validator(mode="after")
     def _application_errors_never_drain(self) -> HealthRules:

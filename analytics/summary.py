@@ -33,9 +33,30 @@ class TenantRisk:
 
 @dataclass(frozen=True)
 class DrainCandidate:
+    """A GPU to keep new work off: ``drain`` (hard evidence) or ``watch`` (an early-warning trend)."""
+
     node: str
     gpu_uuid: str
     evidence: str
+    state: str = "drain"
+    trend_start: datetime | None = None
+    """When the first early-warning trend began (None: no trend)."""
+    warning_ts: datetime | None = None
+    lead_seconds: float | None = None
+    """How long before the hard failure the warning came (None: no failure after a warning in the window)."""
+
+    def timeline(self) -> str:
+        """``trend since ..., warned ..., 4.6 h before the failure`` (empty without a trend)."""
+        if self.trend_start is None:
+            return ""
+        out = f"trend since {self.trend_start:%m-%d %H:%M}"
+        if self.warning_ts is not None:
+            out += f", warned {self.warning_ts:%m-%d %H:%M}"
+        if self.lead_seconds is not None:
+            out += f", {self.lead_seconds / 3600:.1f} h before the failure"
+        elif self.state == "watch":
+            out += ", not failed (yet)"
+        return out
 
 
 @dataclass(frozen=True)
@@ -113,9 +134,20 @@ class AnalysisSummary:
             lines.append("  (none)")
         for r in self.top_risk_tenants:
             lines.append(f"  {_safe(r.tenant):<24} {r.score:5.1f}  {r.top_term}")
-        lines.append(f"drain candidates: {len(self.drain_candidates)} GPU(s); {self.warn_gpus} GPU(s) warn")
+        watch = sum(1 for d in self.drain_candidates if d.state == "watch")
+        leads = sorted(d.lead_seconds / 3600 for d in self.drain_candidates if d.lead_seconds is not None)
+        lines.append(
+            f"drain candidates: {len(self.drain_candidates)} GPU(s) ({watch} on early warning only);"
+            f" {self.warn_gpus} GPU(s) warn"
+        )
+        if leads:
+            lines.append(
+                f"early warnings: {len(leads)} GPU(s) warned before they failed, lead "
+                + ", ".join(f"{h:.1f} h" for h in leads)
+            )
         for d in self.drain_candidates[:10]:
-            lines.append(f"  {_safe(d.node)} {d.gpu_uuid}: {d.evidence}")
+            when = d.timeline()
+            lines.append(f"  {_safe(d.node)} {d.gpu_uuid} [{d.state}]{' ' + when if when else ''}: {d.evidence}")
         if len(self.drain_candidates) > 10:
             lines.append(f"  ... {len(self.drain_candidates) - 10} more in the health table")
         verdict = "reconciled" if self.reconciled else "NOT RECONCILED"
@@ -197,8 +229,8 @@ def build_summary(
     ).fetchall()
     drains = con.execute(
         """
-        SELECT node, gpu_uuid, evidence FROM health
-        WHERE run_id = ? AND scope = 'gpu' AND state = 'drain' ORDER BY node, gpu_uuid
+        SELECT node, gpu_uuid, evidence, state, trend_start_ts, warning_ts, lead_seconds FROM health
+        WHERE run_id = ? AND scope = 'gpu' AND drain_candidate ORDER BY node, gpu_uuid
         """,
         [run_id],
     ).fetchall()
@@ -220,7 +252,10 @@ def build_summary(
         idle_by_tenant=tuple(TenantIdle(t, float(i), float(c), float(a), float(m)) for t, i, c, a, m in idle),
         stranded_ge_hours=float(stranded[0]) if stranded else 0.0,
         top_risk_tenants=tuple(TenantRisk(t, float(s), _top_term(terms)) for t, s, terms in risks),
-        drain_candidates=tuple(DrainCandidate(n, g, _drain_reasons(ev)) for n, g, ev in drains),
+        drain_candidates=tuple(
+            DrainCandidate(n, g, _drain_reasons(ev), state, trend, warned, None if lead is None else float(lead))
+            for n, g, ev, state, trend, warned, lead in drains
+        ),
         warn_gpus=int(warn[0]) if warn else 0,
         fleet_cost_usd=fleet.contracted_usd,
         chargeback_total_usd=Decimal(billed[0]) if billed else Decimal(0),
@@ -241,4 +276,4 @@ def _top_term(terms_json: str) -> str:
 def _drain_reasons(evidence_json: str) -> str:
     import json
 
-    return "; ".join(e["reason"] for e in json.loads(evidence_json) if e["severity"] == "drain")
+    return "; ".join(e["reason"] for e in json.loads(evidence_json) if e["severity"] in ("drain", "watch"))

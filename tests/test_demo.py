@@ -67,3 +67,17 @@ def test_demo_shows_placement_findings_end_to_end(demo_run: tuple[Path, subproce
     assert "gpu-h200-train-1/numa-0" in proc.stdout  # free GPUs stranded by topology
     report = (out / "report" / "index.html").read_text(encoding="utf-8")
     assert 'id="placement"' in report and "moe-finetune" in report
+
+
+def test_demo_shows_early_warnings_with_trend_start_and_lead(
+    demo_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, proc = demo_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "early warnings:" in proc.stdout and "GPU(s) warned before they failed, lead" in proc.stdout
+    assert "trend since" in proc.stdout and "h before the failure" in proc.stdout
+    with duckdb.connect(str(out / "gpulens.duckdb"), read_only=True) as con:
+        leads = con.execute(
+            "SELECT lead_seconds FROM health WHERE scope = 'gpu' AND lead_seconds IS NOT NULL"
+        ).fetchall()
+    assert leads and all(lead >= 1800 for (lead,) in leads), leads

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -162,3 +165,28 @@ def test_the_dashboard_command_help_explains_its_options() -> None:
     assert proc.returncode == 0
     for option in ("--db", "--port", "--host", "read-only"):
         assert option in proc.stdout
+
+
+def test_the_health_page_shows_gpus_on_watch_and_the_lead_before_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = build_store(tmp_path / "early.duckdb")
+    with duckdb.connect(str(db)) as con:
+        run_id, start, end = con.execute("SELECT run_id, window_start, window_end FROM health LIMIT 1").fetchone()
+        trend = json.dumps([{"signal": "trend_pcie_replays_per_hour", "value": 900.0, "threshold": 60.0,
+                             "severity": "watch", "reason": "PCIe replays rising since 2026-11-01 02:00"}])
+        con.execute(
+            "INSERT INTO health (run_id, window_start, window_end, scope, node, gpu_uuid, state, drain_candidate,"
+            " evidence, trend_start_ts, warning_ts, failure_ts, lead_seconds) VALUES"
+            " (?, ?, ?, 'gpu', 'node-h200', 'GPU-WATCHED', 'watch', true, ?, ?, ?, NULL, NULL),"
+            " (?, ?, ?, 'gpu', 'node-a100', 'GPU-FAILED', 'drain', true, ?, ?, ?, ?, 9000)",
+            [run_id, start, end, trend, start + timedelta(hours=2), start + timedelta(hours=3),
+             run_id, start, end, trend, start, start + timedelta(hours=1), start + timedelta(hours=3.5)],
+        )
+    at = _visit(_app(db, monkeypatch), "views/health.py")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["GPUs on watch"] == "1"
+    early = at.dataframe[1].value
+    assert list(early["gpu_uuid"]) == ["GPU-FAILED", "GPU-WATCHED"]
+    assert list(early["lead_hours"].round(2).fillna(-1)) == [2.5, -1]
+    assert early["trend_start_ts"].notna().all()

@@ -441,7 +441,8 @@ class StoreReader:
         )
 
     def health(self) -> pl.DataFrame:
-        """GPU and node health: ``scope, node, gpu_uuid, state, drain_candidate, evidence`` (worst first).
+        """GPU and node health: ``scope, node, gpu_uuid, state, drain_candidate, evidence`` (worst first), and the
+        early warning: ``trend_start_ts, warning_ts, failure_ts, lead_hours`` (NULL where there is none).
 
         ``evidence`` is a readable string: ``signal: reason`` items joined by '; '.
         """
@@ -449,12 +450,14 @@ class StoreReader:
         return self.frame(
             """
             SELECT scope, node, gpu_uuid, state, drain_candidate, first_evidence_ts, last_evidence_ts,
+                   trend_start_ts, warning_ts, failure_ts, lead_seconds / 3600.0 AS lead_hours,
                    coalesce((SELECT string_agg(e.signal || ': ' || e.reason, '; ')
                              FROM (SELECT unnest(from_json(evidence,
                                      '[{"signal": "VARCHAR", "severity": "VARCHAR", "reason": "VARCHAR"}]')) AS e)),
                             '') AS evidence
             FROM health WHERE run_id = ?
-            ORDER BY CASE state WHEN 'drain' THEN 0 WHEN 'warn' THEN 1 ELSE 2 END, scope DESC, node, gpu_uuid
+            ORDER BY CASE state WHEN 'drain' THEN 0 WHEN 'warn' THEN 1 WHEN 'watch' THEN 2 ELSE 3 END, scope DESC, node,
+                     gpu_uuid
             """,
             [run_id],
         )

@@ -20,6 +20,7 @@ from gpulens.analytics.csv_cells import safe_frame
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.report.health_timeline import section as health_timeline_section
 from gpulens.analytics.report.mig_layout_section import mig_layout_section
 from gpulens.analytics.report.placement_section import placement_section
 from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
@@ -420,6 +421,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("plan", "Quota plan", _quota_plan),
     ("health", "Health", _health),
     ("placement", "Placement", lambda b: placement_section(b.reader, MAX_ROWS)),
+    ("health-timeline", "Health timeline", lambda b: health_timeline_section(b.reader)),
 )
 
 

@@ -20,6 +20,7 @@ from gpulens.exporter.sim.faults import XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.noise import centered_noise, stable_key, stable_unit
 from gpulens.exporter.sim.plan import NodePlan
 from gpulens.exporter.sim.power import HARDWARE, PowerLedger, model_power, node_load, sum_rows
+from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
 from gpulens.exporter.sim.scenario import FaultKind, Scenario
 from gpulens.exporter.sim.workloads import NOISE_SLOT, HoldingTable, holding_table, table_memory
 
@@ -58,6 +59,9 @@ class NodeArrays:
     thermal_seconds: np.ndarray
     ecc_corrected: np.ndarray  # (G, T) int64
     ecc_uncorrected: np.ndarray
+    pcie_replay: np.ndarray  # (G, T) int64
+    nvlink_crc: np.ndarray  # (G, T) int64
+    remap_failure: np.ndarray  # (G, T) bool
     retired_pages: np.ndarray | None  # (G, T) int64, None when the model has no page retirement
     xid_counts: dict[int, np.ndarray]  # code -> (G, T) int64 (rows of GPUs without that fault are 0)
     xid_last: dict[int, np.ndarray]  # code -> (G, T) absolute seconds, NaN before the first
@@ -141,8 +145,30 @@ def evaluate(
     xid_counts: dict[int, np.ndarray] = {}
     xid_last: dict[int, np.ndarray] = {}
     xid_gpus: dict[int, set[int]] = {}
+    counters = {k: np.zeros((n_g, n_t), dtype=np.int64) for k in ("ecc", "nvlink", "pcie")}
+    remap_failure = np.zeros((n_g, n_t), dtype=bool)
     for g in node.gpus:
         for f in faults_on(s.faults, node.name, g.index):
+            if is_trend(f):
+                trend = trend_of(f, s.seed)
+                if trend.profile.counter is not None:
+                    counters[trend.profile.counter][g.index] += trend.counter(rel)
+                active, seconds = trend.throttle(rel)
+                throttled[g.index] |= active
+                thermal_seconds[g.index] += seconds
+                for code, times in _event_times(trend, float(rel.max()) if rel.size else 0.0).items():
+                    n = np.searchsorted(times, rel, side="right")
+                    xid_counts.setdefault(code, np.zeros((n_g, n_t), dtype=np.int64))[g.index] += n
+                    last = np.where(n > 0, times[np.maximum(n - 1, 0)] + s.epoch_seconds, np.nan)
+                    prev = xid_last.setdefault(code, np.full((n_g, n_t), np.nan))
+                    prev[g.index] = np.fmax(prev[g.index], last)
+                    xid_gpus.setdefault(code, set()).add(g.index)
+                gpu_up[g.index] &= ~trend.down(rel)
+                if trend.profile.failure_xid == 48:
+                    ecc_unc[g.index] += 2 * trend.failures(rel)
+                elif trend.profile.failure_xid == 64:
+                    remap_failure[g.index] |= trend.failed(rel)
+                continue
             sched = Schedule.of(f)
             if f.kind is FaultKind.THERMAL:
                 throttled[g.index] |= sched.active(rel)
@@ -183,7 +209,7 @@ def evaluate(
     clock = np.where(throttled, np.round(hw.max_sm_mhz * THERMAL_CLOCK_FACTOR / 15.0) * 15.0, clock)
     sm_clock = clock * MHZ
     since = np.maximum(rel, 0.0)[None, :]
-    ecc_corr = np.floor(since / 86400.0 * c.sbe_per_day).astype(np.int64)
+    ecc_corr = np.floor(since / 86400.0 * c.sbe_per_day).astype(np.int64) + counters["ecc"]
 
     down = ~gpu_up
     for arr in (power, temperature, sm_clock, energy, thermal_seconds):
@@ -195,6 +221,15 @@ def evaluate(
         dev_activity=dev_activity, dev_memory=dev_memory, gpu_up=gpu_up, gpu_activity=gpu_activity,
         gpu_memory=gpu_memory, power=power, energy=energy, temperature=temperature, sm_clock=sm_clock,
         memory_clock=memory_clock, throttled=throttled & gpu_up, thermal_seconds=thermal_seconds,
-        ecc_corrected=ecc_corr, ecc_uncorrected=ecc_unc, retired_pages=retired, xid_counts=xid_counts,
+        ecc_corrected=ecc_corr, ecc_uncorrected=ecc_unc, pcie_replay=counters["pcie"], nvlink_crc=counters["nvlink"],
+        remap_failure=remap_failure, retired_pages=retired, xid_counts=xid_counts,
         xid_last=xid_last, xid_gpus={k: frozenset(v) for k, v in xid_gpus.items()},
     )
+
+
+def _event_times(trend: Trend | RecurringTrend, until: float) -> dict[int, np.ndarray]:
+    """XID code -> sorted relative times of the trend's events (of the cycles begun by ``until``)."""
+    out: dict[int, list[float]] = {}
+    for rel, code in trend.events_until(until):
+        out.setdefault(code, []).append(rel)
+    return {code: np.array(sorted(times)) for code, times in out.items()}

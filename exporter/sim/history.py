@@ -27,6 +27,7 @@ from gpulens.exporter.model import NodeSnapshot, SharingMode
 from gpulens.exporter.sim.evaluate import NodeArrays
 from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.plan import NodePlan, PodPlan
+from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
 from gpulens.exporter.sim.scenario import FaultKind, shape_resource
 from gpulens.exporter.sim.topology import node_topology_labels, topology_rows
 from gpulens.exporter.sim.workloads import batch_slots, pod_present
@@ -79,7 +80,10 @@ COLUMNS: dict[str, dict[str, Any]] = {
                       "workload_kind": S, "workload_name": S, "gpu_requests": S, "labels": S, "source": S},
 }
 
-XID_DETAIL = {79: "GPU has fallen off the bus", 48: "double-bit ECC error", 13: "graphics engine exception"}
+XID_DETAIL = {
+    79: "GPU has fallen off the bus", 48: "double-bit ECC error", 13: "graphics engine exception",
+    92: "high single-bit ECC error rate", 63: "row-remapping event", 64: "row-remapping failure", 74: "NVLink error",
+}
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,6 @@ def _gpu_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
     n = n_g * n_t
     mig = plan.pool.sharing is SharingMode.MIG
     up = a.gpu_up.ravel()
-    zeros = np.zeros(n, dtype=np.int64)
     reasons = pl.select(
         pl.when(pl.lit(pl.Series(a.throttled.ravel())))
         .then(pl.lit(list(THERMAL_REASONS), dtype=pl.List(S)))
@@ -240,9 +243,9 @@ def _gpu_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
         ecc_uncorrected_total=_masked(a.ecc_uncorrected.ravel(), up, I64),
         retired_pages_total=(_masked(a.retired_pages.ravel(), up, I64) if a.retired_pages is not None
                              else _nulls(n, I64)),
-        remapped_rows_failure=_nulls(n, B) if mig else _masked(np.zeros(n, dtype=bool), up, B),
-        pcie_replay_total=_masked(zeros, up, I64),
-        nvlink_crc_errors_total=_nulls(n, I64) if mig else _masked(zeros, up, I64),
+        remapped_rows_failure=_nulls(n, B) if mig else _masked(a.remap_failure.ravel(), up, B),
+        pcie_replay_total=_masked(a.pcie_replay.ravel(), up, I64),
+        nvlink_crc_errors_total=_nulls(n, I64) if mig else _masked(a.nvlink_crc.ravel(), up, I64),
         thermal_violation_seconds_total=_masked(a.thermal_seconds.ravel(), up, F),
     )
 
@@ -302,6 +305,9 @@ def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -
         plan = fleet.node_plan(name)
         for g in plan.gpus:
             for f in faults_on(s.faults, name, g.index):
+                if is_trend(f):
+                    records.extend(_trend_events(trend_of(f, s.seed), s.epoch_seconds, start, end, name, g.uuid))
+                    continue
                 if f.kind is FaultKind.THERMAL:
                     continue
                 code = XID_CODE[f.kind]
@@ -315,6 +321,17 @@ def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -
                         "kind": "xid", "code": code, "count": 1, "detail": detail,
                     })
     return _table("events", records).sort("ts", "gpu_uuid") if records else _empty("events")
+
+
+def _trend_events(
+    trend: Trend | RecurringTrend, epoch: float, start: float, end: float, node: str, gpu_uuid: str
+) -> list[dict[str, object]]:
+    """XID rows of a degradation or look-alike in [start, end)."""
+    return [
+        {"ts": int(to_ts(rel + epoch)), "node": node, "gpu_uuid": gpu_uuid, "device_id": None, "kind": "xid",
+         "code": code, "count": 1, "detail": XID_DETAIL.get(code, f"XID {code}")}
+        for rel, code in trend.events_until(end - epoch) if start <= rel + epoch < end
+    ]
 
 
 def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: float) -> dict[str, pl.DataFrame]:

@@ -281,10 +281,25 @@ class FaultKind(StrEnum):
     XID48 = "xid48"
     XID13 = "xid13"
     THERMAL = "thermal"
+    DEGRADATION = "degradation"
+    """A GPU that fails: ``precursor`` signals grow from ``at`` until the hard failure at ``at + fail_after``."""
+    LOOKALIKE = "lookalike"
+    """A healthy GPU whose ``precursor`` signal looks alarming for a while but never grows into a failure."""
+
+
+class Precursor(StrEnum):
+    """Signals that precede hard GPU failures (see docs/simulator.md for the published patterns)."""
+
+    ECC = "ecc"
+    ROW_REMAP = "row_remap"
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    THERMAL = "thermal"
 
 
 class FaultSpec(_Strict):
-    """A fault on one GPU at ``epoch + at`` (and every ``every`` after, when given)."""
+    """A fault on one GPU at ``epoch + at`` (and every ``every`` after, when given; a recurring degradation
+    degrades and fails again each cycle, as a weak slot or its replacement part would)."""
 
     kind: FaultKind
     node: str
@@ -297,11 +312,32 @@ class FaultSpec(_Strict):
     """XID 48: double-bit ECC errors added per event."""
     device: int | None = Field(None, ge=0)
     """XID 13 on a MIG GPU: index of the MIG device (in layout order) the application ran on."""
+    precursor: Precursor | None = None
+    """Degradation / look-alike: which signal trends (ecc, row_remap, nvlink, pcie, thermal)."""
+    fail_after: Duration | None = None
+    """Degradation: the hard failure comes this long after ``at`` (None: still degrading, not failed yet)."""
+    intensity: float = Field(1.0, gt=0, le=10)
+    """Degradation / look-alike: scales how strongly the precursor grows (1 = the documented profile)."""
 
     @model_validator(mode="after")
     def _check(self) -> FaultSpec:
         if self.every is not None and self.every <= self.duration:
             raise ValueError(f"every ({self.every:g} s) must be longer than duration ({self.duration:g} s)")
+        trending = self.kind in (FaultKind.DEGRADATION, FaultKind.LOOKALIKE)
+        if trending and self.precursor is None:
+            raise ValueError(f"precursor: a {self.kind} fault needs one of {', '.join(Precursor)}")
+        if self.kind is FaultKind.LOOKALIKE and self.every is not None:
+            raise ValueError("every: a lookalike happens once")
+        if self.kind is FaultKind.DEGRADATION and self.every is not None:
+            if self.fail_after is None:
+                raise ValueError("every: a recurring degradation needs fail_after (each cycle ends in a failure)")
+            if self.every <= self.fail_after + self.duration:
+                raise ValueError(f"every ({self.every:g} s) must be longer than fail_after + duration "
+                                 f"({self.fail_after + self.duration:g} s)")
+        if not trending and (self.precursor is not None or self.fail_after is not None):
+            raise ValueError(f"precursor / fail_after: only degradation and lookalike faults have them, not {self.kind}")
+        if self.kind is FaultKind.LOOKALIKE and self.fail_after is not None:
+            raise ValueError("fail_after: a lookalike never fails (use kind: degradation)")
         return self
 
 

@@ -1,4 +1,4 @@
-"""Health: GPUs and nodes to drain, warnings with their evidence, and the latest XID events."""
+"""Health: GPUs and nodes to drain, early warnings with their lead, warnings with evidence, the latest XID events."""
 
 from __future__ import annotations
 
@@ -18,19 +18,34 @@ if health is None:
 assert health is not None
 drain = health.filter(pl.col("drain_candidate"))
 gpus = health.filter(pl.col("scope") == "gpu")
-cols = st.columns(3)
+early = gpus.filter(pl.col("trend_start_ts").is_not_null()) if "trend_start_ts" in gpus.columns else gpus.clear()
+cols = st.columns(4)
 cols[0].metric("GPUs to drain", gpus.filter(pl.col("drain_candidate")).height)
-cols[1].metric("GPUs warned", gpus.filter(pl.col("state") == "warn").height)
-cols[2].metric("GPUs ok", gpus.filter(pl.col("state") == "ok").height)
+cols[1].metric("GPUs on watch", gpus.filter(pl.col("state") == "watch").height,
+               help="An early-warning trend is rising: keep new work off them before they fail.")
+cols[2].metric("GPUs warned", gpus.filter(pl.col("state") == "warn").height)
+cols[3].metric("GPUs ok", gpus.filter(pl.col("state") == "ok").height)
 
 COLUMNS = ["scope", "node", "gpu_uuid", "state", "evidence", "first_evidence_ts", "last_evidence_ts"]
-CONFIG = {"evidence": st.column_config.TextColumn("evidence", width="large")}
+EARLY = ["node", "gpu_uuid", "state", "trend_start_ts", "warning_ts", "failure_ts", "lead_hours", "evidence"]
+CONFIG = {
+    "evidence": st.column_config.TextColumn("evidence", width="large"),
+    "lead_hours": st.column_config.NumberColumn("lead (h)", format="%.1f",
+                                                help="How long before the hard failure the warning came"),
+}
 
 st.subheader("Drain list")
 if drain.height:
     st.dataframe(drain.select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG)
 else:
     st.success("No GPU needs draining.")
+st.subheader("Early warnings")
+if early.height:
+    st.caption("Trends that precede hard failures: when each began, when it was raised, and the lead before "
+               "the failure where one followed (empty: not failed in the window).")
+    st.dataframe(early.select(EARLY), hide_index=True, width="stretch", column_config=CONFIG)
+else:
+    st.success("No early-warning trend in the window.")
 st.subheader("Warnings")
 st.dataframe(
     health.filter(pl.col("state") == "warn").select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG

@@ -12,6 +12,7 @@ from gpulens.cli.commands import (
     exporter_cmd,
     plan_cmd,
     recommend_cmd,
+    remediate_cmd,
     report_cmd,
 )
 
@@ -22,6 +23,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     analyze_cmd,
     recommend_cmd,
     plan_cmd,
+    remediate_cmd,
     report_cmd,
     dashboard_cmd,
 )

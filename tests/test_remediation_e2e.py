@@ -1,0 +1,80 @@
+"""Fault injection end to end: simulated history -> analyze -> remediate dry-run YAML with taints and evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from tests.support.cli import assert_one_line_error, gpulens
+from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, build_failing_store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int], str]]:
+    path = tmp_path_factory.mktemp("failing") / "gpulens.duckdb"
+    fleet = build_failing_store(path)
+    uuids = {(n, g.index): g.uuid for n in fleet.node_names() for g in fleet.node_plan(n).gpus}
+    return path, uuids
+
+
+def health_rows(path: Path) -> dict[str, tuple[object, ...]]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        rows = con.execute(
+            "SELECT gpu_uuid, state, drain_candidate, evidence, trend_start_ts, warning_ts, failure_ts, lead_seconds "
+            "FROM health WHERE scope = 'gpu'"
+        ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_the_failing_gpu_was_warned_hours_before_it_failed_and_the_degrading_one_is_watched(store) -> None:  # type: ignore[no-untyped-def]
+    path, uuids = store
+    rows = health_rows(path)
+    state, candidate, evidence, trend_start, warned, failed, lead = rows[uuids[FAILED]]
+    assert state == "drain" and candidate
+    assert trend_start is not None and warned is not None and failed is not None
+    assert lead is not None and lead >= 3600, "the warning came at least an hour before the XID 48"
+    assert any(e["signal"] == "trend_ecc_corrected_per_hour" and e["since"] for e in json.loads(evidence))
+    state, candidate, evidence, *_ = rows[uuids[DEGRADING]]
+    assert (state, candidate) == ("watch", True)
+    assert "PCIe replays rising since" in json.loads(evidence)[0]["reason"]
+    state, candidate, *_ = rows[uuids[LOOKALIKE]]
+    assert not candidate, "a 40-minute CRC burst on a healthy GPU is not a trend"
+    assert sum(1 for r in rows.values() if r[1]) == 2
+
+
+def test_remediate_writes_dry_run_taints_with_the_evidence_for_exactly_the_drain_candidates(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path, _ = store
+    proc = gpulens("remediate", "--db", str(path), "--out", str(tmp_path / "taints"))
+    assert proc.returncode == 0, proc.stderr
+    assert "dry run: nothing applied" in proc.stdout
+    files = sorted(p.name for p in (tmp_path / "taints").iterdir())
+    assert files == [f"node-{DEGRADING[0]}.yaml", f"node-{FAILED[0]}.yaml"]
+    text = (tmp_path / "taints" / f"node-{FAILED[0]}.yaml").read_text()
+    assert "# evidence:" in text and "XID 48" in text
+    body = yaml.safe_load(text)
+    assert body["kind"] == "Node" and body["metadata"]["name"] == FAILED[0]
+    (taint,) = body["spec"]["taints"]
+    assert taint["key"] == "gpulens.io/gpu-unhealthy" and taint["effect"] == "NoSchedule"
+    assert taint["value"] == "ecc-double-bit"
+    notes = body["metadata"]["annotations"]
+    assert "rising since" in notes["gpulens.io/gpu-unhealthy-evidence"]
+    assert notes["gpulens.io/gpu-unhealthy-window"].count("Z") == 2
+
+
+def test_a_tighter_cap_refuses_and_says_why(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path, _ = store
+    proc = gpulens("remediate", "--db", str(path), "--out", str(tmp_path / "t"), "--max-share", "5")
+    assert proc.returncode == 0, proc.stderr
+    refused = [line for line in proc.stdout.splitlines() if line.strip().startswith("refuse")]
+    assert len(refused) == 2 and all("at most 5%" in line for line in refused)
+    assert not list((tmp_path / "t").iterdir())
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(gpulens("remediate", "--db", str(tmp_path / "none.duckdb")), "--db", "no such store")
+    (tmp_path / "s.duckdb").touch()
+    assert_one_line_error(gpulens("remediate", "--db", str(tmp_path / "none.duckdb"), "--max-share", "150"), "--max-share")
