@@ -40,7 +40,7 @@ def test_the_failing_gpu_was_warned_hours_before_it_failed_and_the_degrading_one
     assert any(e["signal"] == "trend_ecc_corrected_per_hour" and e["since"] for e in json.loads(evidence))
     state, candidate, evidence, *_ = rows[uuids[DEGRADING]]
     assert (state, candidate) == ("watch", True)
-    assert "PCIe replays rising since" in json.loads(evidence)[0]["reason"]
+    assert any("PCIe replays rising since" in e["reason"] for e in json.loads(evidence))
     state, candidate, *_ = rows[uuids[LOOKALIKE]]
     assert not candidate, "a 40-minute CRC burst on a healthy GPU is not a trend"
     assert sum(1 for r in rows.values() if r[1]) == 2
