@@ -3,7 +3,7 @@
 ``recommend(db_path, settings)`` reads the store, rightsizes every workload, recommends every quota
 entry, proposes MIG conversions, plans the writes per quota object and records everything in the
 ``recommendations`` result table (with the window and parameters). ``write_dry_run`` writes the YAML
-that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubeApi`` with guard rails.
+that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubernetesClient`` with guard rails.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrateg
 from gpulens.analytics.writers import TARGETS, QuotaTarget
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.crd import RecommendationPolicy
-from gpulens.analytics.writers.kube_api import KubeApi
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.collector.store_errors import StoreMissing, store_error
+from gpulens.exporter.kube_api import KubernetesClient
 
 RESULT_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS recommendations (
@@ -338,7 +338,7 @@ def yaml_documents(objects: Sequence[Mapping[str, Any]]) -> str:
 
 def apply_recommendations(
     report: RecommendationReport,
-    api: KubeApi,
+    api: KubernetesClient,
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sleep: Callable[[float], None] | None = None,

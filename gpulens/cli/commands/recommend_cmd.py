@@ -181,13 +181,10 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
 def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
     """Every object gets an outcome (a failing API server fails objects, not the run)."""
     from gpulens.analytics.recommend import apply_recommendations
-    from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
+    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
 
-    try:
-        connection = connection_from_kubeconfig(kubeconfig)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    with KubeApi(connection, timeout_s=timeout_s) as api:
+    connection = connection_from_kubeconfig(kubeconfig)
+    with KubernetesClient(connection, timeout_s=timeout_s) as api:
         return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
 
 
