@@ -108,6 +108,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--store/--no-store", help="Record the run in the store's recommendations table "
                          "(--no-store opens the store read-only)."),
         ] = True,
+        parquet: Annotated[
+            Path | None, typer.Option("--parquet", help="Read fact tables from Hive-partitioned Parquet here "
+                                      "(gpulens export-parquet; <dir>/<table>/...), the rest from --db.")
+        ] = None,
     ) -> None:
         from pydantic import ValidationError
 
@@ -139,7 +143,7 @@ def register(app: typer.Typer) -> None:
                                     low_confidence_days=min_confidence_days, min_cut_days=min_cut_days,
                                     history_days=history_days),
             )
-            report = recommend(db, settings)
+            report = recommend(db, settings, parquet_dir=parquet)
         except ValidationError as exc:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         except (FileNotFoundError, ValueError) as exc:
