@@ -22,11 +22,17 @@ FACT_TABLES = (
     "pending_demand",
     "namespace_snapshots",
     "gaps",
+    "quota_snapshots",
+    "pod_snapshots",
 )
 
 
-def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> str:
-    """Create the ``f_*`` views; a table missing under ``parquet_dir`` falls back to the store's."""
+def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False) -> str:
+    """Create the ``f_*`` views; a table missing under ``parquet_dir`` falls back to the store's.
+
+    ``temporary``: views of this connection only (they work on a read-only store, e.g. ``gpulens recommend``
+    without writing results, and ``gpulens plan``).
+    """
     if parquet_dir is not None and not parquet_dir.is_dir():
         raise UserError(f"--parquet {parquet_dir}: not a directory")
     for table in FACT_TABLES:
@@ -35,7 +41,10 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> str:
             rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
         else:
             rel = con.table(table)
-        rel.create_view(f"f_{table}", replace=True)
+        if temporary:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW f_{table} AS {rel.sql_query()}")
+        else:
+            rel.create_view(f"f_{table}", replace=True)
     return str(parquet_dir) if parquet_dir is not None else "store"
 
 

@@ -164,7 +164,7 @@ WITH snaps AS (
     SELECT object_kind, object_namespace, object_name, flavor,
            regexp_replace(resource, '^requests\\.', '') AS resource,
            tenant, ts, nominal_quota, borrowing_limit, lending_limit, usage, annotations
-    FROM quota_snapshots WHERE ts BETWEEN $start AND $end
+    FROM f_quota_snapshots WHERE ts BETWEEN $start AND $end
 ),
 keys AS (
     SELECT object_kind, object_namespace, object_name, flavor, resource,
@@ -178,7 +178,7 @@ held AS (
     SELECT a.ts, a.tenant, a.namespace,
            CASE WHEN d.profile = 'gpu' THEN 'nvidia.com/gpu' ELSE 'nvidia.com/mig-' || d.profile END AS resource,
            count(*) AS units
-    FROM allocations a JOIN devices d ON d.device_id = a.device_id
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id
     WHERE a.ts BETWEEN $start AND $end
       AND (a.tenant IN (SELECT tenant FROM keys WHERE usage_samples = 0 AND object_kind = 'ClusterQueue')
            OR a.namespace IN (SELECT object_namespace FROM keys WHERE usage_samples = 0
@@ -199,14 +199,14 @@ used AS (
 local_queues AS (
     SELECT DISTINCT object_namespace AS namespace, object_name AS queue,
            json_extract_string(annotations, '$.clusterQueue') AS cluster_queue
-    FROM quota_snapshots WHERE object_kind = 'LocalQueue'
+    FROM f_quota_snapshots WHERE object_kind = 'LocalQueue'
 ),
 pending_pods AS (
     -- pods of the Kubernetes inventory that wait (phase Pending), by queue, namespace and resource
     SELECT p.ts, p.namespace, coalesce(lq.cluster_queue, '') AS cluster_queue,
            regexp_replace(r.key, '^requests\\.', '') AS resource,
            sum(TRY_CAST(r.value AS DOUBLE)) AS qty, count(*) AS pods
-    FROM pod_snapshots p CROSS JOIN json_each(p.gpu_requests) r
+    FROM f_pod_snapshots p CROSS JOIN json_each(p.gpu_requests) r
     LEFT JOIN local_queues lq ON lq.namespace = p.namespace AND lq.queue = p.queue
     WHERE p.phase = 'Pending' AND p.ts BETWEEN $start AND $end
     GROUP BY ALL
@@ -217,7 +217,7 @@ pending_rows AS (
     SELECT k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource, p.ts,
            p.quantity AS gauge_qty, CAST(NULL AS DOUBLE) AS pod_qty,
            CASE WHEN p.quantity IS NULL THEN p.workloads ELSE 0 END AS counted_only
-    FROM keys k JOIN pending_demand p
+    FROM keys k JOIN f_pending_demand p
         ON (regexp_replace(p.resource, '^requests\\.', '') = k.resource OR p.resource = '')
         AND CASE WHEN k.object_kind = 'ClusterQueue'
             THEN p.cluster_queue = k.object_name AND (p.flavor = '' OR p.flavor = k.flavor)
@@ -267,7 +267,10 @@ ORDER BY k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource
 def load_quota_evidence(
     con: duckdb.DuckDBPyConnection, window_start: datetime, window_end: datetime, settings: QuotaSettings
 ) -> list[QuotaEvidence]:
-    """Current state and demand statistics of every quota entry seen in the window."""
+    """Current state and demand statistics of every quota entry seen in the window.
+
+    Reads the ``f_*`` fact views (:func:`~gpulens.analytics.facts.bind_facts` first) and the ``devices`` dimension.
+    """
     rows = con.execute(
         _EVIDENCE_SQL,
         {

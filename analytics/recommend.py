@@ -3,7 +3,7 @@
 ``recommend(db_path, settings)`` reads the store, rightsizes every workload, recommends every quota
 entry, proposes MIG conversions, plans the writes per quota object and records everything in the
 ``recommendations`` result table (with the window and parameters). ``write_dry_run`` writes the YAML
-that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubeApi`` with guard rails.
+that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubernetesClient`` with guard rails.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpulens.analytics.facts import bind_facts
 from gpulens.analytics.quota import (
     MigConversion,
     QuotaEvidence,
@@ -31,52 +32,16 @@ from gpulens.analytics.quota import (
     propose_mig_conversions,
     recommend_quota,
 )
+from gpulens.analytics.result_tables import ddl, insert_rows
+from gpulens.analytics.rightsizing.confidence import Confidence
 from gpulens.analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
 from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
 from gpulens.analytics.writers import TARGETS, QuotaTarget
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.crd import RecommendationPolicy
-from gpulens.analytics.writers.kube_api import KubeApi
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.collector.store_errors import StoreMissing, store_error
-
-RESULT_TABLE_DDL = """
-CREATE TABLE IF NOT EXISTS recommendations (
-    run_id VARCHAR NOT NULL,
-    generated_at TIMESTAMP NOT NULL,
-    window_start TIMESTAMP NOT NULL,
-    window_end TIMESTAMP NOT NULL,
-    strategy VARCHAR NOT NULL,
-    parameters JSON NOT NULL,
-    scope VARCHAR NOT NULL,               -- 'workload', 'quota' or 'mig_conversion'
-    tenant VARCHAR,
-    target_kind VARCHAR NOT NULL,         -- workload owner kind, 'ClusterQueue' or 'ResourceQuota'
-    target_namespace VARCHAR NOT NULL,
-    target_name VARCHAR NOT NULL,
-    flavor VARCHAR NOT NULL DEFAULT '',
-    resource VARCHAR NOT NULL DEFAULT '',
-    gpu_model VARCHAR,
-    current_profile VARCHAR,
-    recommended_profile VARCHAR,
-    current_value DOUBLE,                 -- quota units, devices per pod, or whole GPUs to convert
-    recommended_value DOUBLE,
-    next_value DOUBLE,                    -- quota: what the next apply writes (step-limited)
-    lower_bound DOUBLE,
-    upper_bound DOUBLE,
-    action VARCHAR NOT NULL,
-    confidence DOUBLE,
-    confidence_label VARCHAR,
-    history_days DOUBLE,
-    sample_count BIGINT,
-    evidence JSON,
-    reasons VARCHAR[],
-    PRIMARY KEY (run_id, scope, target_kind, target_namespace, target_name, flavor, resource)
-)
-"""
-
-
-_INSERT = "INSERT INTO recommendations SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?)"
-"""All rows in one statement: one list parameter per column (executemany costs a statement per row)."""
+from gpulens.exporter.kube_api import KubernetesClient
 
 
 class RecommendSettings(BaseModel):
@@ -154,8 +119,13 @@ def recommend(
     settings: RecommendSettings | None = None,
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    parquet_dir: Path | None = None,
 ) -> RecommendationReport:
-    """Run rightsizing and quota recommendations over the store at ``db_path``."""
+    """Run rightsizing and quota recommendations over the store at ``db_path``.
+
+    Facts are read through the ``f_*`` views (:func:`~gpulens.analytics.facts.bind_facts`): from the store,
+    or from the Parquet history under ``parquet_dir`` (``gpulens export-parquet``) where it has them.
+    """
     settings = settings or RecommendSettings()
     path = Path(db_path)
     if not path.exists():
@@ -166,6 +136,7 @@ def recommend(
     except duckdb.Error as exc:
         raise store_error(path, exc) from exc
     with con:
+        bind_facts(con, parquet_dir, temporary=True)
         end = settings.window_end or _latest_time(con)
         generated_at = clock().astimezone(UTC).replace(tzinfo=None)
         if end is None:
@@ -234,7 +205,7 @@ def _data_span(
 
 def _latest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
     row = con.execute(
-        "SELECT greatest((SELECT max(ts) FROM device_samples), (SELECT max(ts) FROM quota_snapshots))"
+        "SELECT greatest((SELECT max(ts) FROM f_device_samples), (SELECT max(ts) FROM f_quota_snapshots))"
     ).fetchone()
     return row[0] if row else None
 
@@ -245,11 +216,11 @@ def _run_id(start: datetime, end: datetime, settings: RecommendSettings) -> str:
 
 
 def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, strategy: str) -> int:
-    """Replace this run's rows in the ``recommendations`` table; returns the row count."""
-    con.execute(RESULT_TABLE_DDL)
-    params = report.settings.model_dump_json()
-    head = [report.run_id, report.generated_at, report.window_start, report.window_end, strategy, params]
-    rows: list[list[Any]] = []
+    """Replace this run's rows in the ``recommendations`` result table; returns the row count."""
+    con.execute(ddl("recommendations"))
+    head = {"run_id": report.run_id, "generated_at": report.generated_at, "window_start": report.window_start,
+            "window_end": report.window_end, "strategy": strategy, "parameters": report.settings.model_dump_json()}
+    rows: list[dict[str, Any]] = []
     for w in report.workloads:
         u = w.usage
         evidence = {
@@ -258,12 +229,14 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             "memory_need_bytes": w.memory_need_bytes, "replicas": u.max_replicas,
             "activity_signal": list(u.activity_signals),
         }
-        rows.append(head + [
-            "workload", u.tenant, u.kind, u.namespace, u.name, "", "", u.gpu_model, u.current_profile,
-            w.recommended_profile, u.devices_per_pod, w.recommended_devices_per_pod, None, None, None, w.action,
-            w.confidence.value, w.confidence.label, w.confidence.history_days, w.confidence.samples,
-            json.dumps(evidence), list(w.reasons),
-        ])
+        rows.append({
+            **head, "scope": "workload", "tenant": u.tenant, "target_kind": u.kind, "target_namespace": u.namespace,
+            "target_name": u.name, "flavor": "", "resource": "", "gpu_model": u.gpu_model,
+            "current_profile": u.current_profile, "recommended_profile": w.recommended_profile,
+            "current_value": u.devices_per_pod, "recommended_value": w.recommended_devices_per_pod,
+            "next_value": None, "lower_bound": None, "upper_bound": None, "action": w.action,
+            **_confidence(w.confidence), "evidence": json.dumps(evidence), "reasons": list(w.reasons),
+        })
     for q in report.quotas:
         e = q.evidence
         evidence = {
@@ -271,30 +244,41 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             "pending_buckets": e.pending_buckets, "demand_p_lower": e.demand_lower, "demand_p_target": e.demand_target,
             "demand_p_upper": e.demand_upper, "demand_max": e.demand_max, "uncapped_target": q.uncapped_target,
         }
-        rows.append(head + [
-            "quota", e.tenant, q.key.object_kind, q.key.namespace, q.key.name, q.key.flavor, q.key.resource, None,
-            None, None, q.current, q.recommended, q.next_value, q.lower_bound, q.upper_bound, q.action,
-            q.confidence.value, q.confidence.label, q.confidence.history_days, q.confidence.samples,
-            json.dumps(evidence), list(q.reasons),
-        ])
+        rows.append({
+            **head, "scope": "quota", "tenant": e.tenant, "target_kind": q.key.object_kind,
+            "target_namespace": q.key.namespace, "target_name": q.key.name, "flavor": q.key.flavor,
+            "resource": q.key.resource, "gpu_model": None, "current_profile": None, "recommended_profile": None,
+            "current_value": q.current, "recommended_value": q.recommended, "next_value": q.next_value,
+            "lower_bound": q.lower_bound, "upper_bound": q.upper_bound, "action": q.action,
+            **_confidence(q.confidence), "evidence": json.dumps(evidence), "reasons": list(q.reasons),
+        })
     for c in report.conversions:
         kind, ns, name = c.queue.object_id if c.queue else ("Tenant", "", c.tenant)
-        rows.append(head + [
-            "mig_conversion", c.tenant, kind, ns, name, c.queue.flavor if c.queue else "", c.to_resource,
-            c.gpu_model, "gpu", c.profile, c.whole_gpus, c.mig_instances, None, None, None, "propose_mig",
-            None, None, None, None, json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
-            list(c.reasons),
-        ])
+        rows.append({
+            **head, "scope": "mig_conversion", "tenant": c.tenant, "target_kind": kind, "target_namespace": ns,
+            "target_name": name, "flavor": c.queue.flavor if c.queue else "", "resource": c.to_resource,
+            "gpu_model": c.gpu_model, "current_profile": "gpu", "recommended_profile": c.profile,
+            "current_value": c.whole_gpus, "recommended_value": c.mig_instances, "next_value": None,
+            "lower_bound": None, "upper_bound": None, "action": "propose_mig", "confidence": None,
+            "confidence_label": None, "history_days": None, "sample_count": None,
+            "evidence": json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
+            "reasons": list(c.reasons),
+        })
     con.execute("BEGIN")
     try:
         con.execute("DELETE FROM recommendations WHERE run_id = ?", [report.run_id])
-        if rows:
-            con.execute(_INSERT, [list(column) for column in zip(*rows, strict=True)])
+        insert_rows(con, "recommendations", rows)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
     return len(rows)
+
+
+def _confidence(confidence: Confidence) -> dict[str, Any]:
+    """The confidence columns of a recommendations row."""
+    return {"confidence": confidence.value, "confidence_label": confidence.label,
+            "history_days": confidence.history_days, "sample_count": confidence.samples}
 
 
 def _file_name(plan: ObjectPlan) -> str:
@@ -338,7 +322,7 @@ def yaml_documents(objects: Sequence[Mapping[str, Any]]) -> str:
 
 def apply_recommendations(
     report: RecommendationReport,
-    api: KubeApi,
+    api: KubernetesClient,
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sleep: Callable[[float], None] | None = None,

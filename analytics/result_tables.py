@@ -9,6 +9,7 @@ Shares of compute are GPU-equivalents (GE: 1 per whole GPU, g/7 per MIG instance
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -229,19 +230,57 @@ TABLES: dict[str, list[Column]] = {
         _c("conflict", "VARCHAR", "The conflicting constraints of the flavor and resource, with amounts (NULL: none)."),
         _c("parameters", "JSON NOT NULL", "The policy the plan was made with."),
     ],
+    "recommendations": [
+        _c("run_id", "VARCHAR NOT NULL", "Hash of window and settings of the `gpulens recommend` run."),
+        _c("generated_at", "TIMESTAMP NOT NULL", "When the run was made (UTC)."),
+        _c("window_start", "TIMESTAMP NOT NULL", "Evidence window start (UTC)."),
+        _c("window_end", "TIMESTAMP NOT NULL", "Evidence window end (UTC)."),
+        _c("strategy", "VARCHAR NOT NULL", "Rightsizing strategy name."),
+        _c("parameters", "JSON NOT NULL", "RecommendSettings as JSON."),
+        _c("scope", "VARCHAR NOT NULL", "'workload', 'quota' or 'mig_conversion'."),
+        _c("tenant", "VARCHAR", "Tenant of the workload or quota object."),
+        _c("target_kind", "VARCHAR NOT NULL", "Workload owner kind, 'ClusterQueue' or 'ResourceQuota' ('Tenant' without a queue)."),
+        _c("target_namespace", "VARCHAR NOT NULL", "Namespace ('' for cluster-scoped objects)."),
+        _c("target_name", "VARCHAR NOT NULL", "Workload or quota object name."),
+        _c("flavor", "VARCHAR NOT NULL DEFAULT ''", "Kueue ResourceFlavor ('' where none)."),
+        _c("resource", "VARCHAR NOT NULL DEFAULT ''", "Resource, e.g. nvidia.com/gpu ('' for workloads)."),
+        _c("gpu_model", "VARCHAR", "Short GPU model name."),
+        _c("current_profile", "VARCHAR", "'gpu' or the MIG profile held now."),
+        _c("recommended_profile", "VARCHAR", "The profile recommended."),
+        _c("current_value", "DOUBLE", "Quota units, devices per pod, or whole GPUs to convert."),
+        _c("recommended_value", "DOUBLE", "The value recommended."),
+        _c("next_value", "DOUBLE", "Quota: what the next apply writes (step-limited)."),
+        _c("lower_bound", "DOUBLE", "Quota: the lowest value the evidence allows."),
+        _c("upper_bound", "DOUBLE", "Quota: the highest value the evidence allows."),
+        _c("action", "VARCHAR NOT NULL", "What to do (keep, downsize, raise, cut, hold, propose_mig, ...)."),
+        _c("confidence", "DOUBLE", "0..1."),
+        _c("confidence_label", "VARCHAR", "low | medium | high."),
+        _c("history_days", "DOUBLE", "Days of evidence behind the row."),
+        _c("sample_count", "BIGINT", "Samples behind the row."),
+        _c("evidence", "JSON", "The figures the decision was made on."),
+        _c("reasons", "VARCHAR[]", "Why, in words."),
+    ],
 }
+
+PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
+    "recommendations": ("run_id", "scope", "target_kind", "target_namespace", "target_name", "flavor", "resource"),
+}
+"""Table-level primary keys (``analysis_runs`` declares its own on ``run_id``)."""
 
 RESULT_TABLES = (
     "idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback", "placement", "topology_stranded",
 )
 """Tables ``gpulens analyze`` fills per run (``analysis_runs`` holds one row per run); ``quota_plan`` is
-written by ``gpulens plan``."""
+written by ``gpulens plan``, ``recommendations`` by ``gpulens recommend``."""
 
 
 def ddl(table: str) -> str:
     """``CREATE TABLE IF NOT EXISTS`` statement of one result table."""
-    cols = ",\n    ".join(f'"{c.name}" {c.type}' for c in TABLES[table])
-    return f"CREATE TABLE IF NOT EXISTS {table} (\n    {cols}\n)"
+    cols = [f'"{c.name}" {c.type}' for c in TABLES[table]]
+    if table in PRIMARY_KEYS:
+        cols.append(f"PRIMARY KEY ({', '.join(PRIMARY_KEYS[table])})")
+    body = ",\n    ".join(cols)
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)"
 
 
 def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -277,3 +316,23 @@ def append_columns(con: duckdb.DuckDBPyConnection, table: str, cols: dict[str, l
 def column_names(table: str) -> list[str]:
     """Column names of a result table, in order."""
     return [c.name for c in TABLES[table]]
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Mapping[str, object]]) -> int:
+    """Insert ``rows`` (each a mapping of every column name of ``table`` to its value) in one statement.
+
+    Values are bound as parameters (one list per column), never formatted into the SQL; a row naming a
+    column the table lacks, or lacking one it has, raises ``ValueError``.
+    """
+    names = column_names(table)
+    for row in rows:
+        if set(row) != set(names):
+            extra, missing = sorted(set(row) - set(names)), sorted(set(names) - set(row))
+            raise ValueError(f"a row of {table}: unknown columns {extra}, missing columns {missing}")
+    if not rows:
+        return 0
+    columns = ", ".join(f'"{n}"' for n in names)
+    values = ", ".join("unnest(?)" for _ in names)
+    con.execute(f"INSERT INTO {table} ({columns}) SELECT {values}",  # noqa: S608 - names from TABLES
+                [[row[n] for row in rows] for n in names])
+    return len(rows)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc  # noqa: E402
 
-from gpulens.exporter.kube_api import HttpKubernetesApi  # noqa: E402
+from gpulens.exporter.kube_api import KubernetesClient  # noqa: E402
 from gpulens.exporter.kubelet.client import PodResourcesClient, parse_list_response  # noqa: E402
 from gpulens.exporter.kubelet.proto import api_pb2, api_pb2_grpc  # noqa: E402
 from gpulens.exporter.nvml.source import NvmlDeviceSource  # noqa: E402
@@ -152,7 +152,7 @@ def main() -> None:
             api.add_pod(p.namespace, p.name, NODE, labels={"gpulens.io/tenant": p.namespace})
         client = PodResourcesClient(str(kubelet.socket))
         allocations = KubeletAllocationSource(client, directory=lambda: directory_source.directory,
-                                              tenants=TenantResolver(HttpKubernetesApi(api.url), NODE))
+                                              tenants=TenantResolver(KubernetesClient(api.url), NODE))
         allocations.read_allocations(0.0)  # warm the tenant cache
         alloc_t, list_t = paired(lambda: allocations.read_allocations(0.0), client.list, n)
         print("Allocation cycle, 60 GPU pods over gRPC (unix socket), tenants cached")

@@ -2,17 +2,18 @@
 
 A snapshot at time ``t`` becomes one window of source ``kubernetes`` in the store's inventory tables
 (``namespace_snapshots``, ``pod_snapshots``, ``quota_snapshots``, ``nodes``, ``tenants``,
-``resource_flavors``: each Kueue ResourceFlavor's ``spec.nodeLabels``). The API is
-reached through the small :class:`ClusterApi` interface; :class:`KubernetesClusterApi` implements it
-with the official ``kubernetes`` client (raw JSON, no model conversion).
+``resource_flavors``: each Kueue ResourceFlavor's ``spec.nodeLabels``). The cluster is read through the
+one read protocol, :class:`~gpulens.exporter.kube_api.KubernetesReads` (lists by GET; Kueue at the
+configured API version first, the others on 404, none when Kueue is not installed).
 
-Tenant of a namespace: label ``gpulens.io/tenant``, then ``capsule.clastix.io/tenant``, then
-``tenant``, else the namespace name. Tenant of a pod: its own ``gpulens.io/tenant`` label, then its
-Kueue LocalQueue's ClusterQueue tenant, then its namespace's tenant. Tenant of a ClusterQueue: its
-``gpulens.io/tenant`` label, else its name. Node pool: ``gpulens.io/pool``, then the usual cloud
-node-pool labels. Only pods requesting ``nvidia.com/*`` resources and nodes with NVIDIA labels or
-allocatable GPUs are kept. LocalQueues are stored in ``quota_snapshots`` as ``object_kind =
-'LocalQueue'`` rows (usage per flavor and resource; ``annotations.clusterQueue`` names their queue).
+Tenants follow the same rules and :class:`~gpulens.exporter.tenancy.rules.TenancyConfig` as the
+exporter (:mod:`gpulens.exporter.tenancy.pod_tenancy`): a pod's tenant and owning workload are what the
+exporter gives the same pod; a namespace's tenant is what its namespace-scoped rules say; a
+ClusterQueue's is its tenant label, else its name. Owners of pods (ReplicaSets, Jobs) are read one GET
+each, cached for the snapshot. Node pool: ``gpulens.io/pool``, then the usual cloud node-pool labels.
+Only pods requesting ``nvidia.com/*`` resources and nodes with NVIDIA labels or allocatable GPUs are
+kept. LocalQueues are stored in ``quota_snapshots`` as ``object_kind = 'LocalQueue'`` rows (usage per
+flavor and resource; ``annotations.clusterQueue`` names their queue).
 """
 
 from __future__ import annotations
@@ -20,16 +21,25 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import polars as pl
 
 from gpulens.collector.store import Store, WindowResult, to_datetime
+from gpulens.exporter.kube_api import KubernetesReads, NotFoundError
+from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
+from gpulens.exporter.tenancy.pod_tenancy import (
+    cluster_queue_tenant,
+    namespace_tenant,
+    pod_tenant,
+    pod_workload,
+)
+from gpulens.exporter.tenancy.resolver import KUEUE_QUEUE_LABEL
+from gpulens.exporter.tenancy.rules import TenancyConfig
 
 SOURCE = "kubernetes"
-TENANT_LABELS = ("gpulens.io/tenant", "capsule.clastix.io/tenant", "tenant")
 VCLUSTER_LABELS = ("gpulens.io/virtual-cluster", "vcluster.loft.sh/managed-by")
 POOL_LABELS = (
     "gpulens.io/pool",
@@ -39,7 +49,6 @@ POOL_LABELS = (
     "kubernetes.azure.com/agentpool",
     "node.kubernetes.io/instance-type",
 )
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _SUFFIX = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
@@ -63,106 +72,51 @@ def is_gpu_resource(name: str) -> bool:
     return name.startswith(("nvidia.com/", "requests.nvidia.com/", "limits.nvidia.com/"))
 
 
-class ClusterApi(Protocol):
-    """The few reads the inventory needs; each returns the API's ``items`` as plain dicts."""
-
-    def list_namespaces(self) -> list[dict[str, Any]]: ...
-
-    def list_pods(self) -> list[dict[str, Any]]: ...
-
-    def list_nodes(self) -> list[dict[str, Any]]: ...
-
-    def list_resource_quotas(self) -> list[dict[str, Any]]: ...
-
-    def list_network_policies(self) -> list[dict[str, Any]]: ...
-
-    def list_cluster_queues(self) -> list[dict[str, Any]]: ...
-
-    def list_local_queues(self) -> list[dict[str, Any]]: ...
-
-    def list_resource_flavors(self) -> list[dict[str, Any]]: ...
+CORE_LISTS = {
+    "namespaces": "/api/v1/namespaces",
+    "pods": "/api/v1/pods",
+    "nodes": "/api/v1/nodes",
+    "resource_quotas": "/api/v1/resourcequotas",
+    "network_policies": "/apis/networking.k8s.io/v1/networkpolicies",
+}
 
 
-class KubernetesClusterApi:
-    """:class:`ClusterApi` over the official ``kubernetes`` client (any ``ApiClient`` configuration)."""
+def list_items(api: KubernetesReads, path: str) -> list[dict[str, Any]]:
+    """The ``items`` of the list at ``path``."""
+    return list(api.get(path).get("items") or [])
 
-    KUEUE_GROUP = "kueue.x-k8s.io"
-    KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self._core = client.CoreV1Api(api_client)
-        self._net = client.NetworkingV1Api(api_client)
-        self._custom = client.CustomObjectsApi(api_client)
-
-    @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None) -> KubernetesClusterApi:
-        """In-cluster configuration when available (and no file given), else the kubeconfig."""
-        from kubernetes import client, config
-
-        from gpulens.core.errors import UserError
-
-        cfg = client.Configuration()
+def list_kueue(api: KubernetesReads, plural: str, config: TenancyConfig) -> list[dict[str, Any]]:
+    """Kueue objects of every namespace, at the first API version the cluster serves; none without Kueue."""
+    for version in config.kueue_versions():
         try:
-            if kubeconfig is None:
-                try:
-                    config.load_incluster_config(client_configuration=cfg)
-                except config.ConfigException:
-                    config.load_kube_config(client_configuration=cfg)
-            else:
-                config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        except (config.ConfigException, OSError) as exc:
-            raise UserError(f"cannot load Kubernetes configuration{f' from {kubeconfig}' if kubeconfig else ''}: {exc}") from exc
-        return cls(client.ApiClient(cfg))
+            return list_items(api, f"/apis/{KUEUE_GROUP}/{version}/{plural}")
+        except NotFoundError:
+            continue
+    return []
 
-    @staticmethod
-    def _items(response: Any) -> list[dict[str, Any]]:
-        body = json.loads(response.data) if hasattr(response, "data") else response
-        return list(body.get("items") or [])
 
-    def list_namespaces(self) -> list[dict[str, Any]]:
-        return self._items(self._core.list_namespace(_preload_content=False))
+class _SnapshotObjects:
+    """:class:`TenancyObjects` from the snapshot's lists; owners by GET (cached for the snapshot)."""
 
-    def list_pods(self) -> list[dict[str, Any]]:
-        return self._items(self._core.list_pod_for_all_namespaces(_preload_content=False))
+    def __init__(self, namespaces: list[dict[str, Any]], local_queues: list[dict[str, Any]],
+                 cluster_queues: list[dict[str, Any]], owners: ApiTenancyObjects) -> None:
+        self._ns = {str(_meta(o).get("name", "")): o for o in namespaces}
+        self._lq = {(str(_meta(o).get("namespace", "")), str(_meta(o).get("name", ""))): o for o in local_queues}
+        self._cq = {str(_meta(o).get("name", "")): o for o in cluster_queues}
+        self._owners = owners
 
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self._items(self._core.list_node(_preload_content=False))
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        return self._ns.get(name)
 
-    def list_resource_quotas(self) -> list[dict[str, Any]]:
-        return self._items(self._core.list_resource_quota_for_all_namespaces(_preload_content=False))
+    def local_queue(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._lq.get((namespace, name))
 
-    def list_network_policies(self) -> list[dict[str, Any]]:
-        return self._items(self._net.list_network_policy_for_all_namespaces(_preload_content=False))
+    def cluster_queue(self, name: str) -> dict[str, Any] | None:
+        return self._cq.get(name)
 
-    def _kueue(self, plural: str, namespaced: bool) -> list[dict[str, Any]]:
-        from kubernetes.client.exceptions import ApiException
-
-        for version in self.KUEUE_VERSIONS:
-            try:
-                if namespaced:
-                    resp = self._custom.list_custom_object_for_all_namespaces(
-                        self.KUEUE_GROUP, version, plural, _preload_content=False
-                    )
-                else:
-                    resp = self._custom.list_cluster_custom_object(
-                        self.KUEUE_GROUP, version, plural, _preload_content=False
-                    )
-                return self._items(resp)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        return []  # Kueue not installed
-
-    def list_cluster_queues(self) -> list[dict[str, Any]]:
-        return self._kueue("clusterqueues", namespaced=False)
-
-    def list_local_queues(self) -> list[dict[str, Any]]:
-        return self._kueue("localqueues", namespaced=True)
-
-    def list_resource_flavors(self) -> list[dict[str, Any]]:
-        return self._kueue("resourceflavors", namespaced=False)
+    def owner(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._owners.owner(kind, namespace, name)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -178,23 +132,6 @@ def _first_label(labels: dict[str, str], keys: Iterable[str]) -> str | None:
         if labels.get(key):
             return labels[key]
     return None
-
-
-def _workload(pod: dict[str, Any]) -> tuple[str, str]:
-    """Top owner kind and name: a ReplicaSet with a pod-template-hash is its Deployment."""
-    owners = _meta(pod).get("ownerReferences") or []
-    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
-    if owner is None:
-        return "Pod", str(_meta(pod).get("name", ""))
-    kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
-    hash_ = _labels(pod).get("pod-template-hash")
-    if kind == "ReplicaSet" and hash_ and name.endswith(f"-{hash_}"):
-        return "Deployment", name[: -len(hash_) - 1]
-    if kind == "Job":
-        labels = _labels(pod)
-        if labels.get("jobset.sigs.k8s.io/jobset-name"):
-            return "JobSet", labels["jobset.sigs.k8s.io/jobset-name"]
-    return kind, name
 
 
 def _gpu_requests(pod: dict[str, Any]) -> dict[str, float]:
@@ -224,12 +161,16 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
-    """Read the cluster once and build the inventory frames for time ``now``."""
+def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | None = None) -> dict[str, pl.DataFrame]:
+    """Read the cluster once and build the inventory frames for time ``now`` (tenants by ``config``)."""
+    config = config or TenancyConfig()
     ts = to_datetime(now)
-    namespaces = api.list_namespaces()
+    namespaces = list_items(api, CORE_LISTS["namespaces"])
+    cluster_queues = list_kueue(api, "clusterqueues", config)
+    local_queues = list_kueue(api, "localqueues", config)
+    objects = _SnapshotObjects(namespaces, local_queues, cluster_queues, ApiTenancyObjects(api, config))
     policies: dict[str, int] = {}
-    for pol in api.list_network_policies():
+    for pol in list_items(api, CORE_LISTS["network_policies"]):
         ns = str(_meta(pol).get("namespace", ""))
         policies[ns] = policies.get(ns, 0) + 1
     ns_tenant: dict[str, str] = {}
@@ -238,7 +179,7 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
     for ns_obj in namespaces:
         name = str(_meta(ns_obj).get("name", ""))
         labels = _labels(ns_obj)
-        tenant = _first_label(labels, TENANT_LABELS) or name
+        tenant = namespace_tenant(name, labels, config)
         vcluster = _first_label(labels, VCLUSTER_LABELS)
         ns_tenant[name] = tenant
         ns_rows.append(
@@ -257,9 +198,9 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
 
     quota_rows: list[dict[str, Any]] = []
     cq_tenant: dict[str, str] = {}
-    for cq in api.list_cluster_queues():
+    for cq in cluster_queues:
         name = str(_meta(cq).get("name", ""))
-        tenant = _labels(cq).get("gpulens.io/tenant") or name
+        tenant = cluster_queue_tenant(name, cq, config)
         cq_tenant[name] = tenant
         usage = {
             (f.get("name", ""), r.get("name", "")): parse_quantity(r.get("total"))
@@ -291,11 +232,9 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
                             "source": SOURCE,
                         }
                     )
-    lq_cluster_queue: dict[tuple[str, str], str] = {}
-    for lq in api.list_local_queues():
+    for lq in local_queues:
         ns, name = str(_meta(lq).get("namespace", "")), str(_meta(lq).get("name", ""))
         cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
-        lq_cluster_queue[(ns, name)] = cq_name
         for f in (lq.get("status") or {}).get("flavorsUsage") or [{"name": "", "resources": []}]:
             resources = f.get("resources") or [{"name": "", "total": None}]
             for r in resources:
@@ -316,7 +255,7 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
                         "source": SOURCE,
                     }
                 )
-    for rq in api.list_resource_quotas():
+    for rq in list_items(api, CORE_LISTS["resource_quotas"]):
         ns, name = str(_meta(rq).get("namespace", "")), str(_meta(rq).get("name", ""))
         hard = (rq.get("spec") or {}).get("hard") or {}
         used = (rq.get("status") or {}).get("used") or {}
@@ -342,16 +281,13 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
             )
 
     pod_rows = []
-    for pod in api.list_pods():
+    for pod in list_items(api, CORE_LISTS["pods"]):
         requests = _gpu_requests(pod)
         if not requests:
             continue
         meta, labels = _meta(pod), _labels(pod)
         ns = str(meta.get("namespace", ""))
-        queue = labels.get(QUEUE_LABEL)
-        pod_cq = lq_cluster_queue.get((ns, queue or ""))
-        pod_tenant = labels.get("gpulens.io/tenant") or (cq_tenant.get(pod_cq) if pod_cq else None)
-        kind, wname = _workload(pod)
+        kind, wname = pod_workload(pod, objects)
         pod_rows.append(
             {
                 "ts": ts,
@@ -360,8 +296,8 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
                 "uid": meta.get("uid"),
                 "node": (pod.get("spec") or {}).get("nodeName"),
                 "phase": (pod.get("status") or {}).get("phase"),
-                "tenant": pod_tenant or ns_tenant.get(ns, ns),
-                "queue": queue,
+                "tenant": pod_tenant(ns, labels, objects, config).tenant,
+                "queue": labels.get(KUEUE_QUEUE_LABEL),
                 "workload_kind": kind,
                 "workload_name": wname,
                 "gpu_requests": _dumps(requests),
@@ -371,7 +307,7 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
         )
 
     node_rows = []
-    for node in api.list_nodes():
+    for node in list_items(api, CORE_LISTS["nodes"]):
         labels = _labels(node)
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         if not (labels.get("nvidia.com/gpu.product") or any(is_gpu_resource(k) for k in allocatable)):
@@ -392,7 +328,7 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
     flavor_rows = [
         {"flavor": str(_meta(rf).get("name", "")), "node_labels": _dumps((rf.get("spec") or {}).get("nodeLabels") or {}),
          "first_seen": ts, "last_seen": ts}
-        for rf in api.list_resource_flavors()
+        for rf in list_kueue(api, "resourceflavors", config)
     ]
     frames = {
         "resource_flavors": pl.DataFrame(flavor_rows, schema={"flavor": pl.Utf8, "node_labels": pl.Utf8,
@@ -408,9 +344,10 @@ def snapshot_frames(api: ClusterApi, now: float) -> dict[str, pl.DataFrame]:
 
 
 def collect_inventory(
-    store: Store, api: ClusterApi, *, clock: Callable[[], float] = time.time
+    store: Store, api: KubernetesReads, *, config: TenancyConfig | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> WindowResult:
     """Snapshot the cluster into the store as one window (``[now, now]``) of source ``kubernetes``."""
     now = clock()
-    frames = snapshot_frames(api, now)
+    frames = snapshot_frames(api, now, config)
     return store.ingest_window(SOURCE, now, now, frames, now=datetime.now(UTC).timestamp())

@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import HttpKubernetesApi, KubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient, KubernetesReads, in_cluster_connection
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.exporter.model import AllocationSource, DeviceSource
@@ -27,7 +27,7 @@ def node_name(settings: ExporterSettings) -> str:
 
 
 def open_nvml_backend(
-    settings: ExporterSettings, *, nvml: Any = None, kube_api: KubernetesApi | None = None
+    settings: ExporterSettings, *, nvml: Any = None, kube_api: KubernetesReads | None = None
 ) -> tuple[DeviceSource, AllocationSource]:
     """(NVML device source, kubelet allocation source); ``UserError`` when NVML cannot load.
 
@@ -47,7 +47,9 @@ def open_nvml_backend(
             f"NVML cannot load ({exc}): is the NVIDIA driver installed and does the container see "
             "libnvidia-ml.so.1 (NVIDIA container runtime)? Use --backend sim to run without GPUs"
         ) from exc
-    api = kube_api if kube_api is not None else HttpKubernetesApi.in_cluster(config.api_timeout_seconds)
+    api = kube_api
+    if api is None and (connection := in_cluster_connection()) is not None:
+        api = KubernetesClient(connection, timeout_s=config.api_timeout_seconds)
     if api is None:
         log.warning("no Kubernetes API (not in a cluster): tenants fall back to namespace names, no DRA")
     client = PodResourcesClient(settings.kubelet_socket, timeout_seconds=settings.kubelet_timeout_seconds)

@@ -1,79 +1,204 @@
-"""The small slice of the Kubernetes API gpulens reads (GET JSON), behind an injectable interface.
+"""The one Kubernetes API client of gpulens: GET and server-side apply over HTTP, typed errors.
 
-``HttpKubernetesApi`` talks real HTTP (in-cluster service account by default); tests point it at a local
-HTTP stand-in. Only GETs: the exporter never writes to the cluster.
+Everything that talks to an API server (the exporter's tenant and DRA lookups, the collector's
+inventory, the quota writers) goes through :class:`KubernetesClient`; readers depend only on the
+:class:`KubernetesReads` protocol (one ``get``). Server-side apply is a ``PATCH`` with content type
+``application/apply-patch+yaml``, field manager ``gpulens`` and optionally ``force=true``; only the
+writers call it (the exporter and the collector never write). Every way a request can go wrong becomes
+a :class:`KubernetesApiError` (typed for 409, 403, 404; no answer in time; not reachable; an answer that
+is not a JSON object), so a caller can fall back on 404, explain a 403, retry a 409 and give every
+object an outcome instead of stopping at the first surprise.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
 
+from gpulens.core.errors import UserError
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+APPLY_PATCH_CONTENT_TYPE = "application/apply-patch+yaml"
+FIELD_MANAGER = "gpulens"
+MAX_MESSAGE = 300
+"""Longest error text kept from an answer (a proxy's error page can be kilobytes)."""
 
 
 def segment(name: str) -> str:
-    """One URL path segment: names come from pods and labels, so ``/``, ``..`` or ``?`` must not steer the GET."""
+    """One URL path segment: names come from pods, labels and the store, so ``/``, ``..`` or ``?`` must
+    not steer the request."""
     return quote(name, safe="") if name not in (".", "..") else name.replace(".", "%2E")
 
 
-class KubernetesApiError(RuntimeError):
-    """A GET failed (unreachable, forbidden, bad answer)."""
+class KubernetesApiError(Exception):
+    """A request failed: an error status, or (``status`` 0) no usable answer at all."""
 
-    source = "tenants"
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {message}" if status else f"{method} {path}: {message}")
         self.status = status
+        self.method = method
+        self.path = path
+        self.message = message
 
 
-class KubernetesApi(Protocol):
-    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+class ConflictError(KubernetesApiError):
+    """409: the object changed since it was read (or a field-manager conflict)."""
+
+
+class ForbiddenError(KubernetesApiError):
+    """403: the caller's RBAC does not allow the request."""
+
+
+class NotFoundError(KubernetesApiError):
+    """404."""
+
+
+class NoAnswerError(KubernetesApiError):
+    """No answer within the timeout: a write may or may not have been applied."""
+
+
+class UnreachableError(KubernetesApiError):
+    """The connection failed (refused, reset, TLS, DNS): the request was not processed."""
+
+
+class MalformedAnswerError(KubernetesApiError):
+    """A success status whose body is not a JSON object (a proxy's HTML page, a truncated body)."""
+
+
+_ERRORS: dict[int, type[KubernetesApiError]] = {404: NotFoundError, 403: ForbiddenError, 409: ConflictError}
+
+
+class KubernetesReads(Protocol):
+    """The read side every reader depends on (the exporter's lookups, the collector's inventory)."""
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         """GET ``path`` (e.g. ``/api/v1/namespaces/x``) and return the decoded JSON object."""
         ...
 
 
-class HttpKubernetesApi:
-    """GETs against an API server with a bearer token; one HTTP client reused."""
+@dataclass(frozen=True)
+class KubeConnection:
+    """Where the API server is and how to authenticate."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, ca_file: Path | None = None,
-                 timeout_seconds: float = 5.0) -> None:
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        verify: bool | str = str(ca_file) if ca_file else True
-        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, verify=verify,
-                                    timeout=timeout_seconds)
+    server: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    verify: bool | str = True
+    cert: tuple[str, str] | None = None
 
-    @classmethod
-    def in_cluster(cls, timeout_seconds: float = 5.0) -> HttpKubernetesApi | None:
-        """The API server of the pod's own cluster, or ``None`` outside a cluster."""
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        token_file = SERVICE_ACCOUNT / "token"
-        if not host or not token_file.exists():
-            return None
-        host = f"[{host}]" if ":" in host else host
-        return cls(f"https://{host}:{port}", token=token_file.read_text().strip(),
-                   ca_file=SERVICE_ACCOUNT / "ca.crt", timeout_seconds=timeout_seconds)
 
-    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-        try:
-            response = self._client.get(path, params=params)
-        except httpx.HTTPError as exc:
-            raise KubernetesApiError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise KubernetesApiError(f"GET {path}: HTTP {response.status_code}", response.status_code)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise KubernetesApiError(f"GET {path}: answer is not JSON") from exc
-        if not isinstance(data, dict):
-            raise KubernetesApiError(f"GET {path}: answer is not a JSON object")
-        return data
+class KubernetesClient:
+    """GET and server-side apply against one API server; one HTTP client reused."""
+
+    def __init__(self, connection: KubeConnection | str, *, timeout_s: float = 30.0) -> None:
+        if isinstance(connection, str):
+            connection = KubeConnection(connection)
+        self.server = connection.server
+        self.timeout_s = timeout_s
+        self._client = httpx.Client(
+            base_url=connection.server.rstrip("/"), headers=dict(connection.headers),
+            verify=connection.verify, cert=connection.cert, timeout=timeout_s,
+        )
 
     def close(self) -> None:
         self._client.close()
+
+    def __enter__(self) -> KubernetesClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return self._send("GET", path, params=dict(params or {}), headers={"Accept": "application/json"})
+
+    def apply(self, path: str, body: Mapping[str, Any], *, force: bool) -> dict[str, Any]:
+        """Server-side apply ``body`` (JSON is valid YAML) as field manager ``gpulens``."""
+        params = {"fieldManager": FIELD_MANAGER}
+        if force:
+            params["force"] = "true"
+        return self._send(
+            "PATCH", path, params=params, content=json.dumps(body, sort_keys=True),
+            headers={"Content-Type": APPLY_PATCH_CONTENT_TYPE, "Accept": "application/json"},
+        )
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            maybe = "; the change may or may not have been applied" if method != "GET" else ""
+            raise NoAnswerError(0, method, path, f"no answer within {self.timeout_s:g} s{maybe}") from exc
+        except httpx.TransportError as exc:
+            raise UnreachableError(0, method, path, f"cannot reach the API server {self.server}: {exc}") from exc
+        return self._check(method, path, response)
+
+    @staticmethod
+    def _check(method: str, path: str, response: httpx.Response) -> dict[str, Any]:
+        if response.status_code < 400:
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):
+                kind = response.headers.get("content-type", "no content type")
+                maybe = "; the change may have been applied" if method != "GET" else ""
+                raise MalformedAnswerError(
+                    0, method, path, f"HTTP {response.status_code} answer is not a JSON object ({kind}){maybe}")
+            return data
+        try:
+            message = str(response.json().get("message", response.text))
+        except (ValueError, AttributeError):
+            message = response.text.strip() or response.reason_phrase
+        message = " ".join(message.split())  # an HTML error page spans lines: the outcome table shows one
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 3] + "..."
+        raise _ERRORS.get(response.status_code, KubernetesApiError)(response.status_code, method, path, message)
+
+
+def in_cluster_connection() -> KubeConnection | None:
+    """The API server of the pod's own cluster (service account token and CA), or ``None`` outside one.
+
+    Light on purpose: the exporter runs on every GPU node and does not load the ``kubernetes`` package.
+    """
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    token_file = SERVICE_ACCOUNT / "token"
+    if not host or not token_file.exists():
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return KubeConnection(f"https://{host}:{port}",
+                          headers={"Authorization": f"Bearer {token_file.read_text().strip()}"},
+                          verify=str(SERVICE_ACCOUNT / "ca.crt"))
+
+
+def connection_from_kubeconfig(path: Path | None = None, context: str | None = None) -> KubeConnection:
+    """Read a kubeconfig (``path``, else ``$KUBECONFIG`` or ``~/.kube/config``; in a pod, the service
+    account); ``UserError`` naming the file when it cannot be loaded."""
+    import yaml
+    from kubernetes import client, config  # heavy import, only for commands that take --kubeconfig
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        if path is None and "KUBERNETES_SERVICE_HOST" in os.environ and "KUBECONFIG" not in os.environ:
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(
+                config_file=str(path) if path else None, context=context, client_configuration=cfg
+            )
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split())  # YAML errors span lines: the CLI prints one
+        raise UserError(f"cannot load kubeconfig {path or '(default)'}: {detail}") from exc
+    headers = {}
+    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    if token:
+        prefix = cfg.api_key_prefix.get("authorization", "")
+        headers["Authorization"] = f"{prefix} {token}".strip() if not token.startswith("Bearer ") else token
+    verify: bool | str = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
+    cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else None
+    return KubeConnection(server=cfg.host, headers=headers, verify=verify, cert=cert)

@@ -73,7 +73,7 @@ CASES: dict[str, tuple[Case, str]] = {
                    "--bearer-token-file", p["folder"], "--db", p["store"]], "bearer token file"),
     "collect --kubeconfig missing": (
         lambda p: ["collect", "--kubernetes", "--kubeconfig", p["missing"], "--db", p["store"]],
-        "cannot load Kubernetes configuration"),
+        "cannot load kubeconfig"),
     # export-parquet
     "export-parquet --out under a file": (
         lambda p: ["export-parquet", "--db", p["store"], "--out", p["under_file"]], "--out"),

@@ -1,23 +1,20 @@
-"""Cluster inventory through the real ``kubernetes`` client pointed at a local stand-in of the API server."""
+"""Cluster inventory through gpulens's Kubernetes client against FakeKubernetesApi (real HTTP)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client
 
-from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory, parse_quantity
+from gpulens.collector.inventory import collect_inventory, parse_quantity
 from gpulens.collector.store import Store
-from tests.support.http_stub import http_stand_in
+from gpulens.exporter.kube_api import KubernetesClient
+from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NOW = 1_790_000_000.0
 
@@ -86,31 +83,28 @@ CLUSTER: dict[str, list[dict[str, Any]]] = {
 }
 
 
-class FakeKubernetesApi:
-    """A local HTTP stand-in of the API server's list endpoints (404 for everything else)."""
+OWNERS = {  # the objects that own the pods above, as the API serves them
+    "/apis/apps/v1/namespaces/team-a/replicasets/infer-7d9f5": ("Deployment", "infer"),
+    "/apis/batch/v1/namespaces/team-b/jobs/train": ("JobSet", "train-set"),
+}
 
-    def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
-        self.objects = objects
-        self.paths: list[str] = []
 
-    def respond(self, handler: BaseHTTPRequestHandler) -> tuple[int, str, bytes]:
-        path = urllib.parse.urlparse(handler.path).path
-        self.paths.append(path)
-        if path not in self.objects:
-            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-            return 404, "application/json", json.dumps(body).encode()
-        return 200, "application/json", json.dumps({"kind": "List", "items": self.objects[path]}).encode()
+def serve(fake: FakeKubernetesApi, lists: dict[str, list[dict[str, Any]]]) -> None:
+    for path, items in lists.items():
+        fake.objects[path] = {"kind": "List", "items": items}
+    for path, owner in OWNERS.items():
+        fake.add_owner(path, owner)
 
 
 @pytest.fixture
-def api_server() -> Iterator[tuple[str, FakeKubernetesApi]]:
-    fake = FakeKubernetesApi(CLUSTER)
-    with http_stand_in(fake.respond) as url:
-        yield url, fake
+def api_server() -> Iterator[FakeKubernetesApi]:
+    with FakeKubernetesApi() as fake:
+        serve(fake, CLUSTER)
+        yield fake
 
 
-def _api(url: str) -> KubernetesClusterApi:
-    return KubernetesClusterApi(client.ApiClient(client.Configuration(host=url)))
+def _api(url: str) -> KubernetesClient:
+    return KubernetesClient(url)
 
 
 def test_quantities_parse_like_kubernetes() -> None:
@@ -118,8 +112,8 @@ def test_quantities_parse_like_kubernetes() -> None:
         4.0, 0.5, 80 * 2**30, 7.0, None, None]
 
 
-def test_inventory_snapshot_fills_the_inventory_tables(tmp_path: Path, api_server: tuple[str, Any]) -> None:
-    url, _fake = api_server
+def test_inventory_snapshot_fills_the_inventory_tables(tmp_path: Path, api_server: FakeKubernetesApi) -> None:
+    url = api_server.url
     with Store(str(tmp_path / "s.duckdb")) as store:
         collect_inventory(store, _api(url), clock=lambda: NOW)
         assert store.query("SELECT namespace, tenant, network_policies, virtual_cluster FROM namespace_snapshots "
@@ -130,7 +124,7 @@ def test_inventory_snapshot_fills_the_inventory_tables(tmp_path: Path, api_serve
                            "FROM pod_snapshots ORDER BY pod")
         assert [p[:5] for p in pods] == [
             ("infer-7d9f5-abcde", "alpha", None, "Deployment", "infer"),
-            ("train-0", "beta", "lq-b", "Job", "train")]
+            ("train-0", "beta", "lq-b", "JobSet", "train-set")]
         assert json.loads(pods[0][5]) == {"nvidia.com/mig-1g.18gb": 2.0}
         quotas = store.query("SELECT object_kind, object_namespace, object_name, tenant, flavor, resource, "
                              "nominal_quota, borrowing_limit, lending_limit, usage FROM quota_snapshots ORDER BY ALL")
@@ -149,31 +143,26 @@ def test_inventory_snapshot_fills_the_inventory_tables(tmp_path: Path, api_serve
 
 
 def test_a_cluster_without_kueue_still_gives_the_rest(tmp_path: Path) -> None:
-    fake = FakeKubernetesApi({k: v for k, v in CLUSTER.items() if "kueue" not in k})
-    with http_stand_in(fake.respond) as url, Store(str(tmp_path / "s.duckdb")) as store:
-        collect_inventory(store, _api(url), clock=lambda: NOW)
+    with FakeKubernetesApi() as fake, Store(str(tmp_path / "s.duckdb")) as store:
+        serve(fake, {k: v for k, v in CLUSTER.items() if "kueue" not in k})
+        collect_inventory(store, _api(fake.url), clock=lambda: NOW)
         assert store.query("SELECT DISTINCT object_kind FROM quota_snapshots") == [("ResourceQuota",)]
-    assert "/apis/kueue.x-k8s.io/v1beta1/clusterqueues" in fake.paths  # older Kueue API tried too
+    paths = {r.path for r in fake.requests}
+    assert {"/apis/kueue.x-k8s.io/v1beta1/clusterqueues", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"} <= paths
 
 
-def test_collect_kubernetes_command_uses_the_kubeconfig(tmp_path: Path, api_server: tuple[str, Any]) -> None:
-    url, _fake = api_server
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "c", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}],
-    }))
+def test_collect_kubernetes_command_uses_the_kubeconfig(tmp_path: Path, api_server: FakeKubernetesApi) -> None:
+    kubeconfig = api_server.kubeconfig(tmp_path, token="t")
     db = tmp_path / "s.duckdb"
     proc = subprocess.run([sys.executable, "-m", "gpulens.cli", "collect", "--kubernetes", "--kubeconfig",
                            str(kubeconfig), "--db", str(db)], capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert "pod_snapshots +2" in proc.stderr
+    assert {r.headers.get("authorization") for r in api_server.requests} == {"Bearer t"}
     bad = subprocess.run([sys.executable, "-m", "gpulens.cli", "collect", "--kubernetes", "--kubeconfig",
                           str(tmp_path / "missing"), "--db", str(db)], capture_output=True, text=True,
                          timeout=120, check=False)
     assert bad.returncode == 2
-    assert bad.stderr.startswith("gpulens: error: cannot load Kubernetes configuration from ")
+    assert bad.stderr.startswith("gpulens: error: cannot load kubeconfig ")
     assert len(bad.stderr.strip().splitlines()) == 1

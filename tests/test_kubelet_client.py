@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kube_api import HttpKubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
 from gpulens.exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
@@ -109,7 +109,7 @@ def test_dra_claims_resolve_to_uuids_through_resource_slices(
                         pod("ml", "dra-mig", [container("c", claims=[
                             dra_claim("mig", "ml", "node-a", "gpu-0-mig-9-0"),
                             dra_claim("nic", "ml", "node-a", "eth0", driver="net.example.com")])])]
-        slices = ResourceSliceDirectory(HttpKubernetesApi(api.url), "node-a")
+        slices = ResourceSliceDirectory(KubernetesClient(api.url), "node-a")
         source = allocations_source(kubelet, nvml_source, slices=slices)
         got = {a.pod: a for a in source.read_allocations(0.0)}
     assert got["dra-whole"].device_uuid == H100 and got["dra-whole"].gpu_equivalents == 1.0

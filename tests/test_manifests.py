@@ -14,7 +14,7 @@ import typer.main
 import yaml
 
 from gpulens.cli import app
-from gpulens.exporter.kube_api import HttpKubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
@@ -190,7 +190,7 @@ def exporter_api_traffic() -> list[RecordedRequest]:
         api.add_pod("c", "train-0", node, owner=("Job", "train-0"))
         api.add_owner("/apis/batch/v1/namespaces/c/jobs/train-0", ("JobSet", "train"))
         api.add_namespace("c", {"capsule.clastix.io/tenant": "oil"})
-        client = HttpKubernetesApi(api.url)
+        client = KubernetesClient(api.url)
         resolver = TenantResolver(client, node, clock=lambda: 0.0)
         infos = [resolver.resolve(ns, pod) for ns, pod in
                  (("a", "labelled"), ("b", "queued"), ("c", "web-7d9-x"), ("c", "train-0"))]
@@ -212,17 +212,21 @@ def test_the_exporter_rbac_is_read_only_and_exactly_what_tenant_and_dra_resoluti
 
 
 def collector_api_traffic() -> list[RecordedRequest]:
-    """Every request ``gpulens collect --kubernetes`` makes through the real ``kubernetes`` client."""
-    from kubernetes import client
+    """Every request ``gpulens collect --kubernetes`` makes, with both owner kinds of GPU pods looked up."""
+    from gpulens.collector.inventory import snapshot_frames
 
-    from gpulens.collector.inventory import KubernetesClusterApi, snapshot_frames
-
+    gpu = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
     with FakeKubernetesApi() as api:
-        for path in ("/api/v1/namespaces", "/api/v1/pods", "/api/v1/nodes", "/api/v1/resourcequotas",
+        for path in ("/api/v1/namespaces", "/api/v1/nodes", "/api/v1/resourcequotas",
                      "/apis/networking.k8s.io/v1/networkpolicies", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
                      "/apis/kueue.x-k8s.io/v1beta2/localqueues"):
             api.objects[path] = {"kind": "List", "items": []}
-        snapshot_frames(KubernetesClusterApi(client.ApiClient(client.Configuration(host=api.url))), 0.0)
+        api.objects["/api/v1/pods"] = {"kind": "List", "items": [
+            {"metadata": {"namespace": "c", "name": f"p-{kind}", "ownerReferences": [
+                {"kind": kind, "name": "owner", "controller": True}]}, "spec": gpu}
+            for kind in ("ReplicaSet", "Job")]}
+        with KubernetesClient(api.url) as client:
+            snapshot_frames(client, 0.0)
     return api.requests
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpulens.core.errors import UserError
 from gpulens.exporter.backends import open_nvml_backend
-from gpulens.exporter.kube_api import HttpKubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.settings import Backend, ExporterSettings
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
@@ -41,7 +41,7 @@ def test_the_backend_joins_nvml_devices_kubelet_pods_and_tenants(tmp_path: Path)
         api.add_pod("vision", "infer-0", "node-a", labels={"gpulens.io/tenant": "vision-team"})
         kubelet.pods = [pod("vision", "infer-0", [container("c", "nvidia.com/mig-2g.35gb", [mig])])]
         settings = ExporterSettings(backend=Backend.NVML, node="node-a", kubelet_socket=f"unix://{kubelet.socket}")
-        devices, allocations = open_nvml_backend(settings, nvml=fake, kube_api=HttpKubernetesApi(api.url))
+        devices, allocations = open_nvml_backend(settings, nvml=fake, kube_api=KubernetesClient(api.url))
         try:
             readings = devices.read_devices(fake.now)
             (allocation,) = allocations.read_allocations(fake.now)

@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kube_api import HttpKubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.otel.setup import otlp_urls, start_otel
@@ -86,7 +86,7 @@ def test_metrics_and_cycle_spans_arrive_over_otlp_http(receiver: OtlpReceiver, t
         kubelet.pods = [pod("vision", "infer-0", [container("c", "nvidia.com/mig-1g.18gb", [mig])])]
         allocations = KubeletAllocationSource(
             PodResourcesClient(str(kubelet.socket)), directory=lambda: devices.directory,
-            tenants=TenantResolver(HttpKubernetesApi(api.url), NODE))
+            tenants=TenantResolver(KubernetesClient(api.url), NODE))
         cycle = CollectionCycle(devices, allocations, node=NODE, clock=lambda: fake.now)
         handle = start_otel(ExporterSettings(otlp_endpoint=receiver.url, node=NODE), cycle)
         try:

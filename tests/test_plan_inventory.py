@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from kubernetes import client
 
 from gpulens.analytics.plan.inputs import flavor_nodes
-from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory
+from gpulens.collector.inventory import collect_inventory
 from gpulens.collector.store import Store
-from tests.support.http_stub import http_stand_in
-from tests.test_collector_inventory import NOW, FakeKubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient
+from tests.fakes.kubernetes_api import FakeKubernetesApi
+from tests.test_collector_inventory import NOW, serve
 
 
 def _node(name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -37,10 +37,9 @@ CLUSTER: dict[str, list[dict[str, Any]]] = {
 
 
 def test_resource_flavors_are_collected_and_select_their_nodes_by_labels(tmp_path: Path) -> None:
-    fake = FakeKubernetesApi(CLUSTER)
-    with http_stand_in(fake.respond) as url, Store(str(tmp_path / "s.duckdb")) as store:
-        collect_inventory(store, KubernetesClusterApi(client.ApiClient(client.Configuration(host=url))),
-                          clock=lambda: NOW)
+    with FakeKubernetesApi() as fake, Store(str(tmp_path / "s.duckdb")) as store:
+        serve(fake, CLUSTER)
+        collect_inventory(store, KubernetesClient(fake.url), clock=lambda: NOW)
         rows = {f: json.loads(labels) for f, labels in store.query("SELECT flavor, node_labels FROM resource_flavors")}
     assert rows["h100-train"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "train"}
     with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpulens.analytics.facts import bind_facts
 from gpulens.analytics.quota import (
     QuotaEvidence,
     QuotaKey,
@@ -139,6 +140,7 @@ def build_quota_store(path: Path) -> Path:
 
 def load(path: Path) -> dict[str, QuotaEvidence]:
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         end = datetime(2026, 11, 8)
         return {e.key.name: e for e in load_quota_evidence(con, end - timedelta(days=14), end, SETTINGS)}
 
@@ -178,6 +180,7 @@ def test_mig_conversion_is_proposed_only_where_memory_and_compute_fit(tmp_path: 
                 usage=[4] * WEEK_BUCKETS)
     path = store.save()
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         end = datetime(2026, 11, 8)
         usages = load_workload_usage(con, end - timedelta(days=14), end)
         quotas = [recommend_quota(e, SETTINGS) for e in load_quota_evidence(con, end - timedelta(days=14), end,
@@ -199,6 +202,7 @@ def test_low_confidence_workloads_are_not_proposed_for_conversion(tmp_path: Path
                    activity=lambda i: 0.0, memory=lambda i: gib(12))
     path = store.save()
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         end = datetime(2026, 11, 8)
         usages = load_workload_usage(con, end - timedelta(days=14), end)
     (rec,) = [MigFitStrategy(MigFitSettings()).run(u, 300) for u in usages]
@@ -260,6 +264,7 @@ def test_pending_pods_of_the_inventory_count_when_kueue_gives_no_pending_metric(
                 usage=[None], annotations={"clusterQueue": "team-a"})
     path = store.save()
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         con.execute(
             """INSERT INTO pod_snapshots (ts, namespace, pod, phase, queue, gpu_requests, source)
                VALUES (?, 'ns-a', 'waiting-0', 'Pending', 'lq-a', '{"nvidia.com/gpu": 8}', 'kubernetes'),

@@ -10,6 +10,7 @@ import duckdb
 import pytest
 
 from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
+from gpulens.collector.store_errors import StoreMissing
 from tests.support.recommend_cluster import CUT_HISTORY, WEEK, build_writer_store
 from tests.support.recommend_store import StoreBuilder, gib
 
@@ -72,7 +73,7 @@ def test_an_object_opted_out_in_the_store_gets_no_apply_yaml(tmp_path: Path) -> 
 
 
 def test_a_missing_store_is_reported_not_created(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(StoreMissing, match="no store at"):
         recommend(tmp_path / "nope.duckdb")
     assert not (tmp_path / "nope.duckdb").exists()
 

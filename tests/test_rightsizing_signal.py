@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from gpulens.analytics.facts import bind_facts
 from gpulens.analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
 from gpulens.collector.mapping import map_dcgm, normalize_dcgm_labels
 from tests.support.recommend_store import StoreBuilder, gib
@@ -46,6 +47,7 @@ def test_a_workload_with_profiling_readings_is_sized_on_them_not_on_gpu_util(tmp
                    signal=lambda i: UTIL if i < switch else GR)
     path = store.save()
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         end = datetime(2026, 11, 9)
         (usage,) = load_workload_usage(con, end - timedelta(days=14), end)
     assert usage.activity_signals == (GR,)
@@ -65,6 +67,7 @@ def test_without_profiling_the_evidence_says_gpu_util_or_that_the_signal_is_unkn
                    memory=lambda i: gib(8))
     path = store.save()
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         end = datetime(2026, 11, 9)
         usages = {u.name: u for u in load_workload_usage(con, end - timedelta(days=14), end)}
     assert usages["util"].activity_signals == (UTIL,)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpulens.analytics.facts import bind_facts
 from gpulens.analytics.rightsizing import (
     MigFitSettings,
     MigFitStrategy,
@@ -35,6 +36,7 @@ def serving_activity(i: int) -> float:
 
 def rightsize(path: Path, settings: MigFitSettings | None = None) -> dict[str, WorkloadRecommendation]:
     with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)  # the loaders read the f_* fact views
         end = con.execute("SELECT max(ts) FROM device_samples").fetchone()[0]
         start = end - timedelta(days=14)
         usages = load_workload_usage(con, start, end)

@@ -13,7 +13,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpulens.core.errors import UserError
 from gpulens.exporter.cycle import CollectionCycle
 from gpulens.exporter.exposition import SnapshotCollector
-from gpulens.exporter.kube_api import HttpKubernetesApi
+from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
@@ -42,7 +42,7 @@ def api() -> Iterator[FakeKubernetesApi]:
 
 
 def resolver(api: FakeKubernetesApi, config: TenancyConfig | None = None, clock: Clock | None = None) -> TenantResolver:
-    return TenantResolver(HttpKubernetesApi(api.url), NODE, config, clock=clock or Clock())
+    return TenantResolver(KubernetesClient(api.url), NODE, config, clock=clock or Clock())
 
 
 def test_a_pod_label_names_the_tenant_first(api: FakeKubernetesApi) -> None:
@@ -57,6 +57,19 @@ def test_kueue_queue_resolves_through_the_local_queue_to_its_cluster_queue(api: 
     api.objects[KUEUE_LQ.format(ns="research", name="lq-gpu")] = {"spec": {"clusterQueue": "cq-research"}}
     info = resolver(api).resolve("research", "job-abc")
     assert (info.tenant, info.rule, info.queue) == ("cq-research", "kueue", "lq-gpu")
+
+
+def test_a_cluster_queue_with_a_tenant_label_names_that_tenant_on_a_kueue_serving_only_v1beta2(
+        api: FakeKubernetesApi) -> None:
+    api.add_pod("research", "job-abc", NODE, labels={"kueue.x-k8s.io/queue-name": "lq-gpu"})
+    api.objects["/apis/kueue.x-k8s.io/v1beta2/namespaces/research/localqueues/lq-gpu"] = {
+        "spec": {"clusterQueue": "cq-research"}}
+    api.objects["/apis/kueue.x-k8s.io/v1beta2/clusterqueues/cq-research"] = {
+        "metadata": {"name": "cq-research", "labels": {"gpulens.io/tenant": "research-team"}}}
+    r = resolver(api)
+    info = r.resolve("research", "job-abc")
+    assert (info.tenant, info.rule) == ("research-team", "kueue")
+    assert r.take_errors() == 0, "a version the cluster does not serve (404) is not an error"
 
 
 def test_vcluster_host_label_names_the_virtual_cluster(api: FakeKubernetesApi) -> None:
@@ -137,7 +150,7 @@ def test_an_unreachable_api_server_falls_back_to_the_namespace_and_counts(api: F
 def test_a_hanging_api_server_times_out_and_falls_back_to_the_namespace(api: FakeKubernetesApi) -> None:
     api.add_pod("team-h", "p", NODE, labels={"gpulens.io/tenant": "never-seen"})
     api.hang(ANY, ANY, seconds=10, times=None)
-    r = TenantResolver(HttpKubernetesApi(api.url, timeout_seconds=0.2), NODE, clock=Clock())
+    r = TenantResolver(KubernetesClient(api.url, timeout_s=0.2), NODE, clock=Clock())
     assert (r.resolve("team-h", "p").tenant, r.take_errors()) == ("team-h", 2)  # pod list + namespace
 
 
@@ -166,6 +179,7 @@ def test_names_from_pods_and_labels_cannot_steer_a_lookup_to_another_path(api: F
     paths = {r.path for r in api.requests}
     assert paths == {"/api/v1/pods", "/api/v1/namespaces/ns",
                      "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/localqueues/..%2F..%2F..%2F..%2F..%2Fapi%2Fv1%2Fsecrets",
+                     "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/..%2F..%2F..%2F..%2F..%2Fapi%2Fv1%2Fsecrets",
                      "/apis/apps/v1/namespaces/ns/replicasets/%2E%2E"}
 
 

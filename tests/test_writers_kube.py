@@ -18,7 +18,7 @@ from gpulens.analytics.recommend import (
     apply_recommendations,
     recommend,
 )
-from gpulens.analytics.writers.kube_api import KubeApi, KubeConnection, connection_from_kubeconfig
+from gpulens.exporter.kube_api import KubeConnection, KubernetesClient, connection_from_kubeconfig
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.rbac import allowing, permission, role_rules
 from tests.support.recommend_cluster import (
@@ -53,7 +53,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> RecommendationReport:
 
 
 def run_apply(report: RecommendationReport, fake: FakeKubernetesApi, record: bool = True) -> RecommendationReport:
-    with KubeApi(KubeConnection(server=fake.url, headers={"Authorization": "Bearer t"})) as api:
+    with KubernetesClient(KubeConnection(server=fake.url, headers={"Authorization": "Bearer t"})) as api:
         return apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None, record=record)
 
 
@@ -221,7 +221,7 @@ def test_every_request_is_allowed_by_the_rbac_and_every_write_verb_is_needed(
 def test_a_kubeconfig_token_is_sent_as_a_bearer_header(tmp_path: Path) -> None:
     with FakeKubernetesApi() as fake:
         fake.put(RQ_PATH, live_resource_quota())
-        with KubeApi(connection_from_kubeconfig(fake.kubeconfig(tmp_path, token="s3cret"))) as api:
+        with KubernetesClient(connection_from_kubeconfig(fake.kubeconfig(tmp_path, token="s3cret"))) as api:
             assert api.get(RQ_PATH)["kind"] == "ResourceQuota"
     assert fake.requests[0].headers["authorization"] == "Bearer s3cret"
 
@@ -271,7 +271,7 @@ def test_a_broken_answer_for_one_object_fails_that_object_only_and_is_recorded(
 ) -> None:
     path = f"{CQ_V1BETA2}/team-a"  # the first object: everything after it must still be tried
     BROKEN_ANSWERS[broken](fake, method, path)
-    with KubeApi(KubeConnection(server=fake.url, headers={}), timeout_s=0.5) as api:
+    with KubernetesClient(KubeConnection(server=fake.url, headers={}), timeout_s=0.5) as api:
         done = apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None)
     assert [o.ref for o in done.outcomes] == [p.ref for p in report.plans]
     message = outcome(done, "ClusterQueue team-a")
@@ -288,7 +288,7 @@ def test_a_broken_answer_for_one_object_fails_that_object_only_and_is_recorded(
 
 
 def test_an_unreachable_api_server_fails_every_object_with_the_reason(report: RecommendationReport) -> None:
-    with KubeApi(KubeConnection(server="http://127.0.0.1:9", headers={}), timeout_s=2) as api:
+    with KubernetesClient(KubeConnection(server="http://127.0.0.1:9", headers={}), timeout_s=2) as api:
         done = apply_recommendations(report, api, clock=lambda: NOW, sleep=lambda s: None)
     changed = [o for o in done.outcomes if o.status != "unchanged" and o.status != "refused"]
     assert changed and all(o.status == "failed" for o in changed)

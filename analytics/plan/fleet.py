@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpulens.analytics.facts import bind_facts
 from gpulens.analytics.plan.inputs import (
     add_capacity,
     apply_capacity_file,
@@ -95,7 +96,8 @@ def make_plan(
     window_end: datetime | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> FleetPlan:
-    """Read the store through ``con`` and decide the plan (nothing is written)."""
+    """Read the store through ``con`` (facts through the ``f_*`` views) and decide the plan (nothing is written)."""
+    bind_facts(con, None, temporary=True)
     generated_at = _naive_utc(clock())
     end = window_end or latest_time(con)
     if end is None:

@@ -13,9 +13,9 @@ from gpulens.analytics.plan.fleet import FleetPlan
 from gpulens.analytics.quota import QuotaRecommendation
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import format_quantity
-from gpulens.analytics.writers.kube_api import KubeApi
 from gpulens.analytics.writers.kueue import ClusterQueueTarget
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from gpulens.exporter.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"
 """First line of every file ``write_plan_yaml`` writes; only such files are replaced by the next run."""
@@ -107,7 +107,7 @@ def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | P
 
 
 def apply_plan(
-    objects: list[ObjectPlan], api: KubeApi, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    objects: list[ObjectPlan], api: KubernetesClient, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sleep: Callable[[float], None] | None = None,
 ) -> list[ApplyOutcome]:
     """Server-side apply of every object with ``recommend``'s guard rails; one outcome per object."""

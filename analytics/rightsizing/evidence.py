@@ -6,7 +6,8 @@ compute in GPU-equivalents (the device's activity ratio times its GE, summed ove
 and memory in bytes (summed over the pod's devices). Devices shared by several holders (time-slicing,
 MPS) are left out: their readings cannot be attributed to one workload. A workload with DCGM profiling
 readings (``DCGM_FI_PROF_*``) is sized on those only, never on ``DCGM_FI_DEV_GPU_UTIL`` (a duty cycle that
-overstates compute need); ``activity_signals`` names the metrics used.
+overstates compute need); ``activity_signals`` names the metrics used. Facts are read through the
+``f_*`` views (:func:`~gpulens.analytics.facts.bind_facts` first), so Parquet history works as the store.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ WITH held_all AS (
            bool_or(starts_with(s.activity_signal, 'DCGM_FI_PROF_')) OVER (
                PARTITION BY a.namespace, coalesce(a.workload_kind, ?), coalesce(a.workload_name, a.pod)
            ) AS has_profiling
-    FROM allocations a
+    FROM f_allocations a
     JOIN devices d ON d.device_id = a.device_id
-    JOIN device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
+    JOIN f_device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
     WHERE a.ts BETWEEN ? AND ?
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') NOT IN ('time-slicing', 'mps')
 ),
@@ -166,7 +167,7 @@ def sample_step_seconds(con: duckdb.DuckDBPyConnection, window_start: datetime, 
         """
         SELECT median(gap) FROM (
             SELECT epoch(ts) - epoch(lag(ts) OVER (ORDER BY ts)) AS gap
-            FROM (SELECT DISTINCT ts FROM device_samples WHERE ts BETWEEN ? AND ?)
+            FROM (SELECT DISTINCT ts FROM f_device_samples WHERE ts BETWEEN ? AND ?)
         ) WHERE gap > 0
         """,
         [window_start, window_end],

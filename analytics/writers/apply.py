@@ -22,14 +22,14 @@ from gpulens.analytics.writers.crd import (
     RecommendationPolicy,
     recommendation_path,
 )
-from gpulens.analytics.writers.kube_api import (
+from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
+from gpulens.exporter.kube_api import (
     ConflictError,
     ForbiddenError,
-    KubeApi,
-    KubeApiError,
+    KubernetesApiError,
+    KubernetesClient,
     NotFoundError,
 )
-from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,11 @@ def forbidden_message(exc: ForbiddenError, what: str) -> str:
 
 
 class QuotaApplier:
-    """Applies plans through a ``KubeApi`` with the guard rails above."""
+    """Applies plans through a ``KubernetesClient`` with the guard rails above."""
 
     def __init__(
         self,
-        api: KubeApi,
+        api: KubernetesClient,
         *,
         clock: Callable[[], datetime],
         sleep: Callable[[float], None] = time.sleep,
@@ -99,7 +99,7 @@ class QuotaApplier:
                 return ApplyOutcome(plan.ref, "failed", f"{plan.ref} not found ({path})", attempts=attempt)
             except ForbiddenError as exc:
                 return ApplyOutcome(plan.ref, "failed", forbidden_message(exc, plan.ref), attempts=attempt)
-            except KubeApiError as exc:
+            except KubernetesApiError as exc:
                 return ApplyOutcome(plan.ref, "failed", str(exc), attempts=attempt)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 return ApplyOutcome(plan.ref, "failed", f"unexpected live object ({type(exc).__name__}: {exc})",
@@ -175,6 +175,6 @@ class QuotaApplier:
             self.api.apply(recommendation_path(ns, name, status=True), status_body, force=True)
         except ForbiddenError as exc:
             return forbidden_message(exc, f"{CRD_KIND} {ns}/{name}")
-        except KubeApiError as exc:
+        except KubernetesApiError as exc:
             return str(exc)
         return None

@@ -8,7 +8,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import quote
 
 from gpulens.analytics.quota import QuotaEvidence
 
@@ -121,11 +120,6 @@ DEVICE_RESOURCE_PREFIX = "nvidia.com/"
 def is_device_resource(name: str) -> bool:
     """GPU and MIG extended resources: the only quota entries gpulens reads or writes."""
     return name.removeprefix("requests.").startswith(DEVICE_RESOURCE_PREFIX)
-
-
-def segment(name: str) -> str:
-    """One URL path segment: names come from the store, so ``/`` or ``?`` must not reach the path."""
-    return quote(name, safe="")
 
 
 _UNPRINTABLE = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -22,8 +22,8 @@ from gpulens.analytics.writers.base import (
     is_device_resource,
     parse_quantity,
     register_target,
-    segment,
 )
+from gpulens.exporter.kube_api import segment
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")

@@ -18,8 +18,8 @@ from gpulens.analytics.writers.base import (
     is_device_resource,
     parse_quantity,
     register_target,
-    segment,
 )
+from gpulens.exporter.kube_api import segment
 
 REQUESTS_PREFIX = "requests."
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpulens.exporter.kube_api import KubernetesApi, KubernetesApiError
+from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
@@ -44,7 +44,7 @@ def devices_of_slices(listing: dict[str, Any]) -> dict[tuple[str, str, str], str
 class ResourceSliceDirectory:
     """Cached lookups of DRA devices published for one node."""
 
-    def __init__(self, api: KubernetesApi, node: str, *, min_refresh: float = 10.0,
+    def __init__(self, api: KubernetesReads, node: str, *, min_refresh: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._api, self._node, self._min_refresh, self._clock = api, node, min_refresh, clock
         self._devices: dict[tuple[str, str, str], str] = {}

@@ -1,7 +1,9 @@
 """Tenant-resolution rules (configurable order), loaded from YAML with clear errors.
 
 Default order (DESIGN.md): a pod label, the Kueue queue (LocalQueue -> ClusterQueue), a vCluster host
-label, a Capsule tenant label on the namespace, a namespace label, else the namespace name.
+label, a Capsule tenant label on the namespace, a namespace label, else the namespace name. The same
+config drives the exporter (``--tenancy-config``) and the collector (``collect --kubernetes
+--tenancy-config``); :mod:`gpulens.exporter.tenancy.pod_tenancy` applies it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ DEFAULT_KEYS: dict[RuleKind, str] = {
     RuleKind.NAMESPACE_LABEL: "gpulens.io/tenant",
     RuleKind.NAMESPACE: "",
 }
+KUEUE_API_VERSIONS = ("v1beta2", "v1beta1")
+"""Kueue API versions gpulens reads (the configured one is tried first, the others on 404)."""
 
 
 class Rule(BaseModel):
@@ -61,8 +65,16 @@ class TenancyConfig(BaseModel):
     pods_refresh_seconds: float = Field(default=30.0, gt=0)
     """Longest time between two lists of this node's pods (a pod not yet seen triggers one sooner)."""
     kueue_api_version: str = "v1beta1"
+    """Kueue API version tried first; the other versions of :data:`KUEUE_API_VERSIONS` follow on 404."""
+    cluster_queue_tenant_label: str = "gpulens.io/tenant"
+    """Label of a ClusterQueue that names its tenant (without it, the ClusterQueue's name is the tenant)."""
     api_timeout_seconds: float = Field(default=2.0, gt=0)
     """Timeout of one Kubernetes API request (lookups run on the collection cycle)."""
+
+
+    def kueue_versions(self) -> tuple[str, ...]:
+        """Kueue API versions in the order to try them."""
+        return (self.kueue_api_version, *(v for v in KUEUE_API_VERSIONS if v != self.kueue_api_version))
 
 
 def load_tenancy_config(path: Path | None) -> TenancyConfig:

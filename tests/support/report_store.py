@@ -120,9 +120,9 @@ WINDOW = (T0, T0 + SAMPLES * STEP)
 
 def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
     """A ``recommendations`` table as ``gpulens recommend`` writes it: two workloads and one quota."""
-    from gpulens.analytics.recommend import RESULT_TABLE_DDL
+    from gpulens.analytics.result_tables import ddl
 
-    con.execute(RESULT_TABLE_DDL)
+    con.execute(ddl("recommendations"))
     head = {"run_id": "rec-run-1", "generated_at": WINDOW[1], "window_start": WINDOW[0], "window_end": WINDOW[1],
             "strategy": "mig-fit", "parameters": "{}"}
     _insert(con, "recommendations", [

@@ -25,7 +25,8 @@ COLLECT_HELP = (
     "window is final). --schema picks gpulens's metric names, dcgm-exporter's "
     "(DCGM_FI_*) or both (auto).\n\n"
     "--kubernetes: snapshot namespaces, GPU pods, GPU nodes, Kueue queues, ResourceQuotas and "
-    "NetworkPolicies (in-cluster config, else --kubeconfig / ~/.kube/config).\n\n"
+    "NetworkPolicies (in-cluster config, else --kubeconfig / ~/.kube/config); tenants follow "
+    "--tenancy-config, the exporter's rules, so a pod has the same tenant in both.\n\n"
     "--simulate: backfill --days of simulated history at --step (default 60s) in virtual time.\n\n"
     "Times: Unix seconds, RFC 3339 (2026-11-28T00:00:00Z), now or now-6h. Durations: 15s, 5m, 2h, 14d.\n\n"
     "Example: gpulens collect --prometheus http://prometheus:9090 --start now-1d --end now --step 60s "
@@ -149,18 +150,21 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
          f"{summary.skipped} already stored")
 
 
-def _run_kubernetes(db: Path, kubeconfig: Path | None) -> None:
-    from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory
+def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | None, timeout: str) -> None:
+    from gpulens.collector.inventory import collect_inventory
     from gpulens.collector.store import Store
+    from gpulens.collector.timeparse import parse_duration
+    from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient, connection_from_kubeconfig
+    from gpulens.exporter.tenancy.rules import load_tenancy_config
 
-    api = KubernetesClusterApi.from_kubeconfig(str(kubeconfig) if kubeconfig else None)
+    config = load_tenancy_config(tenancy_config)
+    timeout_s = parse_duration(timeout, what="--timeout")
+    connection = connection_from_kubeconfig(kubeconfig)
     try:
-        with Store(str(db)) as store:
-            result = collect_inventory(store, api)
-    except Exception as exc:  # the API client raises many types; report one line
-        if isinstance(exc, UserError):
-            raise
-        raise UserError(f"Kubernetes inventory failed: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
+        with Store(str(db)) as store, KubernetesClient(connection, timeout_s=timeout_s) as api:
+            result = collect_inventory(store, api, config=config)
+    except KubernetesApiError as exc:
+        raise UserError(f"Kubernetes inventory failed: {exc}") from exc
     parts = ", ".join(f"{t} +{n}" for t, n in sorted(result.rows.items()))
     _say(f"kubernetes inventory at {_iso(result.start)}: {parts or 'no new rows'}")
 
@@ -215,6 +219,9 @@ def register(app: typer.Typer) -> None:
             help="--prometheus: extra HTTP header NAME=VALUE (repeatable), e.g. X-Scope-OrgID=team for Mimir.")] = None,
         kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Snapshot the cluster inventory.")] = False,
         kubeconfig: Annotated[Path | None, typer.Option(help="--kubernetes: kubeconfig file.")] = None,
+        tenancy_config: Annotated[Path | None, typer.Option(
+            help="--kubernetes: YAML of tenant-resolution rules, the same file as the exporter's "
+                 "--tenancy-config (default: the built-in rule order).")] = None,
         simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
         scenario: Annotated[Path | None, typer.Option(help="--simulate: scenario YAML (default: built-in).")] = None,
         days: Annotated[float, typer.Option(help="--simulate: days of history.")] = 14.0,
@@ -234,7 +241,7 @@ def register(app: typer.Typer) -> None:
             _run_prometheus(prometheus, db, start, end or "now", step, schema, bearer_token_file, ca_file,
                             insecure_skip_verify, list(label or []), timeout, retries, list(header or []))
         elif kubernetes:
-            _run_kubernetes(db, kubeconfig)
+            _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
         else:
             _run_simulate(db, scenario, days, step, end)
 

@@ -121,13 +121,10 @@ def register(app: typer.Typer) -> None:
 
 def _apply(objects: list[ObjectPlan], kubeconfig: Path | None) -> list[ApplyOutcome]:
     from gpulens.analytics.plan.output import apply_plan
-    from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
+    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
 
-    try:
-        connection = connection_from_kubeconfig(kubeconfig)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    with KubeApi(connection) as api:
+    connection = connection_from_kubeconfig(kubeconfig)
+    with KubernetesClient(connection) as api:
         try:
             return apply_plan(objects, api, clock=lambda: datetime.now(UTC))
         except Exception as exc:

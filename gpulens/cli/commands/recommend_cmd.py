@@ -108,6 +108,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--store/--no-store", help="Record the run in the store's recommendations table "
                          "(--no-store opens the store read-only)."),
         ] = True,
+        parquet: Annotated[
+            Path | None, typer.Option("--parquet", help="Read fact tables from Hive-partitioned Parquet here "
+                                      "(gpulens export-parquet; <dir>/<table>/...), the rest from --db.")
+        ] = None,
     ) -> None:
         from pydantic import ValidationError
 
@@ -139,7 +143,7 @@ def register(app: typer.Typer) -> None:
                                     low_confidence_days=min_confidence_days, min_cut_days=min_cut_days,
                                     history_days=history_days),
             )
-            report = recommend(db, settings)
+            report = recommend(db, settings, parquet_dir=parquet)
         except ValidationError as exc:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         except (FileNotFoundError, ValueError) as exc:
@@ -181,13 +185,10 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
 def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
     """Every object gets an outcome (a failing API server fails objects, not the run)."""
     from gpulens.analytics.recommend import apply_recommendations
-    from gpulens.analytics.writers.kube_api import KubeApi, connection_from_kubeconfig
+    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
 
-    try:
-        connection = connection_from_kubeconfig(kubeconfig)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    with KubeApi(connection, timeout_s=timeout_s) as api:
+    connection = connection_from_kubeconfig(kubeconfig)
+    with KubernetesClient(connection, timeout_s=timeout_s) as api:
         return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
 
 
