@@ -11,7 +11,7 @@ import yaml
 
 from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.run import apply_plan
-from gpulens.analytics.writers.kube_api import KubeApi, KubeConnection
+from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.failing_fleet import DEGRADING, FAILED, build_failing_store
 from tests.support.rbac import allowing, granted, permission, role_rules
@@ -39,7 +39,7 @@ def cluster(api: FakeKubernetesApi, nodes: list[str], annotate: dict[str, dict[s
 
 
 def run(fake: FakeKubernetesApi, db: Path, **policy: Any):  # type: ignore[no-untyped-def]
-    with KubeApi(KubeConnection(fake.url, {})) as api:
+    with KubernetesClient(KubeConnection(fake.url, {})) as api:
         return apply_plan(db, RemediationPolicy(**policy), api, clock=lambda: NOW, sleep=lambda _s: None)
 
 

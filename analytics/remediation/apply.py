@@ -16,13 +16,14 @@ from gpulens.analytics.remediation.decide import Decision
 from gpulens.analytics.remediation.plan import NodeEvidence
 from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINTED_AT
 from gpulens.analytics.remediation.taints import our_taint, taint_body, untaint_body
-from gpulens.analytics.writers.base import RbacRule, segment
-from gpulens.analytics.writers.kube_api import (
+from gpulens.analytics.writers.base import RbacRule
+from gpulens.exporter.kube_api import (
     ConflictError,
     ForbiddenError,
-    KubeApi,
-    KubeApiError,
+    KubernetesApiError,
+    KubernetesClient,
     NotFoundError,
+    segment,
 )
 
 NODES = "/api/v1/nodes"
@@ -52,7 +53,7 @@ def opted_out(metadata: dict[str, Any]) -> bool:
     return str((metadata.get("annotations") or {}).get(OPT_OUT_ANNOTATION, "")).strip().lower() == "false"
 
 
-def live_nodes(api: KubeApi) -> dict[str, LiveNode]:
+def live_nodes(api: KubernetesClient) -> dict[str, LiveNode]:
     """Every Node's remediation state, from one list."""
     out = {}
     for item in api.get(NODES).get("items", []):
@@ -72,9 +73,9 @@ def forbidden(exc: ForbiddenError, node: str) -> str:
 
 
 class TaintApplier:
-    """Applies taint and untaint decisions through a ``KubeApi``."""
+    """Applies taint and untaint decisions through a ``KubernetesClient``."""
 
-    def __init__(self, api: KubeApi, *, clock: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
+    def __init__(self, api: KubernetesClient, *, clock: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
                  max_attempts: int = 5, backoff_s: float = 0.2) -> None:
         self.api, self.clock, self.sleep = api, clock, sleep
         self.max_attempts, self.backoff_s = max_attempts, backoff_s
@@ -114,7 +115,7 @@ class TaintApplier:
                 continue
             except ForbiddenError as exc:
                 return NodeOutcome(d.node, d.action, "failed", forbidden(exc, d.node), attempt)
-            except KubeApiError as exc:
+            except KubernetesApiError as exc:
                 return NodeOutcome(d.node, d.action, "failed", str(exc), attempt)
             what = (f"tainted {body['spec']['taints'][0]['key']}={body['spec']['taints'][0]['value']}:{d.effect}"
                     if d.action == "taint" else "taint removed")

@@ -18,7 +18,7 @@ from gpulens.analytics.remediation.decide import Decision, NodeCase, decide
 from gpulens.analytics.remediation.plan import RemediationInputs, load_inputs
 from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.taints import taint_body, untaint_body
-from gpulens.analytics.writers.kube_api import KubeApi
+from gpulens.exporter.kube_api import KubernetesClient
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def write_dry_run(report: RemediationReport, out: Path, now: datetime) -> list[P
     return written
 
 
-def apply_plan(db: Path, policy: RemediationPolicy, api: KubeApi, clock: Callable[[], datetime],
+def apply_plan(db: Path, policy: RemediationPolicy, api: KubernetesClient, clock: Callable[[], datetime],
                sleep: Callable[[float], None] | None = None) -> RemediationReport:
     """Read the live Nodes, decide, and apply each taint / untaint (one outcome per Node)."""
     live = live_nodes(api)

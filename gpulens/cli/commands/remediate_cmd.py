@@ -84,16 +84,16 @@ def register(app: typer.Typer) -> None:
 
 def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None) -> RemediationReport:
     from gpulens.analytics.remediation.run import apply_plan
-    from gpulens.analytics.writers.kube_api import KubeApi, KubeApiError, connection_from_kubeconfig
+    from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient, connection_from_kubeconfig
 
     try:
         connection = connection_from_kubeconfig(kubeconfig)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    with KubeApi(connection) as api:
+    with KubernetesClient(connection) as api:
         try:
             return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))
-        except KubeApiError as exc:
+        except KubernetesApiError as exc:
             raise UserError(f"cannot list Nodes: {exc}") from exc
         except Exception as exc:
             if type(exc).__module__.startswith("httpx"):
