@@ -33,6 +33,9 @@ from gpulens.analytics.quota import (
 )
 from gpulens.analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
 from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
+from gpulens.analytics.tas_advice import TasSettings
+from gpulens.analytics.tas_evidence import TasEvidence, load_tas_advice
+from gpulens.analytics.tas_output import render_topology, topology_rows
 from gpulens.analytics.writers import TARGETS, QuotaTarget
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.crd import RecommendationPolicy
@@ -48,7 +51,7 @@ CREATE TABLE IF NOT EXISTS recommendations (
     window_end TIMESTAMP NOT NULL,
     strategy VARCHAR NOT NULL,
     parameters JSON NOT NULL,
-    scope VARCHAR NOT NULL,               -- 'workload', 'quota' or 'mig_conversion'
+    scope VARCHAR NOT NULL,               -- 'workload', 'quota', 'mig_conversion' or 'topology'
     tenant VARCHAR,
     target_kind VARCHAR NOT NULL,         -- workload owner kind, 'ClusterQueue' or 'ResourceQuota'
     target_namespace VARCHAR NOT NULL,
@@ -93,6 +96,7 @@ class RecommendSettings(BaseModel):
     record_namespace: str = Field(default="gpulens", description="Namespace of GPUQuotaRecommendation objects.")
     rightsizing: MigFitSettings = MigFitSettings()
     quota: QuotaSettings = QuotaSettings()
+    topology: TasSettings = TasSettings()
     store_results: bool = Field(default=True, description="Write the recommendations result table.")
 
     def policy(self, auto_apply: bool) -> RecommendationPolicy:
@@ -135,6 +139,8 @@ class RecommendationReport:
     notes: tuple[str, ...] = ()
     data_span: tuple[datetime, datetime] | None = None
     """First and last time of the data actually used (the window may ask for more than the store holds)."""
+    topology: TasEvidence | None = None
+    """Kueue TAS advice per queue, from the newest analysis run's placements (None: no such run)."""
 
     @property
     def window(self) -> tuple[datetime, datetime]:
@@ -192,7 +198,8 @@ def recommend(
         plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
                                   run_id=run_id))
         report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
-                                      plans, notes=notes, data_span=_data_span(workloads, quotas))
+                                      plans, notes=notes, data_span=_data_span(workloads, quotas),
+                                      topology=load_tas_advice(con, settings.topology))
         if settings.store_results:
             store_results(con, report, strategy.name)
     return report
@@ -285,6 +292,7 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             None, None, None, None, json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
             list(c.reasons),
         ])
+    rows += topology_rows(report.topology, head)
     con.execute("BEGIN")
     try:
         con.execute("DELETE FROM recommendations WHERE run_id = ?", [report.run_id])
@@ -406,6 +414,7 @@ def _render(r: RecommendationReport) -> list[str]:
             lines.append(f"  {c.tenant}{queue}: nvidia.com/gpu {c.whole_gpus} -> {c.to_resource} {c.mig_instances}")
             lines += [f"      - {reason}" for reason in c.reasons]
             lines += [f"      - workload {w}" for w in c.workloads]
+    lines += render_topology(r.topology)
     lines += ["", "Changes per object" + ("" if r.outcomes else " (dry run)")]
     outcomes = {o.ref: o for o in r.outcomes}
     for plan in r.plans:
