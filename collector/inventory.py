@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from gpulens.collector.gangs import gang_of
 from gpulens.collector.store import Store, WindowResult, to_datetime
 
 SOURCE = "kubernetes"
@@ -181,9 +182,12 @@ def _first_label(labels: dict[str, str], keys: Iterable[str]) -> str | None:
 
 
 def _workload(pod: dict[str, Any]) -> tuple[str, str]:
-    """Top owner kind and name: a ReplicaSet with a pod-template-hash is its Deployment."""
+    """Top owner kind and name: a ReplicaSet with a pod-template-hash is its Deployment; gang labels name a group."""
     owners = _meta(pod).get("ownerReferences") or []
     owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    gang = gang_of(_labels(pod), str(owner.get("kind", "")) if owner else "Pod")
+    if gang is not None:
+        return gang
     if owner is None:
         return "Pod", str(_meta(pod).get("name", ""))
     kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
