@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,7 +23,6 @@ import duckdb
 
 from gpulens.analytics.placement import place_keys
 from gpulens.analytics.tas_advice import (
-    CROSS_NODE,
     HOSTNAME_LABEL,
     Consolidation,
     LevelFigures,
@@ -171,12 +171,11 @@ def _queues(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime,
 
 
 def _consolidations(
-    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, workloads: object,
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, workloads: Iterable[WorkloadSpread],
     domains: dict[str, dict[str, str | None]],
 ) -> dict[str, list[Consolidation]]:
     """Per spread workload (ref), what vacating its smallest share of a block (else rack) would free."""
-    spread = [w for w in workloads if isinstance(w, WorkloadSpread)
-              and any(lv in w.levels and w.levels[lv].worse for lv in ("block", "rack"))]
+    spread = [w for w in workloads if any(lv in w.levels and w.levels[lv].worse for lv in ("block", "rack"))]
     if not spread:
         return {}
     at = con.execute("SELECT max(ts) FROM allocations WHERE ts >= ? AND ts < ?", [start, end]).fetchone()
