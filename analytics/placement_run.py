@@ -1,7 +1,8 @@
 """Placement findings of one window from the store: rows of ``placement`` and ``topology_stranded``.
 
 Reads whole-GPU, exclusive allocations (MIG instances and shared replicas have no NVLink peers of
-their own), groups them by owner (namespace, workload kind, workload name), and, per distinct
+their own), groups them by owner (namespace, workload kind, workload name; where the pod inventory
+names a LeaderWorkerSet or pod group, see ``exporter/tenancy/gangs.py``, that group), and, per distinct
 placement (the set of pod/GPU pairs held at a sample time), measures every topology level with
 :mod:`gpulens.analytics.placement`. A workload's row per level describes the placement it held
 longest; ``ge_hours_affected`` adds up every placement of it that spanned more domains than needed.
@@ -23,6 +24,7 @@ from gpulens.analytics.placement import GpuPlace, LevelSpread, distance_score, p
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
+from gpulens.exporter.tenancy.gangs import GROUP_KINDS
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,16 @@ def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> 
 
 
 _OBSERVED = """
-WITH a AS (
-    SELECT a.ts, a.namespace, coalesce(a.workload_kind, 'Pod') AS kind, coalesce(a.workload_name, a.pod) AS wname,
+WITH groups AS (  -- the collector's pod inventory names LeaderWorkerSet / pod-group jobs the owner chain splits
+    SELECT namespace, pod, arg_max(workload_kind, ts) AS gkind, arg_max(workload_name, ts) AS gname
+    FROM pod_snapshots WHERE ts < $end AND list_contains($group_kinds, workload_kind) GROUP BY namespace, pod
+),
+a AS (
+    SELECT a.ts, a.namespace, coalesce(g.gkind, a.workload_kind, 'Pod') AS kind,
+           coalesce(g.gname, a.workload_name, a.pod) AS wname,
            a.tenant, a.pod, a.gpu_uuid, a.gpu_equivalents AS ge
     FROM f_allocations a JOIN devices d ON d.device_id = a.device_id
+    LEFT JOIN groups g ON g.namespace = a.namespace AND g.pod = a.pod
     WHERE a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
 ),
@@ -120,7 +128,7 @@ def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) ->
     out: dict[tuple[str, str, str, str], list[Placement]] = defaultdict(list)
     keys: dict[tuple[str, str, str], str] = {}
     for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
-        _OBSERVED, {"start": window.start, "end": window.end}
+        _OBSERVED, {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
     ).fetchall():
         pods: dict[str, list[str]] = defaultdict(list)
         for item in sig:

@@ -36,6 +36,9 @@ from gpulens.analytics.result_tables import ddl, insert_rows
 from gpulens.analytics.rightsizing.confidence import Confidence
 from gpulens.analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
 from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
+from gpulens.analytics.tas_advice import TasSettings
+from gpulens.analytics.tas_evidence import TasEvidence, load_tas_advice
+from gpulens.analytics.tas_output import render_topology, topology_rows
 from gpulens.analytics.writers import TARGETS, QuotaTarget
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.crd import RecommendationPolicy
@@ -58,6 +61,7 @@ class RecommendSettings(BaseModel):
     record_namespace: str = Field(default="gpulens", description="Namespace of GPUQuotaRecommendation objects.")
     rightsizing: MigFitSettings = MigFitSettings()
     quota: QuotaSettings = QuotaSettings()
+    topology: TasSettings = TasSettings()
     store_results: bool = Field(default=True, description="Write the recommendations result table.")
 
     def policy(self, auto_apply: bool) -> RecommendationPolicy:
@@ -100,6 +104,8 @@ class RecommendationReport:
     notes: tuple[str, ...] = ()
     data_span: tuple[datetime, datetime] | None = None
     """First and last time of the data actually used (the window may ask for more than the store holds)."""
+    topology: TasEvidence | None = None
+    """Kueue TAS advice per queue, from the newest analysis run's placements (None: no such run)."""
 
     @property
     def window(self) -> tuple[datetime, datetime]:
@@ -163,7 +169,8 @@ def recommend(
         plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
                                   run_id=run_id))
         report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
-                                      plans, notes=notes, data_span=_data_span(workloads, quotas))
+                                      plans, notes=notes, data_span=_data_span(workloads, quotas),
+                                      topology=load_tas_advice(con, settings.topology))
         if settings.store_results:
             store_results(con, report, strategy.name)
     return report
@@ -264,6 +271,7 @@ def store_results(con: duckdb.DuckDBPyConnection, report: RecommendationReport, 
             "evidence": json.dumps({"gpus_needed": c.gpus_needed, "workloads": list(c.workloads)}),
             "reasons": list(c.reasons),
         })
+    rows += topology_rows(report.topology, head)
     con.execute("BEGIN")
     try:
         con.execute("DELETE FROM recommendations WHERE run_id = ?", [report.run_id])
@@ -390,6 +398,7 @@ def _render(r: RecommendationReport) -> list[str]:
             lines.append(f"  {c.tenant}{queue}: nvidia.com/gpu {c.whole_gpus} -> {c.to_resource} {c.mig_instances}")
             lines += [f"      - {reason}" for reason in c.reasons]
             lines += [f"      - workload {w}" for w in c.workloads]
+    lines += render_topology(r.topology)
     lines += ["", "Changes per object" + ("" if r.outcomes else " (dry run)")]
     outcomes = {o.ref: o for o in r.outcomes}
     for plan in r.plans:

@@ -237,7 +237,7 @@ TABLES: dict[str, list[Column]] = {
         _c("window_end", "TIMESTAMP NOT NULL", "Evidence window end (UTC)."),
         _c("strategy", "VARCHAR NOT NULL", "Rightsizing strategy name."),
         _c("parameters", "JSON NOT NULL", "RecommendSettings as JSON."),
-        _c("scope", "VARCHAR NOT NULL", "'workload', 'quota' or 'mig_conversion'."),
+        _c("scope", "VARCHAR NOT NULL", "'workload', 'quota', 'mig_conversion' or 'topology' (Kueue TAS advice per queue)."),
         _c("tenant", "VARCHAR", "Tenant of the workload or quota object."),
         _c("target_kind", "VARCHAR NOT NULL", "Workload owner kind, 'ClusterQueue' or 'ResourceQuota' ('Tenant' without a queue)."),
         _c("target_namespace", "VARCHAR NOT NULL", "Namespace ('' for cluster-scoped objects)."),

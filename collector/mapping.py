@@ -20,6 +20,7 @@ from typing import Literal
 
 import polars as pl
 
+from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
 from gpulens.core.vocabulary import COMPUTE_SLICES
 
 SchemaName = Literal["gpulens", "dcgm", "auto"]
@@ -49,6 +50,7 @@ GPULENS_METRICS = (
     f"{G}device_memory_used_bytes",
     f"{G}device_memory_total_bytes",
     f"{G}allocation_gpu_equivalents",
+    *TOPOLOGY_METRICS,
 )
 """gpulens series the collector reads (the Prometheus source queries exactly these)."""
 
@@ -258,6 +260,7 @@ def map_gpulens(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         "gpu_samples": _gpulens_gpu_samples(df, source),
         "allocations": _gpulens_allocations(df, source),
         "events": _gpulens_events(df, source),
+        "gpu_topology": gpu_topology_frame(df),
         **_gpulens_dimensions(df),
     }
 

@@ -201,3 +201,12 @@ def test_metric_names_sees_selected_metrics_but_not_functions_labels_keywords_or
     assert metric_names(expr) == {
         "gpulens_gpu_energy_joules_total", "gpulens_gpu_info", "tenant:x:sum", "kueue_pending_workloads"
     }
+
+
+def test_the_fleet_dashboard_lists_the_jobs_the_block_spread_alert_is_about() -> None:
+    from tests.test_rules import alerts
+
+    alert = next(a for a in alerts() if a["alert"] == "GpuJobSpansMoreBlocksThanNeeded")
+    fleet = committed()["gpulens-fleet.json"]
+    panel = next(p for p in panels(fleet) if p["title"] == "Jobs spanning more blocks than needed")
+    assert [t["expr"] for t in panel["targets"]] == [alert["expr"].strip()]

@@ -27,6 +27,8 @@ KUEUE_METRICS = frozenset(
     {"kueue_pending_workloads", "kueue_cluster_queue_resource_usage", "kueue_cluster_queue_nominal_quota"}
 )
 PROMETHEUS_METRICS = frozenset({"up"})
+KUBE_STATE_METRICS = frozenset({"kube_node_labels"})
+"""kube-state-metrics series the topology rules join (docs/alerts.md, sources outside gpulens)."""
 RECORD_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*:gpulens_[a-z0-9_]+:[a-z0-9_]+$")
 
 
@@ -146,7 +148,7 @@ def test_recording_rules_are_named_level_metric_operations() -> None:
 
 
 def test_rules_read_only_documented_metrics_their_own_records_kueue_and_up() -> None:
-    allowed = documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS
+    allowed = documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS | KUBE_STATE_METRICS
     unknown = {
         (rule.get("record") or rule["alert"], name)
         for rule in all_rules()

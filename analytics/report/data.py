@@ -75,7 +75,7 @@ class StoreReader:
     QUERIES = frozenset({
         "overview", "latest_run", "selected_run", "runs", "capacity_states", "tenant_usage", "chargeback_by_account", "cost_split",
         "isolation_terms", "isolation_scores", "health", "fragmentation_by_node", "recommendations",
-        "workload_series", "recent_xids", "quota_plan",
+        "workload_series", "recent_xids", "quota_plan", "placement_worse", "placement_stranded",
     })
     """The queries :meth:`run` may call (each returns a polars frame)."""
 
@@ -498,6 +498,32 @@ class StoreReader:
         self.require("recommendations")
         with self._cursor() as cur:
             return layout_from_store(cur)
+
+    def placement_worse(self) -> pl.DataFrame:
+        """Workload x level rows of the run shown spread over more domains than needed, most GE-hours affected first."""
+        run_id = self._run_id("placement")
+        return self.frame(
+            """
+            SELECT tenant, namespace, workload_kind, workload, gpu_model, level, pods, devices, nodes,
+                   domains_spanned, min_domains, distance_score, ge_hours, ge_hours_affected, reason
+            FROM placement WHERE run_id = ? AND placed_worse
+            ORDER BY ge_hours_affected DESC, tenant, workload, level
+            """,
+            [run_id],
+        )
+
+    def placement_stranded(self) -> pl.DataFrame:
+        """Per topology domain of the run shown: free GPUs, those stranded by topology, and why."""
+        run_id = self._run_id("topology_stranded")
+        return self.frame(
+            """
+            SELECT level, domain, gpu_model, free_gpus, stranded_gpus, parent, parent_free_gpus,
+                   smallest_shape_gpus, measured_at, reason
+            FROM topology_stranded WHERE run_id = ?
+            ORDER BY stranded_gpus DESC, level, domain
+            """,
+            [run_id],
+        )
 
     def recommendations(self) -> pl.DataFrame:
         """Recommendations of the newest ``gpulens recommend`` run, workloads first, reasons joined by '; '.

@@ -88,6 +88,14 @@ def build() -> dashboard.Dashboard:
             span=12,
         ))
         .with_panel(table_panel(
+            "Jobs spanning more blocks than needed",
+            "Multi-GPU workloads whose GPUs sit in more network blocks than ceil(GPUs / largest block): the value "
+            "is the blocks spanned. Needs kube-state-metrics node labels (docs/alerts.md).", "none",
+            query("workload:gpulens_blocks_spanned:count > workload:gpulens_blocks_needed:ceil", "",
+                  instant=True, as_table=True),
+            span=12,
+        ))
+        .with_panel(table_panel(
             "Lost GPUs", "GPUs that stopped answering (gpulens_gpu_up == 0).", "none",
             query("gpulens_gpu_up == 0", "", instant=True, as_table=True),
             span=12,

@@ -55,6 +55,21 @@ def build() -> dashboard.Dashboard:
                 "", instant=True, as_table=True,
             ),
         ))
+        .with_row(dashboard.Row("Topology"))
+        .with_panel(table_panel(
+            "NUMA and fabric", "NUMA node and close CPUs of each GPU, and its NVLink fabric clique where it has one "
+            "(absent where NVML gives none).", "none",
+            query(f"gpulens_gpu_numa_info{{{NG}}}", "", instant=True, as_table=True),
+            query(f"gpulens_gpu_fabric_info{{{NG}}}", "", instant=True, as_table=True),
+            span=12,
+        ))
+        .with_panel(table_panel(
+            "NVLink", "Links up and down per GPU, and NVLink peers (P2P over NVLink ok) of each GPU.", "none",
+            query(f"gpulens_gpu_nvlink_links{{{NG}}}", "", instant=True, as_table=True),
+            query(f'count by (node, gpu, nvlink_domain) (gpulens_gpu_peer_info{{{NG}, p2p_nvlink="ok"}})', "",
+                  instant=True, as_table=True),
+            span=12,
+        ))
         .with_row(dashboard.Row("Activity and memory per device"))
         .with_panel(timeseries_panel(
             "Device activity", "Graphics-engine activity per device (GPM per MIG instance on Hopper).",

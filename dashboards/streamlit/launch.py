@@ -20,6 +20,7 @@ PAGES = (
     ("views/recommendations.py", "Recommendations", ":material/tune:"),
     ("views/plan.py", "Quota plan", ":material/balance:"),
     ("views/health.py", "Health", ":material/health_and_safety:"),
+    ("views/placement.py", "Placement", ":material/hub:"),
 )
 """The app's pages: script (relative to app.py), title and icon, in navigation order."""
 

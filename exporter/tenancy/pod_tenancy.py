@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpulens.exporter.tenancy.gangs import gang_of
 from gpulens.exporter.tenancy.rules import RuleKind, TenancyConfig
 
 POD_RULES = frozenset({RuleKind.POD_LABEL, RuleKind.VCLUSTER, RuleKind.KUEUE})
@@ -109,14 +110,16 @@ def controller(meta: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def pod_workload(pod: Mapping[str, Any], objects: TenancyObjects) -> tuple[str, str]:
-    """(kind, name) of the workload that owns the pod (``Pod`` and its own name without an owner)."""
+    """(kind, name) of the workload that owns the pod (``Pod`` and its own name without an owner); a
+    LeaderWorkerSet or pod-group label names the multi-pod job instead (:mod:`.gangs`)."""
     meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
     owner = controller(meta)
     if owner is None:
-        return "Pod", str(meta.get("name", ""))
+        return gang_of(labels, "Pod") or ("Pod", str(meta.get("name", "")))
     kind, name = owner
     if kind in OWNER_KINDS:
         parent = controller((objects.owner(kind, str(meta.get("namespace", "")), name) or {}).get("metadata") or {})
         if parent is not None:
-            return parent
-    return kind, name
+            kind, name = parent
+    return gang_of(labels, kind) or (kind, name)

@@ -222,6 +222,19 @@ def build_results(con: duckdb.DuckDBPyConnection) -> None:
         "stranded_ge_hours": 2 / 7, "largest_shape": "1g.18gb", "largest_shape_ge": 1 / 7,
         "pending_shapes": ["3g.71gb@H200"], "reason": "2 free slices, but only 3g.71gb is pending",
     }])
+    _insert(con, "placement", [{
+        **run, "tenant": "vision", "namespace": "vision-train", "workload_kind": "Job", "workload": "trainer",
+        "gpu_model": "A100", "level": "numa", "pods": 1, "devices": 2, "nodes": 1, "domains_spanned": 2,
+        "min_domains": 1, "excess_domains": 1, "placed_worse": True, "distance_score": 2.2, "ge_hours": 10.0,
+        "ge_hours_affected": 10.0, "placements": 1, "domains": ["node-a100/numa-0", "node-a100/numa-1"],
+        "first_seen": WINDOW[0], "last_seen": WINDOW[1],
+        "reason": "2 numa domains where 1 could hold its 2 GPUs (1 pod(s)); node-a100/numa-0, node-a100/numa-1",
+    }])
+    _insert(con, "topology_stranded", [{
+        **run, "measured_at": WINDOW[1], "level": "numa", "domain": "node-a100/numa-1", "parent": "node-a100",
+        "gpu_model": "A100", "free_gpus": 1, "stranded_gpus": 1, "parent_free_gpus": 2, "smallest_shape_gpus": 2,
+        "reason": "1 free GPU(s) here, too few for the smallest pod of 2 GPUs, while node-a100 has 2 free",
+    }])
     _insert(con, "isolation_risk", [
         {**run, "scope": "device", "gpu_uuid": H200, "node": "node-h200", "tenant": None, "sharing_mode": "mig",
          "score": 45.0, "terms": json.dumps([
