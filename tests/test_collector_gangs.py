@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.parse
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
-from kubernetes import client
 
 from gpulens.analytics.run import analyze
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.inventory import KubernetesClusterApi, collect_inventory
+from gpulens.collector.inventory import CORE_LISTS, collect_inventory
 from gpulens.collector.store import Store
+from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.tenancy.gangs import gang_of
-from tests.support.http_stub import http_stand_in
+from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NOW = 1_790_000_000.0
 END = 1_780_000_200.0
@@ -60,23 +56,11 @@ PODS = [
 ]
 
 
-@pytest.fixture
-def api_url() -> Iterator[str]:
-    def respond(handler: BaseHTTPRequestHandler) -> tuple[int, str, bytes]:
-        path = urllib.parse.urlparse(handler.path).path
-        items = PODS if path == "/api/v1/pods" else None if "kueue" in path else []  # no Kueue installed
-        if items is None:
-            return 404, "application/json", json.dumps({"kind": "Status", "code": 404}).encode()
-        return 200, "application/json", json.dumps({"kind": "List", "items": items}).encode()
-
-    with http_stand_in(respond) as url:
-        yield url
-
-
-def test_the_inventory_groups_pods_by_their_gang_labels(tmp_path: Path, api_url: str) -> None:
-    api = KubernetesClusterApi(client.ApiClient(client.Configuration(host=api_url)))
-    with Store(str(tmp_path / "s.duckdb")) as store:
-        collect_inventory(store, api, clock=lambda: NOW)
+def test_the_inventory_groups_pods_by_their_gang_labels(tmp_path: Path) -> None:
+    with FakeKubernetesApi() as fake, Store(str(tmp_path / "s.duckdb")) as store:
+        for path in CORE_LISTS.values():  # an empty cluster but for the pods; no Kueue installed (404)
+            fake.objects[path] = {"kind": "List", "items": PODS if path == CORE_LISTS["pods"] else []}
+        collect_inventory(store, KubernetesClient(fake.url), clock=lambda: NOW)
         rows = dict(((p), (k, n)) for p, k, n in store.query(
             "SELECT pod, workload_kind, workload_name FROM pod_snapshots"))
     assert rows == {
