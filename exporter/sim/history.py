@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from gpulens.core.errors import UserError
+from gpulens.core.metric_catalog import DEVICE_ACTIVITY_RATIO
 from gpulens.exporter.mig_catalog import model_by_name
 from gpulens.exporter.model import NodeSnapshot, SharingMode
 from gpulens.exporter.sim.evaluate import NodeArrays
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from gpulens.exporter.sim.fleet import SimulatedFleet
 
 SOURCE = "sim"
+ACTIVITY_SIGNAL = DEVICE_ACTIVITY_RATIO.name
+"""What the simulated exporter's activity readings are recorded as (the series a collection reads)."""
 TS = pl.Datetime("us")
 S = pl.String
 F = pl.Float64
@@ -211,7 +214,7 @@ def _device_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
         memory_total_bytes=_masked(totals.ravel(), first.ravel(), I64),
         # the simulated exporter's own series (what a collection of its /metrics records)
         activity_signal=pl.select(
-            pl.when(activity.is_not_null()).then(pl.lit("gpulens_device_activity_ratio"))
+            pl.when(activity.is_not_null()).then(pl.lit(ACTIVITY_SIGNAL))
         ).to_series(),
     )
 
@@ -488,7 +491,7 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
                     "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": m.uuid,
                     "activity_ratio": m.activity_ratio, "memory_used_bytes": m.memory_used_bytes if first else None,
                     "memory_total_bytes": m.memory_total_bytes if first else None, "source": SOURCE,
-                    "activity_signal": None if m.activity_ratio is None else "gpulens_device_activity_ratio",
+                    "activity_signal": None if m.activity_ratio is None else ACTIVITY_SIGNAL,
                 })
         else:
             device_gpu[g.uuid] = g.uuid
@@ -496,7 +499,7 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
                 "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": g.uuid, "activity_ratio": g.activity_ratio,
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes if g.up else None,
                 "source": SOURCE,
-                "activity_signal": None if g.activity_ratio is None else "gpulens_device_activity_ratio",
+                "activity_signal": None if g.activity_ratio is None else ACTIVITY_SIGNAL,
             })
     for a in snap.allocations:
         alloc.append({
