@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,8 +22,14 @@ import duckdb
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.settings import HealthRules
+from gpulens.core.states import HealthState
 
-_RANK = {"ok": 0, "warn": 1, "drain": 2}
+_STATES = frozenset(HealthState)
+
+
+def worst(states: Iterable[HealthState]) -> HealthState:
+    """The most severe of ``states`` (ok when there are none)."""
+    return max(states, key=lambda s: s.rank, default=HealthState.OK)
 
 
 @dataclass(frozen=True)
@@ -31,7 +38,7 @@ class Evidence:
     value: float
     threshold: float | None
     severity: str
-    """info | warn | drain | unmeasured (a signal with no readings: never changes the state)"""
+    """info | warn | drain (a ``HealthState``) | unmeasured (a signal with no readings: never changes the state)"""
     reason: str
     first_ts: datetime | None = None
     last_ts: datetime | None = None
@@ -50,7 +57,7 @@ class Evidence:
 class GpuHealth:
     node: str
     gpu_uuid: str
-    state: str
+    state: HealthState
     evidence: tuple[Evidence, ...]
 
 
@@ -59,10 +66,10 @@ def classify_xid(code: int, rules: HealthRules) -> str:
     if code in rules.application_xids:
         return "info"
     if code in rules.drain_xids:
-        return "drain"
+        return HealthState.DRAIN
     if code in rules.warn_xids:
-        return "warn"
-    return rules.unknown_xid_state if rules.unknown_xid_state != "ok" else "info"
+        return HealthState.WARN
+    return rules.unknown_xid_state if rules.unknown_xid_state is not HealthState.OK else "info"
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[GpuHealth]:
@@ -105,7 +112,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
             sev = classify_xid(code, rules)
             kind = {"info": "application error, never drains", "warn": "warn-class", "drain": "drain-class"}[sev]
             ev.append(Evidence(f"xid_{code}", count, None, sev, f"XID {code} x{count}: {kind}", first, last))
-        state = max((e.severity for e in ev if e.severity in _RANK), key=_RANK.__getitem__, default="ok")
+        state = worst(HealthState(e.severity) for e in ev if e.severity in _STATES)
         out.append(GpuHealth(node, gpu_uuid, state, tuple(ev)))
     return out
 
@@ -152,29 +159,29 @@ def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRu
     if missing:
         ev.append(_not_measured(missing, whole=False))
     if dbe is not None and dbe > 0:
-        ev.append(Evidence("ecc_double_bit", dbe, 0, "drain", f"{dbe} new double-bit ECC error(s)", first, last))
+        ev.append(Evidence("ecc_double_bit", dbe, 0, HealthState.DRAIN, f"{dbe} new double-bit ECC error(s)", first, last))
     if retired is not None and retired >= rules.retired_pages_drain:
         ev.append(
             Evidence(
-                "retired_pages", retired, rules.retired_pages_drain, "drain",
+                "retired_pages", retired, rules.retired_pages_drain, HealthState.DRAIN,
                 f"{retired} retired pages >= {rules.retired_pages_drain} (DCGM FAIL)", first, last,
             )
         )
     if remap_fail:
-        ev.append(Evidence("row_remap_failure", 1, None, "drain", "row remapping failed", remap_ts, last))
+        ev.append(Evidence("row_remap_failure", 1, None, HealthState.DRAIN, "row remapping failed", remap_ts, last))
     if lost:
-        ev.append(Evidence("gpu_lost", 1, None, "drain", "GPU reported lost (up = false)", lost_first, lost_last))
+        ev.append(Evidence("gpu_lost", 1, None, HealthState.DRAIN, "GPU reported lost (up = false)", lost_first, lost_last))
     if crc_rate is not None and crc_rate >= rules.nvlink_crc_per_second_warn:
         ev.append(
             Evidence(
-                "nvlink_crc_rate", round(crc_rate, 3), rules.nvlink_crc_per_second_warn, "warn",
+                "nvlink_crc_rate", round(crc_rate, 3), rules.nvlink_crc_per_second_warn, HealthState.WARN,
                 f"NVLink CRC errors at {crc_rate:.1f}/s >= {rules.nvlink_crc_per_second_warn:g}/s", first, last,
             )
         )
     if thermal is not None and thermal > rules.thermal_violation_seconds_warn:
         ev.append(
             Evidence(
-                "thermal_violation_seconds", round(thermal, 3), rules.thermal_violation_seconds_warn, "warn",
+                "thermal_violation_seconds", round(thermal, 3), rules.thermal_violation_seconds_warn, HealthState.WARN,
                 f"{thermal:.1f} s of thermal violation in the window", first, last,
             )
         )
@@ -183,23 +190,23 @@ def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRu
 
 def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, gpus: list[GpuHealth]) -> None:
     """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU)."""
-    rows: list[tuple[str, str, str | None, str, list[dict[str, object]], list[Evidence]]] = []
+    rows: list[tuple[str, str, str | None, HealthState, list[dict[str, object]], list[Evidence]]] = []
     by_node: dict[str, list[GpuHealth]] = defaultdict(list)
     for g in gpus:
         rows.append(("gpu", g.node, g.gpu_uuid, g.state, [e.as_json() for e in g.evidence], list(g.evidence)))
         by_node[g.node].append(g)
     for node, members in sorted(by_node.items()):
-        state = max((g.state for g in members), key=_RANK.__getitem__)
+        node_state = worst(g.state for g in members)
         tagged = [{**e.as_json(), "gpu_uuid": g.gpu_uuid} for g in members for e in g.evidence]
-        rows.append(("node", node, None, state, tagged, [e for g in members for e in g.evidence]))
+        rows.append(("node", node, None, node_state, tagged, [e for g in members for e in g.evidence]))
     cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
     for scope, node, gpu_uuid, state, evidence, raw in rows:
-        flagged = [e for e in raw if e.severity in ("warn", "drain")]
+        flagged = [e for e in raw if e.severity in (HealthState.WARN, HealthState.DRAIN)]
         firsts = [e.first_ts for e in flagged if e.first_ts is not None]
         lasts = [e.last_ts for e in flagged if e.last_ts is not None]
         for name, value in zip(
             cols,
-            (run_id, window.start, window.end, scope, node, gpu_uuid, state, state == "drain",
+            (run_id, window.start, window.end, scope, node, gpu_uuid, state, state is HealthState.DRAIN,
              json.dumps(evidence), min(firsts, default=None), max(lasts, default=None)),
             strict=True,
         ):

@@ -26,7 +26,15 @@ from gpulens.core import metric_catalog as M
 from gpulens.core.vocabulary import ThrottleReason
 from gpulens.exporter.cycle import ExporterState
 from gpulens.exporter.families import new_family
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
+from gpulens.exporter.model import (
+    WHOLE_GPU_PROFILE,
+    Allocation,
+    Gpu,
+    GpuProcess,
+    NodeSnapshot,
+    SharingMode,
+    allocatable_devices,
+)
 from gpulens.exporter.topology_exposition import topology_families
 
 KNOWN_THROTTLE_REASONS = tuple(str(reason) for reason in ThrottleReason)
@@ -59,17 +67,13 @@ def device_identities(gpus: Iterable[Gpu]) -> dict[str, DeviceIdentity]:
     """Device UUID -> identity for every allocatable device of ``gpus``."""
     devices: dict[str, DeviceIdentity] = {}
     for gpu in gpus:
-        if gpu.sharing_mode is SharingMode.MIG:
-            for mig in gpu.mig_instances:
-                devices[mig.uuid] = DeviceIdentity(
-                    gpu.uuid, mig.uuid, gpu.model, mig.profile, str(mig.gpu_instance_id),
-                    str(mig.compute_instance_id), gpu.sharing_mode.value, mig.activity_ratio,
-                    mig.gpu_equivalents,
-                )
-        else:
-            devices[gpu.uuid] = DeviceIdentity(
-                gpu.uuid, gpu.uuid, gpu.model, WHOLE_GPU_PROFILE, "", "", gpu.sharing_mode.value,
-                gpu.activity_ratio, 1.0,
+        for device in allocatable_devices(gpu):
+            mig = device.mig
+            devices[device.uuid] = DeviceIdentity(
+                gpu.uuid, device.uuid, gpu.model, device.profile,
+                "" if mig is None else str(mig.gpu_instance_id), "" if mig is None else str(mig.compute_instance_id),
+                gpu.sharing_mode.value, gpu.activity_ratio if mig is None else mig.activity_ratio,
+                device.gpu_equivalents,
             )
     return devices
 
@@ -134,17 +138,17 @@ def device_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) 
     total = new_family(M.DEVICE_MEMORY_TOTAL_BYTES)
     for gpu in snapshot.gpus:
         if gpu.sharing_mode is SharingMode.MIG:
-            first_ci: dict[int, int] = {}
-            for mig in sorted(gpu.mig_instances, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
+            for device in allocatable_devices(gpu):
+                mig = device.mig
+                assert mig is not None
                 d = devices[mig.uuid]
                 ge.add_metric([node, gpu.uuid, mig.uuid, gpu.model, mig.profile, d.gpu_instance,
                                d.compute_instance, d.sharing_mode], d.gpu_equivalents)
                 if mig.activity_ratio is not None:
                     activity.add_metric([node, gpu.uuid, mig.uuid, mig.profile, d.gpu_instance,
                                          d.compute_instance], mig.activity_ratio)
-                if mig.gpu_instance_id in first_ci:
+                if not device.carries_memory:
                     continue
-                first_ci[mig.gpu_instance_id] = mig.compute_instance_id
                 labels = [node, gpu.uuid, mig.uuid, mig.profile, d.gpu_instance]
                 total.add_metric(labels, float(mig.memory_total_bytes))
                 if mig.memory_used_bytes is not None:

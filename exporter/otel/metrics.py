@@ -16,7 +16,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from gpulens.core import metric_catalog as M
 from gpulens.core.metric_catalog import MetricSpec, OtelKind
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot
+from gpulens.exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot, allocatable_devices
 
 SnapshotProvider = Callable[[], NodeSnapshot | None]
 
@@ -30,18 +30,16 @@ def _devices(snapshot: NodeSnapshot) -> Iterable[tuple[dict[str, Any], float | N
     for gpu in snapshot.gpus:
         if not gpu.up:
             continue
-        if not gpu.mig_instances:
-            attrs = {**_gpu_attrs(gpu), "gpulens.profile": WHOLE_GPU_PROFILE}
-            yield attrs, gpu.activity_ratio, gpu.memory_used_bytes, gpu.memory_total_bytes, True
-            continue
-        seen: set[int] = set()
-        for mig in gpu.mig_instances:
+        for device in allocatable_devices(gpu):
+            mig = device.mig
+            if mig is None:
+                attrs = {**_gpu_attrs(gpu), "gpulens.profile": WHOLE_GPU_PROFILE}
+                yield attrs, gpu.activity_ratio, gpu.memory_used_bytes, gpu.memory_total_bytes, True
+                continue
             attrs = {"hw.id": mig.uuid, "hw.type": "gpu", "hw.parent": gpu.uuid, "hw.model": gpu.model,
                      "gpulens.profile": mig.profile, "gpulens.gpu_instance": mig.gpu_instance_id,
                      "gpulens.compute_instance": mig.compute_instance_id}
-            first = mig.gpu_instance_id not in seen
-            seen.add(mig.gpu_instance_id)
-            yield attrs, mig.activity_ratio, mig.memory_used_bytes, mig.memory_total_bytes, first
+            yield attrs, mig.activity_ratio, mig.memory_used_bytes, mig.memory_total_bytes, device.carries_memory
 
 
 def register_instruments(meter: Meter, snapshot: SnapshotProvider,

@@ -24,7 +24,7 @@ import polars as pl
 from gpulens.core.errors import UserError
 from gpulens.core.metric_catalog import DEVICE_ACTIVITY_RATIO
 from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.model import NodeSnapshot, SharingMode
+from gpulens.exporter.model import NodeSnapshot, SharingMode, allocatable_devices
 from gpulens.exporter.sim.evaluate import NodeArrays
 from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.plan import NodePlan, PodPlan
@@ -481,25 +481,23 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
             "pcie_replay_total": h.pcie_replay_total, "nvlink_crc_errors_total": h.nvlink_crc_errors_total,
             "thermal_violation_seconds_total": h.thermal_violation_seconds_total, "source": SOURCE,
         })
-        if g.mig_instances:
-            seen_gi: set[int] = set()
-            for m in g.mig_instances:
-                first = m.gpu_instance_id not in seen_gi and g.up
-                seen_gi.add(m.gpu_instance_id)
-                device_gpu[m.uuid] = g.uuid
+        for d in allocatable_devices(g):
+            device_gpu[d.uuid] = g.uuid
+            m = d.mig
+            if m is None:  # the whole GPU is the device
                 dev.append({
-                    "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": m.uuid,
-                    "activity_ratio": m.activity_ratio, "memory_used_bytes": m.memory_used_bytes if first else None,
-                    "memory_total_bytes": m.memory_total_bytes if first else None, "source": SOURCE,
-                    "activity_signal": None if m.activity_ratio is None else ACTIVITY_SIGNAL,
+                    "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": g.uuid,
+                    "activity_ratio": g.activity_ratio, "memory_used_bytes": g.memory_used_bytes,
+                    "memory_total_bytes": g.memory_total_bytes if g.up else None, "source": SOURCE,
+                    "activity_signal": None if g.activity_ratio is None else ACTIVITY_SIGNAL,
                 })
-        else:
-            device_gpu[g.uuid] = g.uuid
+                continue
+            first = d.carries_memory and g.up
             dev.append({
-                "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": g.uuid, "activity_ratio": g.activity_ratio,
-                "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes if g.up else None,
-                "source": SOURCE,
-                "activity_signal": None if g.activity_ratio is None else ACTIVITY_SIGNAL,
+                "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": m.uuid,
+                "activity_ratio": m.activity_ratio, "memory_used_bytes": m.memory_used_bytes if first else None,
+                "memory_total_bytes": m.memory_total_bytes if first else None, "source": SOURCE,
+                "activity_signal": None if m.activity_ratio is None else ACTIVITY_SIGNAL,
             })
     for a in snap.allocations:
         alloc.append({
