@@ -35,10 +35,10 @@ from gpulens.collector.backfill import SOURCE, history_frames  # noqa: E402
 from gpulens.collector.exposition import parse_exposition  # noqa: E402
 from gpulens.collector.mapping import to_store_frames  # noqa: E402
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range  # noqa: E402
-from gpulens.collector.render import render_text, series_for  # noqa: E402
 from gpulens.collector.schema import FACT_KEYS, FACTS  # noqa: E402
 from gpulens.collector.store import Store  # noqa: E402
-from gpulens.collector.synthetic import synthetic_frames  # noqa: E402
+from tests.support.store_render import render_text, series_for  # noqa: E402
+from tests.support.synthetic_fleet import synthetic_frames  # noqa: E402
 
 T0 = 1_790_000_000.0 - 1_790_000_000.0 % 86400
 BASELINE_COLUMNS = ["node", "gpu", "device", "profile", "gpu_instance", "namespace", "pod", "container",
