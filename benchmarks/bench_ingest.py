@@ -143,7 +143,7 @@ def backfill_days(db: str, days: int, step: float, *, primary_keys: bool) -> lis
     (the baseline); the ingest code is the same.
     """
     from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.scenario_file import load_scenario
 
     if primary_keys:
         con = duckdb.connect(db)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -27,13 +27,25 @@ from gpulens.exporter.mig_catalog import model_by_name
 from gpulens.exporter.model import NodeSnapshot, SharingMode, allocatable_devices
 from gpulens.exporter.sim.evaluate import NodeArrays
 from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
-from gpulens.exporter.sim.plan import NodePlan, PodPlan
-from gpulens.exporter.sim.scenario import FaultKind, shape_resource
+from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan
+from gpulens.exporter.sim.pods import pod_identity
+from gpulens.exporter.sim.scenario import FaultKind, Scenario, shape_resource
 from gpulens.exporter.sim.topology import node_topology_labels, topology_rows
 from gpulens.exporter.sim.workloads import batch_slots, pod_present
 
-if TYPE_CHECKING:
-    from gpulens.exporter.sim.fleet import SimulatedFleet
+
+class FleetModel(Protocol):
+    """What history is built from: a scenario, its placement plan and node readings over many times."""
+
+    scenario: Scenario
+    plan: FleetPlan
+
+    def node_names(self) -> list[str]: ...
+
+    def node_plan(self, node: str) -> NodePlan: ...
+
+    def arrays(self, node: str, times: np.ndarray | list[float]) -> NodeArrays: ...
+
 
 SOURCE = "sim"
 ACTIVITY_SIGNAL = DEVICE_ACTIVITY_RATIO.name
@@ -173,7 +185,7 @@ def sample_times(start: float, end: float, step: float) -> np.ndarray:
 
 
 def build_history(
-    fleet: SimulatedFleet, start: float, end: float, step: float, nodes: list[str] | None
+    fleet: FleetModel, start: float, end: float, step: float, nodes: list[str] | None
 ) -> SimulatedHistory:
     """See ``SimulatedFleet.history``."""
     names = fleet.node_names() if nodes is None else list(nodes)
@@ -252,8 +264,6 @@ def _gpu_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
 
 def _pod_names(seed: int, pod: PodPlan, t: np.ndarray) -> tuple[list[tuple[str, str]], np.ndarray]:
     """(name, uid) of each distinct pod incarnation over ``t``, and which one each time uses."""
-    from gpulens.exporter.sim.fleet import pod_identity
-
     if pod.archetype != "batch":
         return [pod_identity(seed, pod, -1)], np.zeros(len(t), dtype=np.int64)
     uniq, inv = np.unique(batch_slots(pod, t), return_inverse=True)
@@ -298,7 +308,7 @@ def _inventory_times(start: float, end: float, step: float) -> np.ndarray:
     return sample_times(first, end, step) if first < end else np.zeros(0)
 
 
-def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -> pl.DataFrame:
+def _events(fleet: FleetModel, names: list[str], start: float, end: float) -> pl.DataFrame:
     s = fleet.scenario
     records: list[dict[str, object]] = []
     for name in names:
@@ -320,7 +330,7 @@ def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -
     return _table("events", records).sort("ts", "gpu_uuid") if records else _empty("events")
 
 
-def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: float) -> dict[str, pl.DataFrame]:
+def _dimensions(fleet: FleetModel, names: list[str], first: float, last: float) -> dict[str, pl.DataFrame]:
     s = fleet.scenario
     seen = {"first_seen": int(to_ts(first)), "last_seen": int(to_ts(last))}
     node_rows: list[dict[str, object]] = []
@@ -374,7 +384,7 @@ def node_labels(pool_labels: dict[str, str], model: str, sharing: SharingMode) -
     return {"nvidia.com/gpu.product": model.replace(" ", "-"), "gpulens.io/sharing-mode": str(sharing), **pool_labels}
 
 
-def _inventory(fleet: SimulatedFleet, t: np.ndarray) -> dict[str, pl.DataFrame]:
+def _inventory(fleet: FleetModel, t: np.ndarray) -> dict[str, pl.DataFrame]:
     """Quota, pending, namespace and pod snapshots at the inventory times (same values as cluster_state)."""
     from gpulens.exporter.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
 
