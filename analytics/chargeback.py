@@ -22,17 +22,19 @@ import duckdb
 from gpulens.analytics.csv_cells import safe_table
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
+from gpulens.core.states import DeviceState
 
 UNALLOCATED = "__unallocated__"
 UNKNOWN = "__unknown__"
 CENT = Decimal("0.01")
 _STATE = {
-    "allocated-active": "active",
-    "allocated-idle": "idle",
-    "allocated-unmeasured": "unmeasured",
-    "unallocated": "unallocated",
-    "unknown": "unknown",
+    DeviceState.ALLOCATED_ACTIVE: "active",
+    DeviceState.ALLOCATED_IDLE: "idle",
+    DeviceState.ALLOCATED_UNMEASURED: "unmeasured",
+    DeviceState.UNALLOCATED: "unallocated",
+    DeviceState.UNKNOWN: "unknown",
 }
+"""The chargeback's cost state (FOCUS ``x_CostState``) of each device state."""
 
 
 @dataclass

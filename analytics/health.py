@@ -24,8 +24,9 @@ from gpulens.analytics import early_warning
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.settings import HealthRules
+from gpulens.core.states import HealthState
 
-_RANK = {"ok": 0, "watch": 1, "warn": 2, "drain": 3}
+_RANK = {str(state): state.rank for state in HealthState}
 _FAILURE_SIGNALS = ("gpu_lost", "row_remap_failure")
 """Drain evidence with a true first time (XID events have one too; counter deltas only have the window)."""
 

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpulens.analytics.topology_settings import TopologySettings
+from gpulens.core.states import HealthState
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -145,7 +146,7 @@ class HealthRules(BaseModel):
     )
     warn_xids: frozenset[int] = frozenset({8, 61, 63, 92, 94, 109, 121, 154, *range(144, 151)})
     application_xids: frozenset[int] = frozenset({13, 31, 43, 45, 68})
-    unknown_xid_state: Literal["ok", "warn", "drain"] = "warn"
+    unknown_xid_state: HealthState = HealthState.WARN
     retired_pages_drain: int = Field(default=63, ge=1)
     nvlink_crc_per_second_warn: float = Field(default=100.0, gt=0)
     thermal_violation_seconds_warn: float = Field(default=0.0, ge=0)

@@ -10,8 +10,9 @@ import duckdb
 
 from gpulens.analytics.chargeback import FleetCost
 from gpulens.analytics.queue_use import QueueUse
+from gpulens.core.states import DeviceState, HealthState
 
-STATES = ("allocated-active", "allocated-idle", "allocated-unmeasured", "unallocated", "unknown")
+STATES = tuple(DeviceState)
 
 
 @dataclass(frozen=True)
@@ -208,14 +209,14 @@ def build_summary(
     idle = con.execute(
         """
         SELECT tenant,
-               coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_ge,
-               coalesce(sum(cost_usd) FILTER (WHERE state = 'allocated-idle'), 0),
+               coalesce(sum(ge_hours) FILTER (WHERE state = $idle), 0) AS idle_ge,
+               coalesce(sum(cost_usd) FILTER (WHERE state = $idle), 0),
                sum(ge_hours),
-               coalesce(sum(memory_byte_hours) FILTER (WHERE state = 'allocated-idle'), 0) / 1073741824.0
-        FROM idle_capacity WHERE run_id = ? AND tenant IS NOT NULL
-        GROUP BY tenant ORDER BY idle_ge DESC, tenant LIMIT ?
+               coalesce(sum(memory_byte_hours) FILTER (WHERE state = $idle), 0) / 1073741824.0
+        FROM idle_capacity WHERE run_id = $run AND tenant IS NOT NULL
+        GROUP BY tenant ORDER BY idle_ge DESC, tenant LIMIT $top
         """,
-        [run_id, top],
+        {"run": run_id, "top": top, "idle": DeviceState.ALLOCATED_IDLE.value},
     ).fetchall()
     stranded = con.execute(
         "SELECT coalesce(sum(stranded_ge_hours), 0) FROM fragmentation WHERE run_id = ?", [run_id]
@@ -235,7 +236,7 @@ def build_summary(
         [run_id],
     ).fetchall()
     warn = con.execute(
-        "SELECT count(*) FROM health WHERE run_id = ? AND scope = 'gpu' AND state = 'warn'", [run_id]
+        "SELECT count(*) FROM health WHERE run_id = ? AND scope = 'gpu' AND state = ?", [run_id, HealthState.WARN.value]
     ).fetchone()
     billed = con.execute(
         'SELECT coalesce(sum("BilledCost"), 0) FROM chargeback WHERE run_id = ?', [run_id]

@@ -41,7 +41,7 @@ BENCH_POD_COUNT = 60
 def bench_readings() -> tuple[DeviceReadings, tuple[Allocation, ...]]:
     """8 H200 MIG GPUs (56 instances) from the simulator's default node, and 60 pods over them."""
     from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.scenario_file import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     node = fleet.node_names()[0]

@@ -35,10 +35,10 @@ from gpulens.collector.backfill import SOURCE, history_frames  # noqa: E402
 from gpulens.collector.exposition import parse_exposition  # noqa: E402
 from gpulens.collector.mapping import to_store_frames  # noqa: E402
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range  # noqa: E402
-from gpulens.collector.render import render_text, series_for  # noqa: E402
 from gpulens.collector.schema import FACT_KEYS, FACTS  # noqa: E402
 from gpulens.collector.store import Store  # noqa: E402
-from gpulens.collector.synthetic import synthetic_frames  # noqa: E402
+from tests.support.store_render import render_text, series_for  # noqa: E402
+from tests.support.synthetic_fleet import synthetic_frames  # noqa: E402
 
 T0 = 1_790_000_000.0 - 1_790_000_000.0 % 86400
 BASELINE_COLUMNS = ["node", "gpu", "device", "profile", "gpu_instance", "namespace", "pod", "container",
@@ -143,7 +143,7 @@ def backfill_days(db: str, days: int, step: float, *, primary_keys: bool) -> lis
     (the baseline); the ingest code is the same.
     """
     from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.scenario_file import load_scenario
 
     if primary_keys:
         con = duckdb.connect(db)

@@ -21,38 +21,22 @@ from typing import Literal
 import polars as pl
 
 from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
+from gpulens.core import metric_catalog as M
+from gpulens.core.metric_catalog import PREFIX, MetricGroup, in_groups
 from gpulens.core.vocabulary import COMPUTE_SLICES
 
 SchemaName = Literal["gpulens", "dcgm", "auto"]
 
 MIB = 1024 * 1024
-G = "gpulens_"
 
-GPULENS_METRICS = (
-    f"{G}gpu_info",
-    f"{G}gpu_up",
-    f"{G}gpu_power_watts",
-    f"{G}gpu_energy_joules_total",
-    f"{G}gpu_temperature_celsius",
-    f"{G}gpu_sm_clock_hertz",
-    f"{G}gpu_memory_clock_hertz",
-    f"{G}gpu_throttle_active",
-    f"{G}gpu_ecc_errors_total",
-    f"{G}gpu_retired_pages",
-    f"{G}gpu_row_remap_failed",
-    f"{G}gpu_pcie_replay_total",
-    f"{G}gpu_nvlink_crc_errors_total",
-    f"{G}gpu_thermal_violation_seconds_total",
-    f"{G}gpu_xid_errors_total",
-    f"{G}gpu_xid_last_seen_timestamp_seconds",
-    f"{G}device_gpu_equivalents",
-    f"{G}device_activity_ratio",
-    f"{G}device_memory_used_bytes",
-    f"{G}device_memory_total_bytes",
-    f"{G}allocation_gpu_equivalents",
+GPULENS_METRICS = tuple(dict.fromkeys((
+    *(spec.name for spec in in_groups(MetricGroup.GPU, MetricGroup.DEVICE, MetricGroup.ALLOCATION)),
     *TOPOLOGY_METRICS,
-)
+)))
 """gpulens series the collector reads (the Prometheus source queries exactly these)."""
+
+GPU_SAMPLE_METRICS = tuple(spec for spec in in_groups(MetricGroup.GPU) if spec not in (M.GPU_XID_ERRORS, M.GPU_XID_LAST_SEEN))
+"""Per-GPU series that become ``gpu_samples`` rows (XID series become ``events``)."""
 
 DCGM_METRICS = (
     "DCGM_FI_DEV_GPU_UTIL",
@@ -223,7 +207,7 @@ def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
 
 def split_by_schema(long: pl.DataFrame, schema: SchemaName) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gpulens rows and the dcgm rows of ``long`` that ``schema`` asks for."""
-    is_gpulens = pl.col("metric").str.starts_with(G)
+    is_gpulens = pl.col("metric").str.starts_with(PREFIX)
     is_dcgm = pl.col("metric").str.starts_with("DCGM_")
     gl = long.filter(is_gpulens) if schema in ("gpulens", "auto") else long.clear()
     dc = long.filter(is_dcgm) if schema in ("dcgm", "auto") else long.clear()
@@ -266,21 +250,16 @@ def map_gpulens(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
 
 
 def _gpulens_device_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
-    metrics = [
-        f"{G}device_gpu_equivalents",
-        f"{G}device_activity_ratio",
-        f"{G}device_memory_used_bytes",
-        f"{G}device_memory_total_bytes",
-    ]
+    metrics = [spec.name for spec in in_groups(MetricGroup.DEVICE)]
     dev = df.filter(pl.col("metric").is_in(metrics) & pl.col("device").is_not_null())
     if dev.height == 0:
         return _empty({})
     grouped = dev.group_by("device", "ts").agg(
         node=pl.col("node").first(),
         gpu_uuid=pl.col("gpu").first(),
-        activity_ratio=_first(f"{G}device_activity_ratio"),
-        memory_used_bytes=_first(f"{G}device_memory_used_bytes"),
-        memory_total_bytes=_first(f"{G}device_memory_total_bytes"),
+        activity_ratio=_first(M.DEVICE_ACTIVITY_RATIO.name),
+        memory_used_bytes=_first(M.DEVICE_MEMORY_USED_BYTES.name),
+        memory_total_bytes=_first(M.DEVICE_MEMORY_TOTAL_BYTES.name),
     )
     return grouped.select(
         "ts",
@@ -291,37 +270,37 @@ def _gpulens_device_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
         pl.col("memory_used_bytes").round(0).cast(pl.Int64),
         pl.col("memory_total_bytes").round(0).cast(pl.Int64),
         pl.lit(source).alias("source"),
-        pl.when(pl.col("activity_ratio").is_not_null()).then(pl.lit(f"{G}device_activity_ratio"))
+        pl.when(pl.col("activity_ratio").is_not_null()).then(pl.lit(M.DEVICE_ACTIVITY_RATIO.name))
         .alias("activity_signal"),
     )
 
 
 def _gpulens_gpu_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
-    gpu_metrics = [m for m in GPULENS_METRICS if m.startswith(f"{G}gpu_") and "xid" not in m]
+    gpu_metrics = [spec.name for spec in GPU_SAMPLE_METRICS]
     g = df.filter(pl.col("metric").is_in(gpu_metrics) & pl.col("gpu").is_not_null())
     if g.height == 0:
         return _empty({})
-    throttle = pl.col("metric") == f"{G}gpu_throttle_active"
-    ecc = f"{G}gpu_ecc_errors_total"
+    throttle = pl.col("metric") == M.GPU_THROTTLE_ACTIVE.name
+    ecc = M.GPU_ECC_ERRORS.name
     grouped = g.group_by("gpu", "ts").agg(
         node=pl.col("node").first(),
-        up=_first(f"{G}gpu_up"),
-        power_watts=_first(f"{G}gpu_power_watts"),
-        energy_joules=_first(f"{G}gpu_energy_joules_total"),
-        temperature_celsius=_first(f"{G}gpu_temperature_celsius"),
-        sm_clock_hz=_first(f"{G}gpu_sm_clock_hertz"),
-        memory_clock_hz=_first(f"{G}gpu_memory_clock_hertz"),
+        up=_first(M.GPU_UP.name),
+        power_watts=_first(M.GPU_POWER_WATTS.name),
+        energy_joules=_first(M.GPU_ENERGY_JOULES.name),
+        temperature_celsius=_first(M.GPU_TEMPERATURE_CELSIUS.name),
+        sm_clock_hz=_first(M.GPU_SM_CLOCK_HERTZ.name),
+        memory_clock_hz=_first(M.GPU_MEMORY_CLOCK_HERTZ.name),
         throttle_series=throttle.sum(),
         throttle_reasons=pl.col("reason").filter(throttle & (pl.col("value") == 1)).sort(),
         ecc_corrected_total=pl.col("value").filter((pl.col("metric") == ecc) & (pl.col("type") == "corrected")).first(),
         ecc_uncorrected_total=pl.col("value")
         .filter((pl.col("metric") == ecc) & (pl.col("type") == "uncorrected"))
         .first(),
-        retired_pages_total=_first(f"{G}gpu_retired_pages"),
-        remapped_rows_failure=_first(f"{G}gpu_row_remap_failed"),
-        pcie_replay_total=_first(f"{G}gpu_pcie_replay_total"),
-        nvlink_crc_errors_total=_first(f"{G}gpu_nvlink_crc_errors_total"),
-        thermal_violation_seconds_total=_first(f"{G}gpu_thermal_violation_seconds_total"),
+        retired_pages_total=_first(M.GPU_RETIRED_PAGES.name),
+        remapped_rows_failure=_first(M.GPU_ROW_REMAP_FAILED.name),
+        pcie_replay_total=_first(M.GPU_PCIE_REPLAY.name),
+        nvlink_crc_errors_total=_first(M.GPU_NVLINK_CRC_ERRORS.name),
+        thermal_violation_seconds_total=_first(M.GPU_THERMAL_VIOLATION_SECONDS.name),
     )
     ints = ("ecc_corrected_total", "ecc_uncorrected_total", "retired_pages_total", "pcie_replay_total",
             "nvlink_crc_errors_total")
@@ -344,7 +323,7 @@ def _gpulens_gpu_samples(df: pl.DataFrame, source: str) -> pl.DataFrame:
 
 
 def _gpulens_allocations(df: pl.DataFrame, source: str) -> pl.DataFrame:
-    a = df.filter((pl.col("metric") == f"{G}allocation_gpu_equivalents") & pl.col("device").is_not_null())
+    a = df.filter((pl.col("metric") == M.ALLOCATION_GPU_EQUIVALENTS.name) & pl.col("device").is_not_null())
     if a.height == 0:
         return _empty({})
     return a.select(
@@ -366,10 +345,10 @@ def _gpulens_allocations(df: pl.DataFrame, source: str) -> pl.DataFrame:
 
 def _gpulens_events(df: pl.DataFrame, source: str) -> pl.DataFrame:
     """One ``xid`` event per GPU, code and last-seen instant (the exact count stays in the counter)."""
-    seen = df.filter((pl.col("metric") == f"{G}gpu_xid_last_seen_timestamp_seconds") & pl.col("xid").is_not_null())
+    seen = df.filter((pl.col("metric") == M.GPU_XID_LAST_SEEN.name) & pl.col("xid").is_not_null())
     if seen.height == 0:
         return _empty({})
-    totals = df.filter(pl.col("metric") == f"{G}gpu_xid_errors_total").select(
+    totals = df.filter(pl.col("metric") == M.GPU_XID_ERRORS.name).select(
         "gpu", "xid", "ts", total=pl.col("value")
     )
     ev = seen.join(totals, on=["gpu", "xid", "ts"], how="left").group_by("gpu", "xid", "value").agg(
@@ -390,9 +369,9 @@ def _gpulens_events(df: pl.DataFrame, source: str) -> pl.DataFrame:
 
 def _gpulens_dimensions(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
     out: dict[str, pl.DataFrame] = {}
-    ident = df.filter((pl.col("metric") == f"{G}device_gpu_equivalents") & pl.col("device").is_not_null())
+    ident = df.filter((pl.col("metric") == M.DEVICE_GPU_EQUIVALENTS.name) & pl.col("device").is_not_null())
     totals = (
-        df.filter(pl.col("metric") == f"{G}device_memory_total_bytes")
+        df.filter(pl.col("metric") == M.DEVICE_MEMORY_TOTAL_BYTES.name)
         .group_by("device")
         .agg(memory_total_bytes=pl.col("value").max().round(0).cast(pl.Int64))
     )
@@ -426,7 +405,7 @@ def _gpulens_dimensions(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
             "first_seen",
             "last_seen",
         )
-    info = df.filter((pl.col("metric") == f"{G}gpu_info") & pl.col("gpu").is_not_null())
+    info = df.filter((pl.col("metric") == M.GPU_INFO.name) & pl.col("gpu").is_not_null())
     if info.height:
         whole = totals.join(ident.filter(pl.col("profile") == "gpu").select("device").unique(), on="device")
         gpus = info.group_by("gpu").agg(

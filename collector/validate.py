@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from gpulens.collector.mapping import MIB
+from gpulens.core import metric_catalog as M
 
 INT64_SAFE = 9.2e18
 """Largest magnitude that still fits a BIGINT column after rounding (2**63 is about 9.22e18)."""
@@ -37,11 +38,11 @@ EPOCH_SECONDS = Bounds(0.0, 1e11)
 MEBIBYTES = Bounds(0.0, INT64_SAFE / MIB)
 
 BOUNDS: Mapping[str, Bounds] = {
-    "gpulens_device_activity_ratio": RATIO,
-    "gpulens_device_gpu_equivalents": RATIO,
-    "gpulens_allocation_gpu_equivalents": RATIO,
-    "gpulens_gpu_temperature_celsius": Bounds(-273.15, 1e4),
-    "gpulens_gpu_xid_last_seen_timestamp_seconds": EPOCH_SECONDS,
+    M.DEVICE_ACTIVITY_RATIO.name: RATIO,
+    M.DEVICE_GPU_EQUIVALENTS.name: RATIO,
+    M.ALLOCATION_GPU_EQUIVALENTS.name: RATIO,
+    M.GPU_TEMPERATURE_CELSIUS.name: Bounds(-273.15, 1e4),
+    M.GPU_XID_LAST_SEEN.name: EPOCH_SECONDS,
     "DCGM_FI_DEV_GPU_UTIL": PERCENT,
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": RATIO,
     "DCGM_FI_DEV_FB_USED": MEBIBYTES,
@@ -57,9 +58,9 @@ BOUNDS: Mapping[str, Bounds] = {
 DEFAULT = Bounds()
 
 IDENTITY_METRICS = (
-    "gpulens_device_gpu_equivalents",
-    "gpulens_allocation_gpu_equivalents",
-    "gpulens_gpu_xid_last_seen_timestamp_seconds",
+    M.DEVICE_GPU_EQUIVALENTS.name,
+    M.ALLOCATION_GPU_EQUIVALENTS.name,
+    M.GPU_XID_LAST_SEEN.name,
 )
 """Samples that make no row without their value: an impossible value drops the sample."""
 

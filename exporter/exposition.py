@@ -3,7 +3,7 @@
 ``SnapshotCollector.collect()`` builds fresh metric families from the last published state (no
 module-level gauges, so a series disappears as soon as its pod or device does) and works in any
 ``CollectorRegistry``. ``ExpositionCache`` renders the registry once per published state and format and
-serves the same bytes to every scraper. Every family here is documented in ``docs/metrics.md``.
+serves the same bytes to every scraper. Every family here is an entry of ``gpulens.core.metric_catalog`` (documented in ``docs/metrics.md``).
 """
 
 from __future__ import annotations
@@ -16,18 +16,26 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from gpulens.core import metric_catalog as M
 from gpulens.core.vocabulary import ThrottleReason
 from gpulens.exporter.cycle import ExporterState
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, Allocation, Gpu, GpuProcess, NodeSnapshot, SharingMode
+from gpulens.exporter.families import new_family
+from gpulens.exporter.model import (
+    WHOLE_GPU_PROFILE,
+    Allocation,
+    Gpu,
+    GpuProcess,
+    NodeSnapshot,
+    SharingMode,
+    allocatable_devices,
+)
 from gpulens.exporter.topology_exposition import topology_families
-
-PREFIX = "gpulens_"
 
 KNOWN_THROTTLE_REASONS = tuple(str(reason) for reason in ThrottleReason)
 """Clock-event reasons reported as 0/1 for every GPU that answers (others appear when active)."""
@@ -59,53 +67,36 @@ def device_identities(gpus: Iterable[Gpu]) -> dict[str, DeviceIdentity]:
     """Device UUID -> identity for every allocatable device of ``gpus``."""
     devices: dict[str, DeviceIdentity] = {}
     for gpu in gpus:
-        if gpu.sharing_mode is SharingMode.MIG:
-            for mig in gpu.mig_instances:
-                devices[mig.uuid] = DeviceIdentity(
-                    gpu.uuid, mig.uuid, gpu.model, mig.profile, str(mig.gpu_instance_id),
-                    str(mig.compute_instance_id), gpu.sharing_mode.value, mig.activity_ratio,
-                    mig.gpu_equivalents,
-                )
-        else:
-            devices[gpu.uuid] = DeviceIdentity(
-                gpu.uuid, gpu.uuid, gpu.model, WHOLE_GPU_PROFILE, "", "", gpu.sharing_mode.value,
-                gpu.activity_ratio, 1.0,
+        for device in allocatable_devices(gpu):
+            mig = device.mig
+            devices[device.uuid] = DeviceIdentity(
+                gpu.uuid, device.uuid, gpu.model, device.profile,
+                "" if mig is None else str(mig.gpu_instance_id), "" if mig is None else str(mig.compute_instance_id),
+                gpu.sharing_mode.value, gpu.activity_ratio if mig is None else mig.activity_ratio,
+                device.gpu_equivalents,
             )
     return devices
-
-
-def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
-
-
-def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-    return CounterMetricFamily(PREFIX + name, doc, labels=labels)
 
 
 def gpu_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
     """Per physical GPU: identity, up, and physical readings (absent when unknown or the GPU is lost)."""
     node = snapshot.node
-    gl = ["node", "gpu"]
-    info = _gauge("gpu_info", "Physical GPU identity and sharing mode (always 1).",
-                  ["node", "gpu", "index", "model", "sharing_mode", "driver_version"])
-    up = _gauge("gpu_up", "1 when the GPU answers, 0 when it is lost.", gl)
-    power = _gauge("gpu_power_watts", "Power draw of the physical GPU.", gl)
-    energy = _counter("gpu_energy_joules", "Energy consumed since the driver loaded.", gl)
-    temp = _gauge("gpu_temperature_celsius", "GPU core temperature.", gl)
-    sm_clock = _gauge("gpu_sm_clock_hertz", "Current SM clock.", gl)
-    mem_clock = _gauge("gpu_memory_clock_hertz", "Current memory clock.", gl)
-    throttle = _gauge("gpu_throttle_active", "1 while a clock-event (throttle) reason is active.",
-                      ["node", "gpu", "reason"])
-    ecc = _counter("gpu_ecc_errors", "Aggregate ECC errors by type (corrected, uncorrected).",
-                   ["node", "gpu", "type"])
-    retired = _gauge("gpu_retired_pages", "Memory pages retired.", gl)
-    remap = _gauge("gpu_row_remap_failed", "1 when a row remap failed (drain and reset).", gl)
-    pcie = _counter("gpu_pcie_replay", "PCIe replay counter.", gl)
-    nvlink = _counter("gpu_nvlink_crc_errors", "NVLink CRC errors summed over links.", gl)
-    thermal = _counter("gpu_thermal_violation_seconds", "Time clock-limited by thermal violations.", gl)
-    xid = _counter("gpu_xid_errors", "XID events by code since the exporter started.", ["node", "gpu", "xid"])
-    xid_seen = _gauge("gpu_xid_last_seen_timestamp_seconds", "When an XID code was last seen.",
-                      ["node", "gpu", "xid"])
+    info = new_family(M.GPU_INFO)
+    up = new_family(M.GPU_UP)
+    power = new_family(M.GPU_POWER_WATTS)
+    energy = new_family(M.GPU_ENERGY_JOULES)
+    temp = new_family(M.GPU_TEMPERATURE_CELSIUS)
+    sm_clock = new_family(M.GPU_SM_CLOCK_HERTZ)
+    mem_clock = new_family(M.GPU_MEMORY_CLOCK_HERTZ)
+    throttle = new_family(M.GPU_THROTTLE_ACTIVE)
+    ecc = new_family(M.GPU_ECC_ERRORS)
+    retired = new_family(M.GPU_RETIRED_PAGES)
+    remap = new_family(M.GPU_ROW_REMAP_FAILED)
+    pcie = new_family(M.GPU_PCIE_REPLAY)
+    nvlink = new_family(M.GPU_NVLINK_CRC_ERRORS)
+    thermal = new_family(M.GPU_THERMAL_VIOLATION_SECONDS)
+    xid = new_family(M.GPU_XID_ERRORS)
+    xid_seen = new_family(M.GPU_XID_LAST_SEEN)
     for gpu in snapshot.gpus:
         key = [node, gpu.uuid]
         info.add_metric([node, gpu.uuid, str(gpu.index), gpu.model, gpu.sharing_mode.value,
@@ -141,29 +132,23 @@ def gpu_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
 def device_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) -> Iterator[Metric]:
     """Per allocatable device: GPU-equivalents, activity (when measured); memory once per GPU instance."""
     node = snapshot.node
-    ge = _gauge("device_gpu_equivalents", "Compute share of an allocatable device (1 GPU, g/7 MIG).",
-                ["node", "gpu", "device", "model", "profile", "gpu_instance", "compute_instance",
-                 "sharing_mode"])
-    activity = _gauge("device_activity_ratio", "Graphics-engine activity of the device (0..1).",
-                      ["node", "gpu", "device", "profile", "gpu_instance", "compute_instance"])
-    mem_labels = ["node", "gpu", "device", "profile", "gpu_instance"]
-    used = _gauge("device_memory_used_bytes", "Memory in use, once per whole GPU or MIG GPU instance.",
-                  mem_labels)
-    total = _gauge("device_memory_total_bytes", "Memory size, once per whole GPU or MIG GPU instance.",
-                   mem_labels)
+    ge = new_family(M.DEVICE_GPU_EQUIVALENTS)
+    activity = new_family(M.DEVICE_ACTIVITY_RATIO)
+    used = new_family(M.DEVICE_MEMORY_USED_BYTES)
+    total = new_family(M.DEVICE_MEMORY_TOTAL_BYTES)
     for gpu in snapshot.gpus:
         if gpu.sharing_mode is SharingMode.MIG:
-            first_ci: dict[int, int] = {}
-            for mig in sorted(gpu.mig_instances, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
+            for device in allocatable_devices(gpu):
+                mig = device.mig
+                assert mig is not None
                 d = devices[mig.uuid]
                 ge.add_metric([node, gpu.uuid, mig.uuid, gpu.model, mig.profile, d.gpu_instance,
                                d.compute_instance, d.sharing_mode], d.gpu_equivalents)
                 if mig.activity_ratio is not None:
                     activity.add_metric([node, gpu.uuid, mig.uuid, mig.profile, d.gpu_instance,
                                          d.compute_instance], mig.activity_ratio)
-                if mig.gpu_instance_id in first_ci:
+                if not device.carries_memory:
                     continue
-                first_ci[mig.gpu_instance_id] = mig.compute_instance_id
                 labels = [node, gpu.uuid, mig.uuid, mig.profile, d.gpu_instance]
                 total.add_metric(labels, float(mig.memory_total_bytes))
                 if mig.memory_used_bytes is not None:
@@ -236,17 +221,11 @@ def _ratio(value: float) -> float:
 def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentity]) -> Iterator[Metric]:
     """Allocation series per container and per-tenant node aggregates by profile."""
     node = snapshot.node
-    alloc = _gauge("allocation_gpu_equivalents", "Share of a device held by one container.",
-                   ["node", "gpu", "device", "profile", "namespace", "pod", "container", "tenant",
-                    "sharing_mode", "workload_kind", "workload"])
-    t_labels = ["node", "tenant", "profile"]
-    allocated = _gauge("tenant_allocated_gpu_equivalents", "GPU-equivalents allocated to the tenant.", t_labels)
-    active = _gauge("tenant_active_gpu_equivalents",
-                    "Active part of the tenant's allocated GPU-equivalents on measured devices (<= allocated).",
-                    t_labels)
-    unmeasured = _gauge("tenant_unmeasured_gpu_equivalents",
-                        "Allocated GPU-equivalents whose activity the hardware cannot report.", t_labels)
-    count = _gauge("tenant_devices", "Devices or replicas the tenant holds on this node.", t_labels)
+    alloc = new_family(M.ALLOCATION_GPU_EQUIVALENTS)
+    allocated = new_family(M.TENANT_ALLOCATED_GPU_EQUIVALENTS)
+    active = new_family(M.TENANT_ACTIVE_GPU_EQUIVALENTS)
+    unmeasured = new_family(M.TENANT_UNMEASURED_GPU_EQUIVALENTS)
+    count = new_family(M.TENANT_DEVICES)
 
     per_container: dict[tuple[str, ...], float] = defaultdict(float)
     sums: dict[tuple[str, str], list[float]] = {}
@@ -284,20 +263,17 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
 
 def exporter_families(state: ExporterState, backend: str, version: str) -> Iterator[Metric]:
     """The exporter's own health: build info, cycles, last cycle duration and success, errors by source."""
-    nl = ["node"]
-    info = _gauge("exporter_build_info", "The exporter's version and device backend (always 1).",
-                  ["version", "backend"])
+    info = new_family(M.EXPORTER_BUILD_INFO)
     info.add_metric([version, backend], 1.0)
-    cycles = _counter("exporter_cycles", "Collection cycles completed.", nl)
+    cycles = new_family(M.EXPORTER_CYCLES)
     cycles.add_metric([state.node], float(state.cycles_total))
-    duration = _gauge("exporter_cycle_duration_seconds", "Wall time of the last collection cycle.", nl)
+    duration = new_family(M.EXPORTER_CYCLE_DURATION_SECONDS)
     if state.last_cycle_duration_seconds is not None:
         duration.add_metric([state.node], state.last_cycle_duration_seconds)
-    success = _gauge("exporter_last_success_timestamp_seconds", "When the last collection cycle completed.", nl)
+    success = new_family(M.EXPORTER_LAST_SUCCESS)
     if state.last_success_timestamp is not None:
         success.add_metric([state.node], state.last_success_timestamp)
-    errors = _counter("exporter_errors", "Errors by source; metrics keep flowing from the others.",
-                      ["node", "source"])
+    errors = new_family(M.EXPORTER_ERRORS)
     for source in sorted(state.errors_total):
         errors.add_metric([state.node, source], float(state.errors_total[source]))
     yield from (info, cycles, duration, success, errors)

@@ -110,6 +110,41 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class AllocatableDevice:
+    """A device of a GPU that a container can be given: the whole GPU (``mig`` None) or one MIG instance."""
+
+    uuid: str
+    mig: MigInstance | None
+    carries_memory: bool
+    """True on the device that reports its memory: the whole GPU, or a GPU instance's first compute instance."""
+
+    @property
+    def profile(self) -> str:
+        return WHOLE_GPU_PROFILE if self.mig is None else self.mig.profile
+
+    @property
+    def gpu_equivalents(self) -> float:
+        return 1.0 if self.mig is None else self.mig.gpu_equivalents
+
+
+def allocatable_devices(gpu: Gpu) -> tuple[AllocatableDevice, ...]:
+    """The devices of ``gpu`` that can be allocated, decided here once for every reader.
+
+    A GPU in MIG mode offers only its MIG instances, ordered by (GPU instance, compute instance); a
+    MIG GPU without instances offers nothing (the whole GPU cannot be allocated while MIG is on).
+    Any other GPU offers itself, whole (time-sliced and MPS replicas share that one device).
+    """
+    if gpu.sharing_mode is not SharingMode.MIG:
+        return (AllocatableDevice(gpu.uuid, None, True),)
+    seen: set[int] = set()
+    devices = []
+    for mig in sorted(gpu.mig_instances, key=lambda m: (m.gpu_instance_id, m.compute_instance_id)):
+        devices.append(AllocatableDevice(mig.uuid, mig, mig.gpu_instance_id not in seen))
+        seen.add(mig.gpu_instance_id)
+    return tuple(devices)
+
+
+@dataclass(frozen=True)
 class GpuProcess:
     """A process holding memory on a device (GPU or MIG instance)."""
 

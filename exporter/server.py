@@ -263,7 +263,7 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
     """
     if settings.backend is Backend.SIM:
         from gpulens.exporter.sim.fleet import SimulatedFleet
-        from gpulens.exporter.sim.scenario import load_scenario
+        from gpulens.exporter.sim.scenario_file import load_scenario
 
         fleet = SimulatedFleet(load_scenario(settings.scenario))
         names = fleet.node_names()

@@ -9,26 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
+from gpulens.core import metric_catalog as M
+from gpulens.exporter.families import new_family
 from gpulens.exporter.model import NodeSnapshot
-
-PREFIX = "gpulens_"
 
 
 def topology_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
     """Topology series of every GPU that answered with topology readings."""
     node = snapshot.node
-    numa = GaugeMetricFamily(PREFIX + "gpu_numa_info", "NUMA node and close CPUs of a GPU (always 1).",
-                             labels=["node", "gpu", "numa_node", "cpu_affinity"])
-    links = GaugeMetricFamily(PREFIX + "gpu_nvlink_links", "NVLink links of a GPU by state (active, inactive).",
-                              labels=["node", "gpu", "state"])
-    peers = GaugeMetricFamily(
-        PREFIX + "gpu_peer_info", "How a GPU reaches another GPU of the node (always 1).",
-        labels=["node", "gpu", "peer_gpu", "common_ancestor", "p2p_nvlink", "nvlink_domain"],
-    )
-    fabric = GaugeMetricFamily(PREFIX + "gpu_fabric_info", "NVLink fabric (NVSwitch domain) of a GPU (always 1).",
-                               labels=["node", "gpu", "cluster_uuid", "clique_id", "state"])
+    numa = new_family(M.GPU_NUMA_INFO)
+    links = new_family(M.GPU_NVLINK_LINKS)
+    peers = new_family(M.GPU_PEER_INFO)
+    fabric = new_family(M.GPU_FABRIC_INFO)
     for gpu in snapshot.gpus:
         t = gpu.topology
         if t is None or not gpu.up:

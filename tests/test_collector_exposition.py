@@ -9,9 +9,9 @@ import pytest
 
 from gpulens.collector.exposition import ExpositionError, escape_label_value, parse_exposition
 from gpulens.collector.mapping import MIB, to_store_frames
-from gpulens.collector.render import render_text, series_for
 from gpulens.collector.store import Store
-from gpulens.collector.synthetic import HOSTILE, synthetic_frames
+from tests.support.store_render import render_text, series_for
+from tests.support.synthetic_fleet import HOSTILE, synthetic_frames
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 T0 = 1_790_000_000.0

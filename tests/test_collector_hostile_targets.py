@@ -17,12 +17,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.collector.render import render_text, series_for
 from gpulens.collector.scrape import scrape_loop, scrape_once
-from gpulens.collector.synthetic import synthetic_frames
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.http_stub import Responder, http_stand_in
 from tests.support.store_lock import store_held
+from tests.support.store_render import render_text, series_for
+from tests.support.synthetic_fleet import synthetic_frames
 
 T0 = 1_790_000_000.0
 MEMORY = "gpulens_device_memory_used_bytes"

@@ -13,7 +13,7 @@ from gpulens.collector.store import Store
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
 from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import load_scenario
+from gpulens.exporter.sim.scenario_file import load_scenario
 
 T = 1_790_000_000.0 - 1_790_000_000.0 % 60 + 12 * 3600  # an instant in virtual time
 

@@ -24,10 +24,10 @@ from gpulens.collector.prometheus import (
     escape_promql_string,
     series_selector,
 )
-from gpulens.collector.render import render_text, series_for
 from gpulens.collector.store import Store
-from gpulens.collector.synthetic import HOSTILE, synthetic_frames
 from tests.support.http_stub import http_stand_in
+from tests.support.store_render import render_text, series_for
+from tests.support.synthetic_fleet import HOSTILE, synthetic_frames
 
 T0 = 1_790_000_000.0
 STEP = 60.0

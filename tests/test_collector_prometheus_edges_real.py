@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.render import render_openmetrics, series_for
 from gpulens.collector.store import Store
-from gpulens.collector.synthetic import synthetic_frames
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.prometheus import PrometheusServer, promtool, running_prometheus
+from tests.support.store_render import render_openmetrics, series_for
+from tests.support.synthetic_fleet import synthetic_frames
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -10,12 +10,12 @@ import polars as pl
 import pytest
 
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.render import render_openmetrics, series_for
 from gpulens.collector.store import Store
-from gpulens.collector.synthetic import HOSTILE, synthetic_frames
 from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import load_scenario
+from gpulens.exporter.sim.scenario_file import load_scenario
 from tests.support.prometheus import promtool, running_prometheus
+from tests.support.store_render import render_openmetrics, series_for
+from tests.support.synthetic_fleet import HOSTILE, synthetic_frames
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.collector.render import render_text, series_for
 from gpulens.collector.scrape import scrape_loop, scrape_once
-from gpulens.collector.synthetic import HOSTILE, synthetic_frames
 from tests.support.http_stub import Responder, http_stand_in
+from tests.support.store_render import render_text, series_for
+from tests.support.synthetic_fleet import HOSTILE, synthetic_frames
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 T0 = 1_790_000_000.0

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from gpulens.exporter.sim.faults import Schedule
 from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import FaultKind, Scenario, parse_scenario
+from gpulens.exporter.sim.scenario import FaultKind, Scenario
+from gpulens.exporter.sim.scenario_file import parse_scenario
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0

@@ -10,7 +10,8 @@ from gpulens.core.errors import UserError
 from gpulens.exporter.mig_catalog import MODELS, layout_problems
 from gpulens.exporter.model import SharingMode
 from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import SCENARIOS_DIR, load_scenario, parse_duration
+from gpulens.exporter.sim.scenario import SCENARIOS_DIR, parse_duration
+from gpulens.exporter.sim.scenario_file import load_scenario
 
 MINIMAL = """
 name: tiny

@@ -11,7 +11,7 @@ import pytest
 
 from gpulens.collector.schema import FACT_KEYS, FACTS
 from gpulens.collector.store import Store
-from gpulens.collector.synthetic import synthetic_frames
+from tests.support.synthetic_fleet import synthetic_frames
 
 T0 = 1_790_000_000.0
 

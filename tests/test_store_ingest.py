@@ -10,8 +10,8 @@ import pytest
 
 from gpulens.collector.parquet import attach_parquet, export_parquet
 from gpulens.collector.store import Gap, Store
-from gpulens.collector.synthetic import synthetic_frames
 from gpulens.core.errors import UserError
+from tests.support.synthetic_fleet import synthetic_frames
 
 T0 = 1_790_000_000.0  # 2026-09-21
 

@@ -6,7 +6,6 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,8 +19,9 @@ from gpulens.analytics.plan.inputs import (
     latest_time,
     queue_demands,
 )
-from gpulens.analytics.plan.model import PoolCapacity, PoolPlan, QueueDemand
+from gpulens.analytics.plan.model import FleetPlan, PoolCapacity, PoolPlan, QueueDemand
 from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
+from gpulens.analytics.plan.record import store_plan
 from gpulens.analytics.plan.solve import budget_caps, solve_pool
 from gpulens.analytics.quota import QuotaSettings
 from gpulens.core.errors import UserError
@@ -31,29 +31,6 @@ class PlanConflict(UserError):
     """The plan's constraints conflict somewhere: nothing was written (exit status 3)."""
 
     exit_code = 3
-
-
-@dataclass(frozen=True)
-class FleetPlan:
-    """Every pool's plan, the queue entries that could not be planned, and the run they belong to."""
-
-    run_id: str
-    generated_at: datetime
-    window_start: datetime
-    window_end: datetime
-    policy: PlanPolicy
-    pools: tuple[PoolPlan, ...]
-    unplanned: tuple[QueueDemand, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def conflicts(self) -> tuple[PoolPlan, ...]:
-        return tuple(p for p in self.pools if p.conflict is not None)
-
-    @property
-    def writable(self) -> bool:
-        """Nothing is written while any constraint conflicts."""
-        return not self.conflicts
 
 
 def plan_pools(
@@ -135,7 +112,6 @@ def plan_store(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> FleetPlan:
     """Plan over the store at ``db_path``; with ``store`` the plan replaces its run's rows in ``quota_plan``."""
-    from gpulens.analytics.plan.record import store_plan
 
     path = Path(db_path)
     if not path.exists():

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from gpulens.analytics.plan.policy import PlanPolicy
 
 if TYPE_CHECKING:
     from gpulens.analytics.quota import QuotaRecommendation
@@ -105,3 +108,26 @@ class PoolPlan:
     @property
     def planned_total(self) -> int:
         return sum(q.planned for q in self.queues)
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """Every pool's plan, the queue entries that could not be planned, and the run they belong to."""
+
+    run_id: str
+    generated_at: datetime
+    window_start: datetime
+    window_end: datetime
+    policy: PlanPolicy
+    pools: tuple[PoolPlan, ...]
+    unplanned: tuple[QueueDemand, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def conflicts(self) -> tuple[PoolPlan, ...]:
+        return tuple(p for p in self.pools if p.conflict is not None)
+
+    @property
+    def writable(self) -> bool:
+        """Nothing is written while any constraint conflicts."""
+        return not self.conflicts

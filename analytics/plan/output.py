@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpulens.analytics.plan.fleet import FleetPlan
+from gpulens.analytics.plan.model import FleetPlan
 from gpulens.analytics.quota import QuotaRecommendation
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import format_quantity

@@ -9,7 +9,7 @@ import duckdb
 from gpulens.analytics.result_tables import append_columns, column_names, ddl
 
 if TYPE_CHECKING:
-    from gpulens.analytics.plan.fleet import FleetPlan
+    from gpulens.analytics.plan.model import FleetPlan
 
 
 def plan_columns(plan: FleetPlan) -> dict[str, list[object]]:

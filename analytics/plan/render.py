@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpulens.analytics.plan.fleet import FleetPlan
-from gpulens.analytics.plan.model import PoolPlan
+from gpulens.analytics.plan.model import FleetPlan, PoolPlan
 
 
 def _num(x: float | None) -> str:

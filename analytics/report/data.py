@@ -20,6 +20,7 @@ from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
 from gpulens.analytics.run_parameters import RunDescription, describe_run
 from gpulens.collector.store_errors import StoreMissing, store_error
 from gpulens.core.errors import UserError
+from gpulens.core.states import DeviceState
 
 RESULT_TABLE_PRODUCERS: dict[str, str] = {
     "idle_capacity": "gpulens analyze",
@@ -296,20 +297,16 @@ class StoreReader:
         neighbouring buckets are averaged into wider ones so that at most that many rows remain.
         """
         run_id = self._run_id("idle_capacity")
+        states = list(DeviceState)
+        per_state = ", ".join(f"sum(ge_hours) FILTER (WHERE state = $s{i}) / any_value(h) AS s{i}" for i in range(len(states)))
         frame = self.frame(
-            """
-            SELECT bucket_start AS bucket,
-                   sum(ge_hours) FILTER (WHERE state = 'allocated-active') / any_value(h) AS "allocated-active",
-                   sum(ge_hours) FILTER (WHERE state = 'allocated-idle') / any_value(h) AS "allocated-idle",
-                   sum(ge_hours) FILTER (WHERE state = 'allocated-unmeasured') / any_value(h)
-                       AS "allocated-unmeasured",
-                   sum(ge_hours) FILTER (WHERE state = 'unallocated') / any_value(h) AS "unallocated",
-                   sum(ge_hours) FILTER (WHERE state = 'unknown') / any_value(h) AS "unknown"
-            FROM (SELECT *, epoch(bucket_end - bucket_start) / 3600.0 AS h FROM idle_capacity WHERE run_id = ?)
+            f"""
+            SELECT bucket_start AS bucket, {per_state}
+            FROM (SELECT *, epoch(bucket_end - bucket_start) / 3600.0 AS h FROM idle_capacity WHERE run_id = $run)
             GROUP BY bucket_start ORDER BY bucket_start
-            """,
-            [run_id],
-        ).fill_null(0.0)
+            """,  # noqa: S608 - only numbered parameters and column positions are formatted in
+            {"run": run_id, **{f"s{i}": s.value for i, s in enumerate(states)}},
+        ).fill_null(0.0).rename({f"s{i}": s.value for i, s in enumerate(states)})
         if max_points is None or frame.height <= max_points:
             return frame
         bucket_seconds = int(self.selected_run()["bucket_seconds"][0])
@@ -335,12 +332,12 @@ class StoreReader:
             """
             WITH hours AS (
                 SELECT tenant,
-                       coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-active'), 0) AS active_ge_hours,
-                       coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-idle'), 0) AS idle_ge_hours,
-                       coalesce(sum(ge_hours) FILTER (WHERE state = 'allocated-unmeasured'), 0) AS unmeasured_ge_hours,
+                       coalesce(sum(ge_hours) FILTER (WHERE state = $active), 0) AS active_ge_hours,
+                       coalesce(sum(ge_hours) FILTER (WHERE state = $idle), 0) AS idle_ge_hours,
+                       coalesce(sum(ge_hours) FILTER (WHERE state = $unmeasured), 0) AS unmeasured_ge_hours,
                        sum(ge_hours) AS held_ge_hours
                 FROM idle_capacity
-                WHERE run_id = $run AND tenant IS NOT NULL AND state LIKE 'allocated-%'
+                WHERE run_id = $run AND tenant IS NOT NULL AND state IN ($active, $idle, $unmeasured)
                 GROUP BY tenant
             ),
             money AS (
@@ -357,7 +354,8 @@ class StoreReader:
             FROM hours h LEFT JOIN money m USING (tenant)
             ORDER BY h.idle_ge_hours DESC, h.tenant
             """,
-            {"run": run_id},
+            {"run": run_id, "active": DeviceState.ALLOCATED_ACTIVE.value, "idle": DeviceState.ALLOCATED_IDLE.value,
+             "unmeasured": DeviceState.ALLOCATED_UNMEASURED.value},
         )
 
     def chargeback_by_account(self) -> pl.DataFrame:

@@ -10,19 +10,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpulens.core.states import DeviceState
+
 PALETTE = ("#2f6fb0", "#e08a2c", "#9a9a9a", "#3c9d5d", "#c0392b", "#7d5ba6", "#17becf", "#8c564b")
 """Colours for series without a state colour."""
 
 STATE_COLOURS: dict[str, str] = {
-    "allocated-active": "#2f6fb0",
+    DeviceState.ALLOCATED_ACTIVE: "#2f6fb0",
     "active": "#2f6fb0",
-    "allocated-idle": "#e08a2c",
+    DeviceState.ALLOCATED_IDLE: "#e08a2c",
     "idle": "#e08a2c",
-    "allocated-unmeasured": "#7d5ba6",
+    DeviceState.ALLOCATED_UNMEASURED: "#7d5ba6",
     "unmeasured": "#7d5ba6",
     "shared-unallocated": "#17becf",
-    "unallocated": "#9a9a9a",
-    "unknown": "#d6d6d6",
+    DeviceState.UNALLOCATED: "#9a9a9a",
+    DeviceState.UNKNOWN: "#d6d6d6",
 }
 """One colour per capacity or cost state, shared by the report and the Streamlit app."""
 

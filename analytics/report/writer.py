@@ -25,6 +25,7 @@ from gpulens.analytics.report.mig_layout_section import mig_layout_section
 from gpulens.analytics.report.placement_section import placement_section
 from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
 from gpulens.core.errors import UserError
+from gpulens.core.states import HealthState
 
 INDEX = "index.html"
 TENANTS_CSV = "tenants.csv"
@@ -332,8 +333,8 @@ def _health(b: _Build) -> str:
     health = b.reader.health()
     drain = health.filter(pl.col("drain_candidate"))
     parts = [h.cards([("drain candidates", str(drain.filter(pl.col("scope") == "gpu").height)),
-                      ("GPUs warned", str(health.filter((pl.col("state") == "warn") & (pl.col("scope") == "gpu")).height)),
-                      ("GPUs ok", str(health.filter((pl.col("state") == "ok") & (pl.col("scope") == "gpu")).height))])]
+                      ("GPUs warned", str(health.filter((pl.col("state") == HealthState.WARN.value) & (pl.col("scope") == "gpu")).height)),
+                      ("GPUs ok", str(health.filter((pl.col("state") == HealthState.OK.value) & (pl.col("scope") == "gpu")).height))])]
     columns = [
         h.Col("scope", "scope", h.text, numeric=False), h.Col("node", "node", h.text, numeric=False),
         h.Col("gpu_uuid", "GPU", h.text, numeric=False), h.Col("state", "state", h.text, numeric=False),
@@ -342,7 +343,7 @@ def _health(b: _Build) -> str:
     ]
     parts.append("<h3>Drain list</h3>")
     parts.append(h.table(drain, columns) if drain.height else "<p>No GPU needs draining.</p>")
-    warn = health.filter(pl.col("state") == "warn")
+    warn = health.filter(pl.col("state") == HealthState.WARN.value)
     if warn.height:
         parts.append("<h3>Warnings</h3>" + h.table(warn, columns, limit=MAX_ROWS))
     try:

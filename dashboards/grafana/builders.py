@@ -24,6 +24,8 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from gpulens.core import metric_catalog as M
+
 TAG = "gpulens"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 GE_UNIT = "suffix: GE"  # Grafana custom unit: GPU-equivalents
@@ -73,14 +75,14 @@ def label_variable(name: str, label: str, query: str, description: str) -> dashb
 
 def tenant_variable() -> dashboard.QueryVariable:
     return label_variable(
-        "tenant", "Tenant", "label_values(gpulens_tenant_allocated_gpu_equivalents, tenant)",
+        "tenant", "Tenant", f"label_values({M.TENANT_ALLOCATED_GPU_EQUIVALENTS.name}, tenant)",
         "Tenants holding GPU devices in the time range.",
     )
 
 
 def node_variable() -> dashboard.QueryVariable:
     return label_variable(
-        "node", "Node", "label_values(gpulens_gpu_info, node)", "Kubernetes nodes with GPUs."
+        "node", "Node", f"label_values({M.GPU_INFO.name}, node)", "Kubernetes nodes with GPUs."
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from gpulens.core import metric_catalog as M
 from gpulens.dashboards.grafana.builders import (
     GE_UNIT,
     bargauge_panel,
@@ -41,7 +42,7 @@ def ge_hours(record: str) -> str:
 
 
 def build() -> dashboard.Dashboard:
-    allocated = ge_hours("tenant:gpulens_allocation_gpu_equivalents:sum")
+    allocated = ge_hours(f"tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum")
     idle = ge_hours("tenant:gpulens_idle_gpu_equivalents:sum")
     return (
         new_dashboard(
@@ -84,14 +85,14 @@ def build() -> dashboard.Dashboard:
             "Cost by tenant and profile", "Where the money goes: whole GPUs and each MIG profile.", "none",
             query(
                 "sum by (tenant, profile) (avg_over_time("
-                f"tenant_profile:gpulens_allocation_gpu_equivalents:sum{{{T}}}[$__range])) * {HOURS} * {PRICE}",
+                f"tenant_profile:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}}[$__range])) * {HOURS} * {PRICE}",
                 "{{tenant}} {{profile}}", instant=True,
             ),
         ))
         .with_row(dashboard.Row("Rate"))
         .with_panel(timeseries_panel(
             "Cost per hour by tenant", "Allocated GE x price: what each tenant is spending per hour now.", "none",
-            query(f"tenant:gpulens_allocation_gpu_equivalents:sum{{{T}}} * {PRICE}", "{{tenant}}"),
+            query(f"tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}} * {PRICE}", "{{tenant}}"),
             stacked=True,
         ))
         .with_panel(timeseries_panel(
@@ -101,7 +102,7 @@ def build() -> dashboard.Dashboard:
         ))
         .with_panel(timeseries_panel(
             "Allocated GE by tenant", "The allocation the cost is computed from.", GE_UNIT,
-            query(f"tenant:gpulens_allocation_gpu_equivalents:sum{{{T}}}", "{{tenant}}"),
+            query(f"tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}}", "{{tenant}}"),
             span=24,
         ))
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from gpulens.core import metric_catalog as M
 from gpulens.dashboards.grafana.builders import (
     GE_UNIT,
     bargauge_panel,
@@ -28,28 +29,28 @@ def build() -> dashboard.Dashboard:
         .with_row(dashboard.Row("Now"))
         .with_panel(stat_panel(
             "GPUs answering", "GPUs whose NVML readings work, of all GPUs known.", "none",
-            query("sum(cluster:gpulens_gpu_up:sum)", "up", instant=True),
+            query(f"sum(cluster:{M.GPU_UP.name}:sum)", "up", instant=True),
             query("sum(cluster:gpulens_gpus:count)", "known", instant=True),
         ))
         .with_panel(stat_panel(
             "Capacity", "GPU-equivalents of all allocatable devices.", GE_UNIT,
-            query("sum(cluster:gpulens_device_gpu_equivalents:sum)", "capacity", instant=True),
+            query(f"sum(cluster:{M.DEVICE_GPU_EQUIVALENTS.name}:sum)", "capacity", instant=True),
         ))
         .with_panel(stat_panel(
             "Allocated", "Share of the capacity held by pods.", "percentunit",
             query(
-                "sum(cluster:gpulens_allocation_gpu_equivalents:sum) / sum(cluster:gpulens_device_gpu_equivalents:sum)",
+                f"sum(cluster:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum) / sum(cluster:{M.DEVICE_GPU_EQUIVALENTS.name}:sum)",
                 "allocated", instant=True,
             ),
         ))
         .with_panel(stat_panel(
             "Active", "Allocated share x measured activity (a lower bound where activity is unmeasured).",
             GE_UNIT,
-            query("sum(cluster:gpulens_tenant_active_gpu_equivalents:sum)", "active", instant=True),
+            query(f"sum(cluster:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:sum)", "active", instant=True),
         ))
         .with_panel(stat_panel(
             "Unmeasured", "Allocated GE whose activity the hardware cannot report (A100 MIG).", GE_UNIT,
-            query("sum(cluster:gpulens_tenant_unmeasured_gpu_equivalents:sum)", "unmeasured", instant=True),
+            query(f"sum(cluster:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum)", "unmeasured", instant=True),
         ))
         .with_panel(stat_panel(
             "Idle (allocated)", "Allocated GE with no measured activity: allocated - active - unmeasured.",
@@ -59,10 +60,10 @@ def build() -> dashboard.Dashboard:
         .with_row(dashboard.Row("Over time"))
         .with_panel(timeseries_panel(
             "Capacity, allocated and active", "Fleet GE over time.", GE_UNIT,
-            query("sum(cluster:gpulens_device_gpu_equivalents:sum)", "capacity"),
-            query("sum(cluster:gpulens_allocation_gpu_equivalents:sum)", "allocated"),
-            query("sum(cluster:gpulens_tenant_active_gpu_equivalents:sum)", "active"),
-            query("sum(cluster:gpulens_tenant_unmeasured_gpu_equivalents:sum)", "unmeasured"),
+            query(f"sum(cluster:{M.DEVICE_GPU_EQUIVALENTS.name}:sum)", "capacity"),
+            query(f"sum(cluster:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum)", "allocated"),
+            query(f"sum(cluster:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:sum)", "active"),
+            query(f"sum(cluster:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum)", "unmeasured"),
         ))
         .with_panel(timeseries_panel(
             "Idle GE by tenant", "Allocated but measurably idle GE, stacked by tenant.", GE_UNIT,
@@ -71,8 +72,8 @@ def build() -> dashboard.Dashboard:
         ))
         .with_panel(timeseries_panel(
             "Allocated GE by GPU model", "Allocated and total GE per GPU model.", GE_UNIT,
-            query("sum by (model) (model:gpulens_allocation_gpu_equivalents:sum)", "{{model}} allocated"),
-            query("sum by (model) (model:gpulens_device_gpu_equivalents:sum)", "{{model}} capacity"),
+            query(f"sum by (model) (model:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum)", "{{model}} allocated"),
+            query(f"sum by (model) (model:{M.DEVICE_GPU_EQUIVALENTS.name}:sum)", "{{model}} capacity"),
         ))
         .with_panel(bargauge_panel(
             "Free devices by shape", "Devices nobody holds, per GPU model and profile (fragmentation input).",
@@ -83,7 +84,7 @@ def build() -> dashboard.Dashboard:
         .with_row(dashboard.Row("Tenants and health"))
         .with_panel(table_panel(
             "Top tenants by allocated GE", "The ten tenants holding the most GE now.", GE_UNIT,
-            query("topk(10, sum by (tenant) (tenant:gpulens_allocation_gpu_equivalents:sum))", "",
+            query(f"topk(10, sum by (tenant) (tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum))", "",
                   instant=True, as_table=True),
             span=12,
         ))
@@ -96,8 +97,8 @@ def build() -> dashboard.Dashboard:
             span=12,
         ))
         .with_panel(table_panel(
-            "Lost GPUs", "GPUs that stopped answering (gpulens_gpu_up == 0).", "none",
-            query("gpulens_gpu_up == 0", "", instant=True, as_table=True),
+            "Lost GPUs", f"GPUs that stopped answering ({M.GPU_UP.name} == 0).", "none",
+            query(f"{M.GPU_UP.name} == 0", "", instant=True, as_table=True),
             span=12,
         ))
     )

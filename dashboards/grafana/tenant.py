@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
+from gpulens.core import metric_catalog as M
 from gpulens.dashboards.grafana.builders import (
     GE_UNIT,
     new_dashboard,
@@ -32,15 +33,15 @@ def build() -> dashboard.Dashboard:
         .with_row(dashboard.Row("Now"))
         .with_panel(stat_panel(
             "Allocated", "GPU-equivalents held by the selected tenants.", GE_UNIT,
-            query(f"sum(tenant:gpulens_allocation_gpu_equivalents:sum{{{T}}})", "allocated", instant=True),
+            query(f"sum(tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}})", "allocated", instant=True),
         ))
         .with_panel(stat_panel(
             "Devices held", "Whole GPUs, MIG instances or shared replicas.", "none",
-            query(f"sum(tenant:gpulens_tenant_devices:sum{{{T}}})", "devices", instant=True),
+            query(f"sum(tenant:{M.TENANT_DEVICES.name}:sum{{{T}}})", "devices", instant=True),
         ))
         .with_panel(stat_panel(
             "Unmeasured", "Allocated GE whose activity the hardware cannot report.", GE_UNIT,
-            query(f"sum(tenant:gpulens_tenant_unmeasured_gpu_equivalents:sum{{{T}}})", "unmeasured", instant=True),
+            query(f"sum(tenant:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum{{{T}}})", "unmeasured", instant=True),
         ))
         .with_panel(stat_panel(
             "Idle", "Allocated GE with no measured activity.", GE_UNIT,
@@ -49,9 +50,9 @@ def build() -> dashboard.Dashboard:
         .with_panel(stat_panel(
             "Activity (measured)", "Active GE / measured allocated GE.", "percentunit",
             query(
-                f"sum(tenant:gpulens_tenant_active_gpu_equivalents:sum{{{T}}}) / "
-                f"(sum(tenant:gpulens_allocation_gpu_equivalents:sum{{{T}}}) - "
-                f"(sum(tenant:gpulens_tenant_unmeasured_gpu_equivalents:sum{{{T}}}) or vector(0)))",
+                f"sum(tenant:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:sum{{{T}}}) / "
+                f"(sum(tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}}) - "
+                f"(sum(tenant:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum{{{T}}}) or vector(0)))",
                 "activity", instant=True,
             ),
             span=8,
@@ -59,11 +60,11 @@ def build() -> dashboard.Dashboard:
         .with_row(dashboard.Row("Over time"))
         .with_panel(timeseries_panel(
             "Allocated GE", "GE held per tenant.", GE_UNIT,
-            query(f"tenant:gpulens_allocation_gpu_equivalents:sum{{{T}}}", "{{tenant}}"),
+            query(f"tenant:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}}", "{{tenant}}"),
         ))
         .with_panel(timeseries_panel(
             "Active GE", "Allocated share x measured activity per tenant.", GE_UNIT,
-            query(f"tenant:gpulens_tenant_active_gpu_equivalents:sum{{{T}}}", "{{tenant}}"),
+            query(f"tenant:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:sum{{{T}}}", "{{tenant}}"),
         ))
         .with_panel(timeseries_panel(
             "Idle GE", "Allocated - active - unmeasured, per tenant.", GE_UNIT,
@@ -71,12 +72,12 @@ def build() -> dashboard.Dashboard:
         ))
         .with_panel(timeseries_panel(
             "Activity of the measured allocation", "Active / (allocated - unmeasured) per tenant.", "percentunit",
-            query(f"tenant:gpulens_tenant_active_gpu_equivalents:ratio{{{T}}}", "{{tenant}}"),
+            query(f"tenant:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:ratio{{{T}}}", "{{tenant}}"),
         ))
         .with_panel(timeseries_panel(
             "Allocated GE by profile", "Whole GPUs and each MIG profile, per tenant.", GE_UNIT,
-            query(f"tenant_profile:gpulens_allocation_gpu_equivalents:sum{{{T}}}", "{{tenant}} {{profile}}"),
-            query(f"tenant_profile:gpulens_tenant_active_gpu_equivalents:sum{{{T}}}", "{{tenant}} {{profile}} active"),
+            query(f"tenant_profile:{M.ALLOCATION_GPU_EQUIVALENTS.name}:sum{{{T}}}", "{{tenant}} {{profile}}"),
+            query(f"tenant_profile:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:sum{{{T}}}", "{{tenant}} {{profile}} active"),
             span=24,
         ))
         .with_row(dashboard.Row("Pods"))
@@ -84,7 +85,7 @@ def build() -> dashboard.Dashboard:
             "Pods holding GPU devices", "Each container's share of a device (GE).", GE_UNIT,
             query(
                 "sum by (tenant, namespace, pod, container, workload_kind, workload, node, device, profile, sharing_mode)"
-                f" (gpulens_allocation_gpu_equivalents{{{TN}}})",
+                f" ({M.ALLOCATION_GPU_EQUIVALENTS.name}{{{TN}}})",
                 "", instant=True, as_table=True,
             ),
         ))
@@ -93,9 +94,9 @@ def build() -> dashboard.Dashboard:
             "percentunit",
             query(
                 "(max by (cluster, node, device, tenant, namespace, pod)"
-                f" (gpulens_allocation_gpu_equivalents{{{TN}}}) > bool 0)"
+                f" ({M.ALLOCATION_GPU_EQUIVALENTS.name}{{{TN}}}) > bool 0)"
                 " * on (cluster, node, device) group_left () max by (cluster, node, device)"
-                ' (gpulens_device_activity_ratio{node=~"$node"})',
+                f' ({M.DEVICE_ACTIVITY_RATIO.name}{{node=~"$node"}})',
                 "", instant=True, as_table=True,
             ),
         ))

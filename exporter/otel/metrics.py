@@ -3,7 +3,8 @@
 Names follow the hardware semantic conventions where they exist (``hw.gpu.utilization``,
 ``hw.gpu.memory.usage``/``limit``, ``hw.power``, ``hw.energy``, ``hw.temperature``, ``hw.errors``,
 ``hw.status``, with ``hw.id``/``hw.parent``/``hw.type``); allocation and XID readings, which have no
-convention, use the ``gpulens.`` namespace with ``k8s.*`` attributes for the pod.
+convention, use the ``gpulens.`` namespace with ``k8s.*`` attributes for the pod. Each instrument is the
+OTel side of a series of ``gpulens.core.metric_catalog``, which holds its name, unit and description.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot
+from gpulens.core import metric_catalog as M
+from gpulens.core.metric_catalog import MetricSpec, OtelKind
+from gpulens.exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot, allocatable_devices
 
 SnapshotProvider = Callable[[], NodeSnapshot | None]
 
@@ -27,18 +30,16 @@ def _devices(snapshot: NodeSnapshot) -> Iterable[tuple[dict[str, Any], float | N
     for gpu in snapshot.gpus:
         if not gpu.up:
             continue
-        if not gpu.mig_instances:
-            attrs = {**_gpu_attrs(gpu), "gpulens.profile": WHOLE_GPU_PROFILE}
-            yield attrs, gpu.activity_ratio, gpu.memory_used_bytes, gpu.memory_total_bytes, True
-            continue
-        seen: set[int] = set()
-        for mig in gpu.mig_instances:
+        for device in allocatable_devices(gpu):
+            mig = device.mig
+            if mig is None:
+                attrs = {**_gpu_attrs(gpu), "gpulens.profile": WHOLE_GPU_PROFILE}
+                yield attrs, gpu.activity_ratio, gpu.memory_used_bytes, gpu.memory_total_bytes, True
+                continue
             attrs = {"hw.id": mig.uuid, "hw.type": "gpu", "hw.parent": gpu.uuid, "hw.model": gpu.model,
                      "gpulens.profile": mig.profile, "gpulens.gpu_instance": mig.gpu_instance_id,
                      "gpulens.compute_instance": mig.compute_instance_id}
-            first = mig.gpu_instance_id not in seen
-            seen.add(mig.gpu_instance_id)
-            yield attrs, mig.activity_ratio, mig.memory_used_bytes, mig.memory_total_bytes, first
+            yield attrs, mig.activity_ratio, mig.memory_used_bytes, mig.memory_total_bytes, device.carries_memory
 
 
 def register_instruments(meter: Meter, snapshot: SnapshotProvider,
@@ -106,27 +107,33 @@ def register_instruments(meter: Meter, snapshot: SnapshotProvider,
     def exporter_errors(_options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"gpulens.source": name}) for name, n in errors_total().items()]
 
-    meter.create_observable_gauge("hw.gpu.utilization", [each(utilization)], unit="1",
-                                  description="Graphics-engine activity of a GPU or MIG instance")
-    meter.create_observable_up_down_counter("hw.gpu.memory.usage", [each(memory(True))], unit="By",
-                                            description="GPU memory in use (once per GPU or MIG GPU instance)")
-    meter.create_observable_up_down_counter("hw.gpu.memory.limit", [each(memory(False))], unit="By",
-                                            description="GPU memory size (once per GPU or MIG GPU instance)")
-    meter.create_observable_gauge("hw.power", [each(per_gpu(lambda g: g.health.power_watts))], unit="W",
-                                  description="Power draw of the physical GPU")
-    meter.create_observable_counter("hw.energy", [each(per_gpu(lambda g: g.health.energy_joules))], unit="J",
-                                    description="Energy consumed since the driver loaded")
-    meter.create_observable_gauge("hw.temperature", [each(per_gpu(lambda g: g.health.temperature_celsius))],
-                                  unit="Cel", description="GPU core temperature")
-    meter.create_observable_counter("hw.errors", [each(errors)], unit="{error}",
-                                    description="Aggregate ECC errors of the GPU")
-    meter.create_observable_up_down_counter("hw.status", [each(status)], unit="1",
-                                            description="1 for the GPU's current state (ok / failed)")
-    meter.create_observable_counter("gpulens.gpu.xid.errors", [each(xids)], unit="{event}",
-                                    description="XID events by code since the exporter started")
-    meter.create_observable_gauge("gpulens.allocation.gpu_equivalents", [each(allocations)], unit="1",
-                                  description="Share of a device held by one container")
-    meter.create_observable_gauge("gpulens.exporter.cycle.duration", [each(cycle_duration)], unit="s",
-                                  description="Wall time of the last collection cycle")
-    meter.create_observable_counter("gpulens.exporter.errors", [exporter_errors], unit="{error}",
-                                    description="Errors by source since the exporter started")
+    callbacks: dict[MetricSpec, Callable[[CallbackOptions], Iterable[Observation]]] = {
+        M.DEVICE_ACTIVITY_RATIO: each(utilization),
+        M.DEVICE_MEMORY_USED_BYTES: each(memory(True)),
+        M.DEVICE_MEMORY_TOTAL_BYTES: each(memory(False)),
+        M.GPU_POWER_WATTS: each(per_gpu(lambda g: g.health.power_watts)),
+        M.GPU_ENERGY_JOULES: each(per_gpu(lambda g: g.health.energy_joules)),
+        M.GPU_TEMPERATURE_CELSIUS: each(per_gpu(lambda g: g.health.temperature_celsius)),
+        M.GPU_ECC_ERRORS: each(errors),
+        M.GPU_UP: each(status),
+        M.GPU_XID_ERRORS: each(xids),
+        M.ALLOCATION_GPU_EQUIVALENTS: each(allocations),
+        M.EXPORTER_CYCLE_DURATION_SECONDS: each(cycle_duration),
+        M.EXPORTER_ERRORS: exporter_errors,
+    }
+    for spec, callback in callbacks.items():
+        create_instrument(meter, spec, callback)
+
+
+def create_instrument(meter: Meter, spec: MetricSpec,
+                      callback: Callable[[CallbackOptions], Iterable[Observation]]) -> None:
+    """The observable instrument of ``spec`` (name, kind, unit and description from the metric catalog)."""
+    otel = spec.otel
+    if otel is None:
+        raise ValueError(f"{spec.name} has no OTel instrument in the metric catalog")
+    create = {
+        OtelKind.GAUGE: meter.create_observable_gauge,
+        OtelKind.COUNTER: meter.create_observable_counter,
+        OtelKind.UP_DOWN_COUNTER: meter.create_observable_up_down_counter,
+    }[otel.kind]
+    create(otel.name, [callback], unit=otel.unit, description=spec.otel_description)

@@ -10,16 +10,15 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.sim.scenario import shape_resource
+from gpulens.exporter.sim.plan import FleetPlan
+from gpulens.exporter.sim.pods import pod_identity
+from gpulens.exporter.sim.scenario import Scenario, shape_resource
 from gpulens.exporter.sim.workloads import batch_slots, pod_present
-
-if TYPE_CHECKING:
-    from gpulens.exporter.sim.fleet import SimulatedFleet
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -167,11 +166,9 @@ def pod_labels(pod_queue: str | None, workload_name: str, tenant_labels: Mapping
     return labels
 
 
-def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
-    """The cluster's tenancy and queue objects at ``t``."""
-    from gpulens.exporter.sim.fleet import pod_identity
-
-    s = fleet.scenario
+def build_cluster_state(scenario: Scenario, plan: FleetPlan, t: float) -> ClusterState:
+    """The cluster's tenancy and queue objects at ``t`` for a scenario and its placement plan."""
+    s = scenario
     tarr = np.array([float(t)])
     tenants = []
     namespaces: list[Namespace] = []
@@ -196,7 +193,7 @@ def build_cluster_state(fleet: SimulatedFleet, t: float) -> ClusterState:
     usage: dict[tuple[str, str, str], float] = defaultdict(float)
     admitted: dict[str, set[str]] = defaultdict(set)
     ns_used: dict[tuple[str, str], float] = defaultdict(float)
-    for node in fleet.plan.nodes.values():
+    for node in plan.nodes.values():
         for pod in node.pods:
             if not pod_present(s.seed, pod, tarr)[0]:
                 continue

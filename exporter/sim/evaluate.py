@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpulens.exporter.model import SharingMode
+from gpulens.exporter.sim.constants import NodeConstants
 from gpulens.exporter.sim.faults import XID_CODE, Schedule, faults_on
 from gpulens.exporter.sim.noise import centered_noise, stable_key, stable_unit
 from gpulens.exporter.sim.plan import NodePlan
 from gpulens.exporter.sim.power import HARDWARE, PowerLedger, model_power, node_load, sum_rows
 from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
 from gpulens.exporter.sim.scenario import FaultKind, Scenario
-from gpulens.exporter.sim.workloads import NOISE_SLOT, HoldingTable, holding_table, table_memory
+from gpulens.exporter.sim.workloads import NOISE_SLOT, holding_table, table_memory
 
 MHZ = 1e6
 MIB = 1024 * 1024
@@ -67,23 +68,6 @@ class NodeArrays:
     xid_last: dict[int, np.ndarray]  # code -> (G, T) absolute seconds, NaN before the first
     xid_gpus: dict[int, frozenset[int]]
     """Which GPU indexes have a scheduled fault of each code (others do not report that code)."""
-
-
-@dataclass(frozen=True)
-class NodeConstants:
-    """Everything about a node that does not depend on time, computed once (``node_constants``)."""
-
-    holdings: HoldingTable
-    pod_first_holding: np.ndarray  # (P,) row of each pod's first holding
-    batch_pods: np.ndarray  # (P,) bool
-    gpu_key: np.ndarray  # (G, 1) uint64
-    sbe_per_day: np.ndarray  # (G, 1) corrected ECC errors per day (0 for most GPUs)
-    device_gpu: np.ndarray  # (D,) GPU index of each device
-    device_share: np.ndarray  # (D, 1) compute share of each device
-    device_base: np.ndarray  # (D, 1) driver base memory of the device's GI (bytes)
-    device_total: np.ndarray  # (D, 1) memory of the device's GI (bytes)
-    device_gi_first: np.ndarray  # (D,) first device of the same GI
-    mig_no_gpm: np.ndarray  # (D,) devices whose activity the hardware cannot report
 
 
 def node_constants(s: Scenario, node: NodePlan) -> NodeConstants:

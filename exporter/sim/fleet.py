@@ -11,7 +11,6 @@ import math
 import threading
 from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,33 +26,20 @@ from gpulens.exporter.model import (
     SharingMode,
 )
 from gpulens.exporter.sim.cluster import ClusterState, build_cluster_state
-from gpulens.exporter.sim.evaluate import NodeArrays, NodeConstants, evaluate, node_constants
+from gpulens.exporter.sim.constants import NodeConstants
+from gpulens.exporter.sim.evaluate import NodeArrays, evaluate, node_constants
 from gpulens.exporter.sim.faults import THERMAL_REASONS
-from gpulens.exporter.sim.noise import stable_key, stable_uuid
-from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan, build_plan
+from gpulens.exporter.sim.history import SimulatedHistory, build_history
+from gpulens.exporter.sim.noise import stable_key
+from gpulens.exporter.sim.plan import FleetPlan, NodePlan, build_plan
+from gpulens.exporter.sim.pods import pod_identity
 from gpulens.exporter.sim.power import PowerLedger
 from gpulens.exporter.sim.scenario import Scenario
 from gpulens.exporter.sim.topology import node_topology
 
-if TYPE_CHECKING:
-    from gpulens.exporter.sim.history import SimulatedHistory
-
 
 def _opt(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
-
-
-def pod_identity(seed: int, pod: PodPlan, slot: int) -> tuple[str, str]:
-    """(name, uid) of a pod; batch pods get a new name and uid in every slot."""
-    return _identity(seed, pod.key, pod.base_name, pod.workload.name, pod.workload.slot_seconds, slot)
-
-
-@lru_cache(maxsize=65536)
-def _identity(seed: int, key: int, base_name: str, workload: str, slot_seconds: float, slot: int) -> tuple[str, str]:
-    if slot < 0:
-        return base_name, stable_uuid(seed, "uid", key)
-    job = f"{workload}-{int(slot * slot_seconds // 60)}"
-    return f"{job}-{stable_uuid(seed, 'slotpod', key, slot)[:5]}", stable_uuid(seed, "uid", key, slot)
 
 
 @lru_cache(maxsize=65536)
@@ -122,14 +108,12 @@ class SimulatedFleet:
 
     def cluster_state(self, t: float) -> ClusterState:
         """Tenants, namespaces, Kueue queues, pods and pending demand at time ``t``."""
-        return build_cluster_state(self, t)
+        return build_cluster_state(self.scenario, self.plan, t)
 
     def history(
         self, start: float, end: float, step: float | None = None, nodes: list[str] | None = None
     ) -> SimulatedHistory:
         """Samples in [start, end) every ``step`` seconds, as polars frames shaped like the store's tables."""
-        from gpulens.exporter.sim.history import build_history
-
         return build_history(self, start, end, self.scenario.step if step is None else step, nodes)
 
     # -- snapshot pieces -------------------------------------------------------------------------

@@ -16,26 +16,41 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
 
 from gpulens.core.errors import UserError
+from gpulens.core.metric_catalog import DEVICE_ACTIVITY_RATIO
 from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.model import NodeSnapshot, SharingMode
+from gpulens.exporter.model import NodeSnapshot, SharingMode, allocatable_devices
 from gpulens.exporter.sim.evaluate import NodeArrays
 from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
-from gpulens.exporter.sim.plan import NodePlan, PodPlan
+from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan
+from gpulens.exporter.sim.pods import pod_identity
 from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
-from gpulens.exporter.sim.scenario import FaultKind, shape_resource
+from gpulens.exporter.sim.scenario import FaultKind, Scenario, shape_resource
 from gpulens.exporter.sim.topology import node_topology_labels, topology_rows
 from gpulens.exporter.sim.workloads import batch_slots, pod_present
 
-if TYPE_CHECKING:
-    from gpulens.exporter.sim.fleet import SimulatedFleet
+
+class FleetModel(Protocol):
+    """What history is built from: a scenario, its placement plan and node readings over many times."""
+
+    scenario: Scenario
+    plan: FleetPlan
+
+    def node_names(self) -> list[str]: ...
+
+    def node_plan(self, node: str) -> NodePlan: ...
+
+    def arrays(self, node: str, times: np.ndarray | list[float]) -> NodeArrays: ...
+
 
 SOURCE = "sim"
+ACTIVITY_SIGNAL = DEVICE_ACTIVITY_RATIO.name
+"""What the simulated exporter's activity readings are recorded as (the series a collection reads)."""
 TS = pl.Datetime("us")
 S = pl.String
 F = pl.Float64
@@ -174,7 +189,7 @@ def sample_times(start: float, end: float, step: float) -> np.ndarray:
 
 
 def build_history(
-    fleet: SimulatedFleet, start: float, end: float, step: float, nodes: list[str] | None
+    fleet: FleetModel, start: float, end: float, step: float, nodes: list[str] | None
 ) -> SimulatedHistory:
     """See ``SimulatedFleet.history``."""
     names = fleet.node_names() if nodes is None else list(nodes)
@@ -215,7 +230,7 @@ def _device_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
         memory_total_bytes=_masked(totals.ravel(), first.ravel(), I64),
         # the simulated exporter's own series (what a collection of its /metrics records)
         activity_signal=pl.select(
-            pl.when(activity.is_not_null()).then(pl.lit("gpulens_device_activity_ratio"))
+            pl.when(activity.is_not_null()).then(pl.lit(ACTIVITY_SIGNAL))
         ).to_series(),
     )
 
@@ -252,8 +267,6 @@ def _gpu_samples(plan: NodePlan, a: NodeArrays) -> pl.DataFrame:
 
 def _pod_names(seed: int, pod: PodPlan, t: np.ndarray) -> tuple[list[tuple[str, str]], np.ndarray]:
     """(name, uid) of each distinct pod incarnation over ``t``, and which one each time uses."""
-    from gpulens.exporter.sim.fleet import pod_identity
-
     if pod.archetype != "batch":
         return [pod_identity(seed, pod, -1)], np.zeros(len(t), dtype=np.int64)
     uniq, inv = np.unique(batch_slots(pod, t), return_inverse=True)
@@ -298,7 +311,7 @@ def _inventory_times(start: float, end: float, step: float) -> np.ndarray:
     return sample_times(first, end, step) if first < end else np.zeros(0)
 
 
-def _events(fleet: SimulatedFleet, names: list[str], start: float, end: float) -> pl.DataFrame:
+def _events(fleet: FleetModel, names: list[str], start: float, end: float) -> pl.DataFrame:
     s = fleet.scenario
     records: list[dict[str, object]] = []
     for name in names:
@@ -334,7 +347,7 @@ def _trend_events(
     ]
 
 
-def _dimensions(fleet: SimulatedFleet, names: list[str], first: float, last: float) -> dict[str, pl.DataFrame]:
+def _dimensions(fleet: FleetModel, names: list[str], first: float, last: float) -> dict[str, pl.DataFrame]:
     s = fleet.scenario
     seen = {"first_seen": int(to_ts(first)), "last_seen": int(to_ts(last))}
     node_rows: list[dict[str, object]] = []
@@ -388,7 +401,7 @@ def node_labels(pool_labels: dict[str, str], model: str, sharing: SharingMode) -
     return {"nvidia.com/gpu.product": model.replace(" ", "-"), "gpulens.io/sharing-mode": str(sharing), **pool_labels}
 
 
-def _inventory(fleet: SimulatedFleet, t: np.ndarray) -> dict[str, pl.DataFrame]:
+def _inventory(fleet: FleetModel, t: np.ndarray) -> dict[str, pl.DataFrame]:
     """Quota, pending, namespace and pod snapshots at the inventory times (same values as cluster_state)."""
     from gpulens.exporter.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
 
@@ -495,25 +508,23 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
             "pcie_replay_total": h.pcie_replay_total, "nvlink_crc_errors_total": h.nvlink_crc_errors_total,
             "thermal_violation_seconds_total": h.thermal_violation_seconds_total, "source": SOURCE,
         })
-        if g.mig_instances:
-            seen_gi: set[int] = set()
-            for m in g.mig_instances:
-                first = m.gpu_instance_id not in seen_gi and g.up
-                seen_gi.add(m.gpu_instance_id)
-                device_gpu[m.uuid] = g.uuid
+        for d in allocatable_devices(g):
+            device_gpu[d.uuid] = g.uuid
+            m = d.mig
+            if m is None:  # the whole GPU is the device
                 dev.append({
-                    "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": m.uuid,
-                    "activity_ratio": m.activity_ratio, "memory_used_bytes": m.memory_used_bytes if first else None,
-                    "memory_total_bytes": m.memory_total_bytes if first else None, "source": SOURCE,
-                    "activity_signal": None if m.activity_ratio is None else "gpulens_device_activity_ratio",
+                    "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": g.uuid,
+                    "activity_ratio": g.activity_ratio, "memory_used_bytes": g.memory_used_bytes,
+                    "memory_total_bytes": g.memory_total_bytes if g.up else None, "source": SOURCE,
+                    "activity_signal": None if g.activity_ratio is None else ACTIVITY_SIGNAL,
                 })
-        else:
-            device_gpu[g.uuid] = g.uuid
+                continue
+            first = d.carries_memory and g.up
             dev.append({
-                "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": g.uuid, "activity_ratio": g.activity_ratio,
-                "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes if g.up else None,
-                "source": SOURCE,
-                "activity_signal": None if g.activity_ratio is None else "gpulens_device_activity_ratio",
+                "ts": ts, "node": snap.node, "gpu_uuid": g.uuid, "device_id": m.uuid,
+                "activity_ratio": m.activity_ratio, "memory_used_bytes": m.memory_used_bytes if first else None,
+                "memory_total_bytes": m.memory_total_bytes if first else None, "source": SOURCE,
+                "activity_signal": None if m.activity_ratio is None else ACTIVITY_SIGNAL,
             })
     for a in snap.allocations:
         alloc.append({

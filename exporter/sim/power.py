@@ -19,18 +19,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpulens.exporter.sim.constants import NodeConstants
 from gpulens.exporter.sim.faults import Schedule, faults_on
 from gpulens.exporter.sim.noise import centered_noise
 from gpulens.exporter.sim.plan import NodePlan
 from gpulens.exporter.sim.scenario import FaultKind, Scenario
 from gpulens.exporter.sim.workloads import NOISE_SLOT, table_activity, table_present, table_slots
-
-if TYPE_CHECKING:
-    from gpulens.exporter.sim.evaluate import NodeConstants
 
 MINUTE = NOISE_SLOT
 DAY = 86400.0

@@ -15,11 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from gpulens.core.config import read_user_file
-from gpulens.core.errors import UserError
 from gpulens.exporter.mig_catalog import GpuModel, layout_problems, model_by_name
 from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
 
@@ -465,41 +462,3 @@ def reference_problems(s: Scenario) -> list[str]:
         elif f.gpu >= pool.gpus_per_node:
             problems.append(f"faults.{i}.gpu: node {f.node!r} has GPUs 0..{pool.gpus_per_node - 1}")
     return problems
-
-
-def _format_validation_error(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts)
-
-
-def parse_scenario(text: str, *, origin: str) -> Scenario:
-    """Parse scenario YAML; ``origin`` names the file in error messages."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        raise UserError(f"{origin}:{where} not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(f"{origin}: {_format_validation_error(exc)}".replace("\n", " ")) from None
-    from gpulens.exporter.sim.plan import build_plan  # placement problems are scenario problems too
-
-    try:
-        build_plan(scenario)
-    except ValueError as exc:
-        raise UserError(f"{origin}: {exc}") from None
-    return scenario
-
-
-def load_scenario(path: Path | None = None) -> Scenario:
-    """Load a scenario file, or the built-in default when ``path`` is None. Problems raise ``UserError``."""
-    path = DEFAULT_SCENARIO_PATH if path is None else Path(path)
-    return parse_scenario(read_user_file(path, "scenario "), origin=str(path))

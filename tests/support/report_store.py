@@ -147,8 +147,7 @@ def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
 
 def build_quota_plan(con: duckdb.DuckDBPyConnection) -> None:
     """A ``quota_plan`` as ``gpulens plan`` records it (the real solver): one flavor, two queues."""
-    from gpulens.analytics.plan.fleet import FleetPlan
-    from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
+    from gpulens.analytics.plan.model import FleetPlan, PoolCapacity, QueueDemand
     from gpulens.analytics.plan.policy import PlanPolicy
     from gpulens.analytics.plan.record import store_plan
     from gpulens.analytics.plan.solve import solve_pool

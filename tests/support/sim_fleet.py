@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import cache
 
 from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import Scenario, load_scenario
+from gpulens.exporter.sim.scenario import Scenario
+from gpulens.exporter.sim.scenario_file import load_scenario
 
 
 @cache

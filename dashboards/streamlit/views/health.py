@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from gpulens.core.states import HealthState
 from gpulens.dashboards.streamlit.support import load, run_header, try_load
 
 st.title("Health and drain list")
@@ -48,7 +49,7 @@ else:
     st.success("No early-warning trend in the window.")
 st.subheader("Warnings")
 st.dataframe(
-    health.filter(pl.col("state") == "warn").select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG
+    health.filter(pl.col("state") == HealthState.WARN.value).select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG
 )
 st.subheader("Latest XID events")
 st.dataframe(xids, hide_index=True, width="stretch")

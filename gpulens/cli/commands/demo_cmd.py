@@ -62,7 +62,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
 
     step_seconds = parse_duration(step, what="--step")
     from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario import load_scenario
+    from gpulens.exporter.sim.scenario_file import load_scenario
 
     scenario = load_scenario(scenario_path)
     fleet = SimulatedFleet(scenario)

@@ -13,6 +13,7 @@ from typing import Literal
 import polars as pl
 
 from gpulens.collector.mapping import MIB
+from gpulens.core import metric_catalog as M
 
 Naming = Literal["gpulens", "dcgm"]
 
@@ -57,7 +58,7 @@ def _throttle_series(g: pl.DataFrame, labels: dict[str, pl.Expr]) -> pl.DataFram
     reasons = pl.DataFrame({"reason": sorted(set(BASE_THROTTLE_REASONS) | set(seen))})
     known = g.filter(pl.col("throttle_reasons").is_not_null()).join(reasons, how="cross")
     active = pl.col("throttle_reasons").list.contains(pl.col("reason")).cast(pl.Float64)
-    return _series(known, "gpulens_gpu_throttle_active", active, {**labels, "reason": pl.col("reason")})
+    return _series(known, M.GPU_THROTTLE_ACTIVE.name, active, {**labels, "reason": pl.col("reason")})
 
 
 def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -82,11 +83,11 @@ def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         ident = {**base, "model": pl.col("gpu_model"), "compute_instance": pl.col("compute_instance_id"),
                  "sharing_mode": pl.col("sharing_mode")}
         parts += [
-            _series(d, "gpulens_device_gpu_equivalents", pl.col("gpu_equivalents"), ident),
-            _series(d, "gpulens_device_activity_ratio", pl.col("activity_ratio"),
+            _series(d, M.DEVICE_GPU_EQUIVALENTS.name, pl.col("gpu_equivalents"), ident),
+            _series(d, M.DEVICE_ACTIVITY_RATIO.name, pl.col("activity_ratio"),
                     {**base, "compute_instance": pl.col("compute_instance_id")}),
-            _series(d, "gpulens_device_memory_used_bytes", pl.col("memory_used_bytes"), base),
-            _series(d, "gpulens_device_memory_total_bytes", pl.col("memory_total_bytes"), base),
+            _series(d, M.DEVICE_MEMORY_USED_BYTES.name, pl.col("memory_used_bytes"), base),
+            _series(d, M.DEVICE_MEMORY_TOTAL_BYTES.name, pl.col("memory_total_bytes"), base),
         ]
     gs = frames.get("gpu_samples")
     if gs is not None and gs.height:
@@ -95,23 +96,23 @@ def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         if gpus is not None and gpus.height:
             g = gs.join(gpus.select("gpu_uuid", "gpu_index", "gpu_model", pl.col("sharing_mode").alias("gmode")),
                         on="gpu_uuid", how="left")
-            parts.append(_series(g, "gpulens_gpu_info", pl.lit(1.0), {
+            parts.append(_series(g, M.GPU_INFO.name, pl.lit(1.0), {
                 "node": pl.col("node"), "gpu": pl.col("gpu_uuid"), "index": pl.col("gpu_index"),
                 "model": pl.col("gpu_model"), "sharing_mode": pl.col("gmode"), "driver_version": pl.lit(""),
             }))
         ng = {"node": pl.col("node"), "gpu": pl.col("gpu_uuid")}
         for metric, column in (
-            ("gpulens_gpu_up", pl.col("up").cast(pl.Float64)),
-            ("gpulens_gpu_power_watts", pl.col("power_watts")),
-            ("gpulens_gpu_energy_joules_total", pl.col("energy_joules")),
-            ("gpulens_gpu_temperature_celsius", pl.col("temperature_celsius")),
-            ("gpulens_gpu_sm_clock_hertz", pl.col("sm_clock_hz")),
-            ("gpulens_gpu_memory_clock_hertz", pl.col("memory_clock_hz")),
-            ("gpulens_gpu_retired_pages", pl.col("retired_pages_total")),
-            ("gpulens_gpu_row_remap_failed", pl.col("remapped_rows_failure").cast(pl.Float64)),
-            ("gpulens_gpu_pcie_replay_total", pl.col("pcie_replay_total")),
-            ("gpulens_gpu_nvlink_crc_errors_total", pl.col("nvlink_crc_errors_total")),
-            ("gpulens_gpu_thermal_violation_seconds_total", pl.col("thermal_violation_seconds_total")),
+            (M.GPU_UP.name, pl.col("up").cast(pl.Float64)),
+            (M.GPU_POWER_WATTS.name, pl.col("power_watts")),
+            (M.GPU_ENERGY_JOULES.name, pl.col("energy_joules")),
+            (M.GPU_TEMPERATURE_CELSIUS.name, pl.col("temperature_celsius")),
+            (M.GPU_SM_CLOCK_HERTZ.name, pl.col("sm_clock_hz")),
+            (M.GPU_MEMORY_CLOCK_HERTZ.name, pl.col("memory_clock_hz")),
+            (M.GPU_RETIRED_PAGES.name, pl.col("retired_pages_total")),
+            (M.GPU_ROW_REMAP_FAILED.name, pl.col("remapped_rows_failure").cast(pl.Float64)),
+            (M.GPU_PCIE_REPLAY.name, pl.col("pcie_replay_total")),
+            (M.GPU_NVLINK_CRC_ERRORS.name, pl.col("nvlink_crc_errors_total")),
+            (M.GPU_THERMAL_VIOLATION_SECONDS.name, pl.col("thermal_violation_seconds_total")),
         ):
             if column.meta.root_names()[0] in g.columns:
                 parts.append(_series(g, metric, column, ng))
@@ -120,7 +121,7 @@ def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         for kind, ecc_column in (("corrected", "ecc_corrected_total"), ("uncorrected", "ecc_uncorrected_total")):
             if ecc_column in g.columns:
                 parts.append(
-                    _series(g, "gpulens_gpu_ecc_errors_total", pl.col(ecc_column), {**ng, "type": pl.lit(kind)})
+                    _series(g, M.GPU_ECC_ERRORS.name, pl.col(ecc_column), {**ng, "type": pl.lit(kind)})
                 )
     al = frames.get("allocations")
     if al is not None and al.height:
@@ -129,7 +130,7 @@ def gpulens_series(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         if devices is not None:
             a = al.join(devices.select("device_id", "profile"), on="device_id", how="left")
             profile = pl.col("profile")
-        parts.append(_series(a, "gpulens_allocation_gpu_equivalents", pl.col("gpu_equivalents"), {
+        parts.append(_series(a, M.ALLOCATION_GPU_EQUIVALENTS.name, pl.col("gpu_equivalents"), {
             "node": pl.col("node"), "gpu": pl.col("gpu_uuid"), "device": pl.col("device_id"), "profile": profile,
             "namespace": pl.col("namespace"), "pod": pl.col("pod"), "container": pl.col("container"),
             "tenant": pl.col("tenant"), "sharing_mode": pl.col("sharing_mode"),
