@@ -105,6 +105,9 @@ def _as_dcgm_sees_it(truth: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.D
                                  ("activity_ratio", "memory_used_bytes", "memory_total_bytes"))
     samples = (truth["device_samples"].join(id_map, on="device_id").filter(measured)
                .with_columns(device_id=pl.col("dcgm_id")).drop("dcgm_id", "source").sort("device_id", "ts"))
+    if "activity_signal" in samples.columns:  # dcgm-exporter's activity is its profiling field
+        samples = samples.with_columns(activity_signal=pl.when(pl.col("activity_signal").is_not_null())
+                                       .then(pl.lit("DCGM_FI_PROF_GR_ENGINE_ACTIVE")))
     return samples, id_map
 
 
