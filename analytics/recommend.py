@@ -41,6 +41,7 @@ from gpulens.analytics.tas_evidence import TasEvidence, load_tas_advice
 from gpulens.analytics.tas_output import render_topology, topology_rows
 from gpulens.analytics.writers import TARGETS, QuotaTarget
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
+from gpulens.analytics.writers.base import clear_dry_run_dir
 from gpulens.analytics.writers.crd import RecommendationPolicy
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.collector.store_errors import StoreMissing, store_error
@@ -303,12 +304,7 @@ def write_dry_run(report: RecommendationReport, out_dir: str | Path) -> list[Pat
     Files an earlier run wrote there (and only those) are removed first, so the directory holds
     exactly what this run would apply.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.yaml"):
-        with old.open(encoding="utf-8", errors="replace") as f:
-            if f.readline().startswith(DRY_RUN_HEADER):
-                old.unlink()
+    out = clear_dry_run_dir(out_dir, DRY_RUN_HEADER)
     header = f"{DRY_RUN_HEADER} (run {report.run_id}, {report.generated_at:%Y-%m-%dT%H:%M:%SZ})\n"
     written = []
     for plan in report.plans:

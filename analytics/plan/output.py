@@ -12,7 +12,7 @@ from typing import Any
 from gpulens.analytics.plan.model import FleetPlan
 from gpulens.analytics.quota import QuotaRecommendation
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
-from gpulens.analytics.writers.base import format_quantity
+from gpulens.analytics.writers.base import clear_dry_run_dir, format_quantity
 from gpulens.analytics.writers.kueue import ClusterQueueTarget
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.exporter.kube_api import KubernetesClient
@@ -88,12 +88,7 @@ def _file_name(obj: ObjectPlan) -> str:
 
 def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | Path) -> list[Path]:
     """Write the apply body of every changed ClusterQueue; files an earlier plan wrote there are removed first."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.yaml"):
-        with old.open(encoding="utf-8", errors="replace") as f:
-            if f.readline().startswith(DRY_RUN_HEADER):
-                old.unlink()
+    out = clear_dry_run_dir(out_dir, DRY_RUN_HEADER)
     header = (f"{DRY_RUN_HEADER} (run {plan.run_id}, {plan.generated_at:%Y-%m-%dT%H:%M:%SZ}, evidence "
               f"{plan.window_start:%Y-%m-%dT%H:%MZ} .. {plan.window_end:%Y-%m-%dT%H:%MZ})\n")
     written = []

@@ -7,6 +7,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from gpulens.analytics.quota import QuotaEvidence
@@ -142,3 +143,15 @@ def parse_quantity(value: Any) -> float:
 
 def format_quantity(value: float) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
+
+
+def clear_dry_run_dir(out_dir: str | Path, header: str) -> Path:
+    """Create ``out_dir`` and remove the YAML files an earlier dry run wrote there (those whose first line
+    starts with ``header``), so the folder holds exactly what this run would apply; nothing else is touched."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.yaml"):
+        with old.open(encoding="utf-8", errors="replace") as f:
+            if f.readline().startswith(header):
+                old.unlink()
+    return out
