@@ -12,11 +12,11 @@ from gpulens.collector.mapping import to_store_frames
 from gpulens.collector.prometheus import collect_range, metrics_for
 from gpulens.collector.scrape import scrape_once
 from gpulens.collector.store import Store
-from gpulens.collector.synthetic import synthetic_frames
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
 from gpulens.exporter.sim.fleet import SimulatedFleet
 from gpulens.exporter.sim.scenario import load_scenario
+from tests.support.synthetic_fleet import synthetic_frames
 from tests.test_collector_prometheus import STEP, FakePrometheus, _client, fake_prometheus
 
 T = 1_790_000_000.0 - 1_790_000_000.0 % 60 + 12 * 3600
