@@ -15,7 +15,7 @@ from gpulens.collector.store import Store
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
 from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import load_scenario
+from gpulens.exporter.sim.scenario_file import load_scenario
 from tests.support.synthetic_fleet import synthetic_frames
 from tests.test_collector_prometheus import STEP, FakePrometheus, _client, fake_prometheus
 
