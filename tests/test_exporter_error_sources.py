@@ -6,7 +6,9 @@ tenant lookups, unresolvable DRA claims and failed OTLP exports, next to the cyc
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pynvml
@@ -53,6 +55,27 @@ def errors_series(text: str) -> dict[str, float]:
 
 
 @pytest.fixture
+def refusing_otlp_endpoint() -> Iterator[str]:
+    """An OTLP/HTTP endpoint that refuses every export with 400 (not retried by the SDK)."""
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/otlp"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
 def kubelet(tmp_path: Path) -> Iterator[FakeKubelet]:
     with FakeKubelet(tmp_path) as k:
         yield k
@@ -84,19 +107,18 @@ def test_nvml_unexpected_answers_tenant_lookups_and_dra_claims_each_arrive_under
     assert second["tenants"] >= first["tenants"], "a counter never goes down"
 
 
-def test_failed_otlp_exports_arrive_under_otlp(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_otlp_exports_arrive_under_otlp(monkeypatch: pytest.MonkeyPatch, refusing_otlp_endpoint: str) -> None:
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100000")  # only the flush exports
-    with FakeKubernetesApi() as nowhere:  # answers 404 to every OTLP POST: a refusal, not retried
-        readings = every_family_readings()
-        cycle = CollectionCycle(FakeDeviceSource(readings), FakeAllocationSource(()), node=readings.node,
-                                clock=FakeClock())
-        handle = start_otel(ExporterSettings(otlp_endpoint=nowhere.url, node=readings.node), cycle)
-        try:
-            cycle.run_once()
-            handle.force_flush(5_000)
-            state = cycle.run_once()
-        finally:
-            handle.shutdown()
+    readings = every_family_readings()
+    cycle = CollectionCycle(FakeDeviceSource(readings), FakeAllocationSource(()), node=readings.node,
+                            clock=FakeClock())
+    handle = start_otel(ExporterSettings(otlp_endpoint=refusing_otlp_endpoint, node=readings.node), cycle)
+    try:
+        assert cycle.run_once().errors_total.get("otlp", 0) == 0, "nothing exported yet"
+        handle.force_flush(5_000)
+        state = cycle.run_once()
+    finally:
+        handle.shutdown()
     assert state.errors_total["otlp"] >= 1
     assert errors_series(render_text(state))["otlp"] == state.errors_total["otlp"]
 
