@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
+from gpulens.collector.store_errors import connect_store, reading_store
 
 
 def render_placement(db_path: str | Path, limit: int = 10) -> str:
     """Workloads spread over more domains than needed, and free GPUs stranded by topology, of the newest run."""
-    with duckdb.connect(str(db_path), read_only=True) as con:
+    with connect_store(db_path, read_only=True) as con, reading_store(db_path):
         run = con.execute("SELECT run_id FROM analysis_runs ORDER BY created_at DESC LIMIT 1").fetchone()
         if run is None:
             return "Placement by topology: no analysis run yet."

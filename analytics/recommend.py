@@ -44,7 +44,7 @@ from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import clear_dry_run_dir
 from gpulens.analytics.writers.crd import RecommendationPolicy
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
-from gpulens.collector.store_errors import StoreMissing, store_error
+from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
 from gpulens.exporter.kube_api import KubernetesClient
 
 
@@ -138,11 +138,8 @@ def recommend(
     if not path.exists():
         raise StoreMissing(path)
     targets = settings.make_targets()
-    try:
-        con = duckdb.connect(str(path), read_only=not settings.store_results)
-    except duckdb.Error as exc:
-        raise store_error(path, exc) from exc
-    with con:
+    con = connect_store(path, read_only=not settings.store_results)
+    with con, reading_store(path):
         bind_facts(con, parquet_dir, temporary=True)
         end = settings.window_end or _latest_time(con)
         generated_at = clock().astimezone(UTC).replace(tzinfo=None)

@@ -28,7 +28,8 @@ from typing import Any
 import polars as pl
 
 from gpulens.collector.store import Store, WindowResult, to_datetime
-from gpulens.exporter.kube_api import KubernetesReads, NotFoundError
+from gpulens.core.errors import UserError
+from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, NotFoundError
 from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
 from gpulens.exporter.tenancy.pod_tenancy import (
     cluster_queue_tenant,
@@ -347,7 +348,11 @@ def collect_inventory(
     store: Store, api: KubernetesReads, *, config: TenancyConfig | None = None,
     clock: Callable[[], float] = time.time,
 ) -> WindowResult:
-    """Snapshot the cluster into the store as one window (``[now, now]``) of source ``kubernetes``."""
+    """Snapshot the cluster into the store as one window (``[now, now]``) of source ``kubernetes``; a
+    failed read (unreachable, no answer, forbidden) is a ``UserError`` and writes nothing."""
     now = clock()
-    frames = snapshot_frames(api, now, config)
+    try:
+        frames = snapshot_frames(api, now, config)
+    except KubernetesApiError as exc:
+        raise UserError(f"Kubernetes inventory failed: {exc}") from exc
     return store.ingest_window(SOURCE, now, now, frames, now=datetime.now(UTC).timestamp())

@@ -2,7 +2,9 @@
 
 Scrapes and OpenTelemetry readers only read the last published ``ExporterState``; they never call a
 source, so concurrent scrapes cannot multiply hardware reads. A failing source is counted in
-``errors_total`` and does not stop the other one.
+``errors_total`` and does not stop the other one; so are the failures a source (or anything else added
+with :meth:`CollectionCycle.count_errors_of`, such as the OTLP exporters) counts itself through the one
+:class:`~gpulens.exporter.model.ErrorCounting` protocol.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gpulens.exporter.model import (
     AllocationSource,
     DeviceReadings,
     DeviceSource,
+    ErrorCounting,
     NodeSnapshot,
     XidEventSource,
 )
@@ -131,6 +134,8 @@ class CollectionCycle:
             node=node, errors_total={DEVICES_SOURCE: 0, allocation_source_name: 0}
         )
         self._listeners: list[Callable[[ExporterState], None]] = []
+        self._error_counters: list[ErrorCounting] = [
+            s for s in _unique(device_source, allocation_source) if isinstance(s, ErrorCounting)]
         self._run_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -150,6 +155,11 @@ class CollectionCycle:
     def last_snapshot(self) -> NodeSnapshot | None:
         """The last snapshot, for OpenTelemetry readers and other consumers."""
         return self._state.snapshot
+
+    def count_errors_of(self, counter: ErrorCounting) -> None:
+        """Add ``counter``'s errors to ``errors_total`` every cycle (the sources are added already)."""
+        if all(c is not counter for c in self._error_counters):
+            self._error_counters.append(counter)
 
     def add_listener(self, listener: Callable[[ExporterState], None]) -> None:
         """Call ``listener(state)`` after each published cycle (e.g. to pre-render the exposition)."""
@@ -194,7 +204,7 @@ class CollectionCycle:
                     errors[self._allocation_source_name] = 1
                     log.warning("allocation read (%s) failed: %s", self._allocation_source_name, exc)
                     _record_error(span, exc)
-            for name, count in _take_source_errors(self._devices, self._allocations).items():
+            for name, count in _take_errors(self._error_counters).items():
                 errors[name] = errors.get(name, 0) + count
             instances = _xid_instances(self._devices)
             if readings is not None:
@@ -256,19 +266,22 @@ class CollectionCycle:
             self._thread = None
 
 
-def _take_source_errors(*sources: Any) -> dict[str, int]:
-    """Errors a source counted internally (optional ``take_errors() -> {source: n}``), reset on read."""
+def _unique(*sources: object) -> list[object]:
+    """``sources`` without repeats (one object may be both the device and the allocation source)."""
+    return list({id(source): source for source in sources}.values())
+
+
+def _take_errors(counters: list[ErrorCounting]) -> dict[str, int]:
+    """What each counter counted since the previous cycle, added up by source label."""
     merged: dict[str, int] = {}
-    unique = {id(source): source for source in sources}  # one object may be both sources
-    for source in unique.values():
-        take = getattr(source, "take_errors", None)
-        if take is None:
-            continue
+    for counter in counters:
         try:
-            for name, count in take().items():
-                merged[name] = merged.get(name, 0) + int(count)
-        except Exception:
-            log.exception("take_errors() failed on %r", source)
+            counts = counter.take_errors()
+        except Exception:  # a counter's bug must not stop collection
+            log.exception("take_errors() failed on %r", counter)
+            continue
+        for name, count in counts.items():
+            merged[name] = merged.get(name, 0) + int(count)
     return merged
 
 

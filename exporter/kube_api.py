@@ -7,7 +7,8 @@ inventory, the quota writers) goes through :class:`KubernetesClient`; readers de
 writers call it (the exporter and the collector never write). Every way a request can go wrong becomes
 a :class:`KubernetesApiError` (typed for 409, 403, 404; no answer in time; not reachable; an answer that
 is not a JSON object), so a caller can fall back on 404, explain a 403, retry a 409 and give every
-object an outcome instead of stopping at the first surprise.
+object an outcome instead of stopping at the first surprise. No ``httpx`` exception leaves this module,
+and a ``KubernetesApiError`` is a ``UserError``: one that no caller handles is still one line at the CLI.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def segment(name: str) -> str:
     return quote(name, safe="") if name not in (".", "..") else name.replace(".", "%2E")
 
 
-class KubernetesApiError(Exception):
+class KubernetesApiError(UserError):
     """A request failed: an error status, or (``status`` 0) no usable answer at all."""
 
     def __init__(self, status: int, method: str, path: str, message: str) -> None:
@@ -101,10 +102,15 @@ class KubernetesClient:
             connection = KubeConnection(connection)
         self.server = connection.server
         self.timeout_s = timeout_s
-        self._client = httpx.Client(
-            base_url=connection.server.rstrip("/"), headers=dict(connection.headers),
-            verify=connection.verify, cert=connection.cert, timeout=timeout_s,
-        )
+        try:
+            self._client = httpx.Client(
+                base_url=connection.server.rstrip("/"), headers=dict(connection.headers),
+                verify=connection.verify, cert=connection.cert, timeout=timeout_s,
+            )
+        except (OSError, ValueError, httpx.InvalidURL) as exc:  # CA or client certificate missing or unusable
+            detail = getattr(exc, "strerror", None) or exc
+            raise UnreachableError(0, "connect", connection.server,
+                                   f"cannot use the TLS files of the connection ({detail})") from exc
 
     def close(self) -> None:
         self._client.close()
@@ -136,6 +142,11 @@ class KubernetesClient:
             raise NoAnswerError(0, method, path, f"no answer within {self.timeout_s:g} s{maybe}") from exc
         except httpx.TransportError as exc:
             raise UnreachableError(0, method, path, f"cannot reach the API server {self.server}: {exc}") from exc
+        except httpx.DecodingError as exc:
+            maybe = "; the change may have been applied" if method != "GET" else ""
+            raise MalformedAnswerError(0, method, path, f"the answer cannot be decoded: {exc}{maybe}") from exc
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:  # redirect loops, a bad path
+            raise UnreachableError(0, method, path, f"cannot send the request to {self.server}: {exc}") from exc
         return self._check(method, path, response)
 
     @staticmethod

@@ -7,6 +7,7 @@ give is ``None`` (absent), never a fake zero.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -237,3 +238,43 @@ class AllocationSource(Protocol):
     def read_allocations(self, now: float) -> tuple[Allocation, ...]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ErrorCounting(Protocol):
+    """A source, or a part of one, that counts failures which do not fail its whole read (a tenant lookup,
+    a DRA slice list, an unexpected NVML answer). The collection cycle takes the counts every cycle and adds
+    them to ``gpulens_exporter_errors_total{source=<label>}``; a source whose read either works or raises
+    does not implement it (the cycle counts the raise)."""
+
+    def take_errors(self) -> Mapping[str, int]:
+        """Errors counted since the previous call, by ``source`` label (non-zero counts only); resets them."""
+        ...
+
+
+class ErrorCounter:
+    """The counts behind :class:`ErrorCounting`: ``count`` from any thread, ``take_errors`` once per cycle."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, source: str, n: int = 1) -> None:
+        if n:
+            with self._lock:
+                self._counts[source] = self._counts.get(source, 0) + n
+
+    def take_errors(self) -> dict[str, int]:
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        return counts
+
+
+def merge_errors(*counts: Mapping[str, int]) -> dict[str, int]:
+    """Error counts by source label, added up (zero counts dropped)."""
+    merged: dict[str, int] = {}
+    for part in counts:
+        for source, n in part.items():
+            if n:
+                merged[source] = merged.get(source, 0) + int(n)
+    return merged

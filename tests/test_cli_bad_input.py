@@ -4,15 +4,20 @@ answers one line ``gpulens: error: ...`` and exit status 2, never a traceback.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+import duckdb
 import pytest
 
+from tests.fakes.kubernetes_api import ANY, FakeKubernetesApi
 from tests.support.cli import assert_one_line_error, gpulens
+from tests.support.store_lock import store_held
 
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A real store, a plain file, a folder, a file that is not a store and one that is not text."""
+    """A real store, a plain file, a folder, a file that is not DuckDB, a DuckDB file that is not a gpulens
+    store, and one that is not text."""
     tmp = tmp_path_factory.mktemp("bad-input")
     store = tmp / "store.duckdb"
     proc = gpulens("collect", "--simulate", "--days", "0.05", "--db", str(store))
@@ -21,12 +26,15 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (tmp / "folder").mkdir()
     (tmp / "not-a-store.duckdb").write_text("this is not a DuckDB file\n" * 200, encoding="utf-8")
     (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00 not yaml \x9c")
+    with duckdb.connect(str(tmp / "other.duckdb")) as con:  # another application's database
+        con.execute("CREATE TABLE orders (id INTEGER, amount DOUBLE)")
     return {
         "store": str(store),
         "file": str(tmp / "file.txt"),
         "under_file": str(tmp / "file.txt" / "sub"),
         "folder": str(tmp / "folder"),
         "foreign": str(tmp / "not-a-store.duckdb"),
+        "other": str(tmp / "other.duckdb"),
         "binary": str(tmp / "binary.yaml"),
         "missing": str(tmp / "missing" / "x.duckdb"),
         "tmp": str(tmp),
@@ -35,7 +43,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 Case = Callable[[dict[str, str]], list[str]]
 
-CASES: dict[str, tuple[Case, str]] = {
+CASES: dict[str, tuple[Case, *tuple[str, ...]]] = {  # the arguments, then what the one error line holds
     # collect
     "collect --db in a missing folder": (
         lambda p: ["collect", "--simulate", "--days", "0.01", "--db", "/nonexistent/dir/x.duckdb"],
@@ -108,6 +116,20 @@ CASES: dict[str, tuple[Case, str]] = {
         lambda p: ["recommend", "--db", p["store"], "--window-days", "-3", "--no-store"], "window"),
     "recommend --out under a file": (
         lambda p: ["recommend", "--db", p["store"], "--out", p["under_file"], "--no-store"], "Not a directory"),
+    "recommend --db another application's DuckDB file": (
+        lambda p: ["recommend", "--db", p["other"], "--no-store", "--out", p["tmp"] + "/rec"],
+        "cannot read the store", "not a gpulens store"),
+    # plan
+    "plan --db not a store": (lambda p: ["plan", "--db", p["foreign"], "--out", p["tmp"] + "/plan"],
+                              "cannot open the store", "not a valid DuckDB database file"),
+    "plan --db another application's DuckDB file": (
+        lambda p: ["plan", "--db", p["other"], "--no-store", "--out", p["tmp"] + "/plan"],
+        "cannot read the store", "not a gpulens store"),
+    # remediate
+    "remediate --db not a store": (lambda p: ["remediate", "--db", p["foreign"], "--out", p["tmp"] + "/t"],
+                                   "cannot open the store", "not a valid DuckDB database file"),
+    "remediate --db another application's DuckDB file": (
+        lambda p: ["remediate", "--db", p["other"], "--out", p["tmp"] + "/t"], "no health results"),
     # report
     "report --db missing": (lambda p: ["report", "--db", p["missing"], "--out", p["tmp"] + "/r"], "no store at"),
     "report --db not a store": (
@@ -131,9 +153,9 @@ CASES: dict[str, tuple[Case, str]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_to_any_command_is_one_line_and_exit_2(paths: dict[str, str], case: str) -> None:
-    make_args, fragment = CASES[case]
+    make_args, *fragments = CASES[case]
     proc = gpulens(*make_args(paths), timeout=60)
-    assert_one_line_error(proc, *([fragment] if fragment else []))
+    assert_one_line_error(proc, *(f for f in fragments if f))
 
 
 def test_a_missing_store_is_worded_the_same_by_every_command(paths: dict[str, str]) -> None:
@@ -150,3 +172,33 @@ def test_a_missing_store_is_worded_the_same_by_every_command(paths: dict[str, st
         proc = gpulens(*args, timeout=60)
         assert_one_line_error(proc)
         assert proc.stderr.strip() == want, args
+
+
+STORE_READERS: dict[str, Case] = {
+    "analyze": lambda p: ["analyze", "--db", p["store"]],
+    "recommend": lambda p: ["recommend", "--db", p["store"], "--out", p["tmp"] + "/rec"],
+    "recommend --no-store": lambda p: ["recommend", "--db", p["store"], "--no-store", "--out", p["tmp"] + "/rec"],
+    "plan": lambda p: ["plan", "--db", p["store"], "--out", p["tmp"] + "/plan"],
+    "remediate": lambda p: ["remediate", "--db", p["store"], "--out", p["tmp"] + "/taints"],
+    "report": lambda p: ["report", "--db", p["store"], "--out", p["tmp"] + "/report"],
+    "export-parquet": lambda p: ["export-parquet", "--db", p["store"], "--out", p["tmp"] + "/pq"],
+}
+
+
+def test_a_store_held_by_a_writer_is_the_same_retry_line_for_every_command(paths: dict[str, str]) -> None:
+    store = paths["store"]
+    with store_held(Path(store), seconds=120):
+        procs = {name: gpulens(*args(paths), timeout=60) for name, args in STORE_READERS.items()}
+    for name, proc in procs.items():
+        assert_one_line_error(proc)
+        assert proc.stderr.strip() == (
+            f"gpulens: error: the store {store} is in use by another process (e.g. gpulens collect, analyze or "
+            "report): try again when it has finished"), name
+
+
+def test_an_api_server_that_never_answers_is_one_line_naming_the_request(tmp_path: Path) -> None:
+    with FakeKubernetesApi() as api:
+        api.hang(ANY, ANY, seconds=30, times=None)
+        proc = gpulens("collect", "--kubernetes", "--kubeconfig", str(api.kubeconfig(tmp_path)), "--timeout", "1s",
+                       "--db", str(tmp_path / "inventory.duckdb"), timeout=60)
+    assert_one_line_error(proc, "Kubernetes inventory failed", "GET /api/v1/namespaces", "no answer within 1 s")

@@ -94,7 +94,7 @@ def exporter_view(api: FakeKubernetesApi, config: TenancyConfig) -> dict[tuple[s
     with KubernetesClient(api.url) as client:
         resolver = TenantResolver(client, NODE, config, clock=lambda: 0.0)
         infos = [resolver.resolve(ns, name) for ns, name, _, _ in PODS]
-        assert resolver.take_errors() == 0
+        assert resolver.take_errors() == {}
     return {(i.namespace, i.name): (i.tenant, i.queue, i.workload_kind, i.workload_name) for i in infos}
 
 

@@ -16,6 +16,7 @@ from gpulens.analytics.miglayout.planner import LayoutPlan, plan_layout
 from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, workload_patch
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
+from gpulens.collector.store_errors import connect_store, reading_store
 from gpulens.exporter.mig_catalog import model_by_name
 
 _HOURS_PER_MONTH = 730.0
@@ -134,7 +135,7 @@ def layout_for_recommendations(
     db_path: Path, start: datetime, end: datetime, recommendations: Sequence[WorkloadRecommendation]
 ) -> LayoutRun:
     """Open the store read-only and plan the layout for a recommendation run's workloads."""
-    with duckdb.connect(str(db_path), read_only=True) as con:
+    with connect_store(db_path, read_only=True) as con, reading_store(db_path):
         return plan_mig_layout(con, start, end, recommendations)
 
 

@@ -24,6 +24,7 @@ from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
 from gpulens.analytics.plan.record import store_plan
 from gpulens.analytics.plan.solve import budget_caps, solve_pool
 from gpulens.analytics.quota import QuotaSettings
+from gpulens.collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
 
@@ -114,9 +115,7 @@ def plan_store(
     """Plan over the store at ``db_path``; with ``store`` the plan replaces its run's rows in ``quota_plan``."""
 
     path = Path(db_path)
-    if not path.exists():
-        raise UserError(f"no store at {path}")
-    with duckdb.connect(str(path), read_only=not store) as con:
+    with connect_store(path, read_only=not store) as con, reading_store(path):
         plan = make_plan(con, policy, capacity=capacity, extra=extra, clock=clock)
         if store:
             store_plan(con, plan)

@@ -17,6 +17,7 @@ from gpulens.analytics.remediation.plan import NodeEvidence
 from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINTED_AT
 from gpulens.analytics.remediation.taints import our_taint, taint_body, untaint_body
 from gpulens.analytics.writers.base import RbacRule
+from gpulens.core.errors import UserError
 from gpulens.exporter.kube_api import (
     ConflictError,
     ForbiddenError,
@@ -54,9 +55,13 @@ def opted_out(metadata: dict[str, Any]) -> bool:
 
 
 def live_nodes(api: KubernetesClient) -> dict[str, LiveNode]:
-    """Every Node's remediation state, from one list."""
+    """Every Node's remediation state, from one list (``UserError`` when the Nodes cannot be listed)."""
+    try:
+        listing = api.get(NODES)
+    except KubernetesApiError as exc:
+        raise UserError(f"cannot list Nodes: {exc}") from exc
     out = {}
-    for item in api.get(NODES).get("items", []):
+    for item in listing.get("items", []):
         meta = item.get("metadata", {})
         stamp = (meta.get("annotations") or {}).get(TAINTED_AT)
         try:

@@ -15,6 +15,7 @@ import duckdb
 
 from gpulens.analytics.remediation.decide import NodeCase
 from gpulens.analytics.remediation.taints import taint_value
+from gpulens.collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
 
@@ -48,16 +49,19 @@ def load_inputs(db: Path) -> RemediationInputs:
     """Read the latest health run (``gpulens analyze`` wrote it) from the store, read-only."""
     if not db.is_file():
         raise UserError(f"--db {db}: no such store (run `gpulens demo` or `gpulens collect` and `gpulens analyze`)")
-    try:
-        con = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error as exc:
-        raise UserError(f"--db {db}: cannot open the store: {exc}") from exc
-    try:
+    with connect_store(db, read_only=True) as con, reading_store(db):
+        if not _has_health_tables(con):
+            raise UserError(f"--db {db}: no health results (run `gpulens analyze` first)")
         return _load(con, db)
-    except duckdb.CatalogException as exc:
-        raise UserError(f"--db {db}: no health results (run `gpulens analyze` first): {exc}") from exc
-    finally:
-        con.close()
+
+
+def _has_health_tables(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``gpulens analyze`` ever wrote results here (its run and health tables exist)."""
+    rows = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+        "AND table_name IN ('analysis_runs', 'health')"
+    ).fetchone()
+    return bool(rows and rows[0] == 2)
 
 
 def _load(con: duckdb.DuckDBPyConnection, db: Path) -> RemediationInputs:

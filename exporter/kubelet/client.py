@@ -21,12 +21,14 @@ from gpulens.exporter.kubelet.proto import api_pb2, api_pb2_grpc
 DEFAULT_SOCKET = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_RECEIVE_BYTES = 16 * 1024 * 1024
 DRA_DRIVER = "gpu.nvidia.com"
+KUBELET_SOURCE = "kubelet"
+"""``source`` label of kubelet PodResources calls that failed."""
 
 
 class KubeletUnavailableError(RuntimeError):
     """The kubelet PodResources API did not answer (no socket, timeout, refused, too large...)."""
 
-    source = "kubelet"
+    source = KUBELET_SOURCE
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
+from gpulens.exporter.model import ErrorCounter
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
+DRA_SOURCE = "dra"
+"""``source`` label of failed ResourceSlice lists and DRA claims no slice resolves."""
 
 
 def _attr(attrs: dict[str, Any], name: str) -> str | None:
@@ -50,7 +53,11 @@ class ResourceSliceDirectory:
         self._devices: dict[tuple[str, str, str], str] = {}
         self._at: float | None = None
         self._version: str | None = None
-        self.errors = 0
+        self._errors = ErrorCounter()
+
+    def take_errors(self) -> dict[str, int]:
+        """Failed ResourceSlice lists since the previous call (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        return self._errors.take_errors()
 
     def uuid(self, driver: str, pool: str, device: str) -> str | None:
         key = (driver, pool, device)
@@ -68,7 +75,7 @@ class ResourceSliceDirectory:
             except KubernetesApiError as exc:
                 if exc.status == 404:
                     continue
-                self.errors += 1
+                self._errors.count(DRA_SOURCE)
                 return
             self._version = version
             self._devices = devices_of_slices(listing)

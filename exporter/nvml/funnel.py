@@ -156,6 +156,11 @@ class NvmlFunnel:
         stats.seconds += elapsed
         stats.max_seconds = max(stats.max_seconds, elapsed)
 
+    def errors_of(self, kind: ErrorClass) -> int:
+        """NVML errors of ``kind`` since the funnel was made (calls from any thread)."""
+        with self._lock:
+            return self.error_counts[kind]
+
     def missing_functions(self) -> frozenset[str]:
         return frozenset(self._missing)
 

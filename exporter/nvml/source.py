@@ -21,7 +21,7 @@ from gpulens.exporter.attribution import PidPodResolver
 from gpulens.exporter.kubelet.device_ids import DeviceDirectory
 from gpulens.exporter.mig_catalog import profile_slices
 from gpulens.exporter.model import DeviceReadings, Gpu, GpuProcess, HealthReadings, MigInstance, SharingMode
-from gpulens.exporter.nvml.funnel import GpuLifecycleError, NvmlFunnel
+from gpulens.exporter.nvml.funnel import ErrorClass, GpuLifecycleError, NvmlFunnel
 from gpulens.exporter.nvml.gpm import GpmSampler
 from gpulens.exporter.nvml.topology import read_topology
 from gpulens.exporter.nvml.xid import XidEvent, XidWatcher
@@ -30,6 +30,8 @@ from gpulens.exporter.topology import GpuTopology, nvlink_domains
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+NVML_SOURCE = "nvml"
+"""``source`` label of NVML answers that are neither a value, "absent", benign nor a lost GPU."""
 
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = tuple((bit, str(reason)) for bit, reason in NVML_THROTTLE_BITS)
 
@@ -102,6 +104,8 @@ class NvmlDeviceSource:
         self.directory = DeviceDirectory()
         self.replicas: Callable[[], Mapping[str, int]] = dict
         """GPU UUID -> advertised replicas (time-slicing / MPS), from the allocation side when wired."""
+        self._unexpected_taken = self.funnel.errors_of(ErrorClass.OTHER)
+        """Discovery's answers are not counted: a binding probing a newer struct version is expected there."""
         if watch_xids:
             self.xids.start()
 
@@ -142,6 +146,14 @@ class NvmlDeviceSource:
     def drain_xid_events(self) -> list[XidEvent]:
         """XID events seen since the previous call (the cycle turns them into span events)."""
         return self.xids.drain_recent()
+
+    def take_errors(self) -> dict[str, int]:
+        """Unexpected NVML answers (neither a value, absent, benign nor a lost GPU: ``Unknown``,
+        ``InvalidArgument``...) since the previous call, readings and the XID watch alike, under ``nvml``
+        (:class:`~gpulens.exporter.model.ErrorCounting`). A lost GPU is ``gpulens_gpu_up`` 0, not counted here."""
+        seen = self.funnel.errors_of(ErrorClass.OTHER)
+        new, self._unexpected_taken = seen - self._unexpected_taken, seen
+        return {NVML_SOURCE: new} if new else {}
 
     def gpu_errors(self) -> dict[str, str]:
         """UUID -> last lifecycle error of GPUs currently down."""

@@ -8,6 +8,9 @@ still apply (``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_EXPORTER_OTLP_HEADERS``, ``
 
 Spans: the cycle creates them through the global OpenTelemetry API; this installs an SDK
 ``TracerProvider`` globally (or, when one is already installed, adds a span processor to it).
+
+Failed exports (the endpoint refuses, is unreachable after the SDK's retries) are counted under ``otlp``:
+the handle is :class:`~gpulens.exporter.model.ErrorCounting` and the cycle adds it to ``errors_total``.
 """
 
 from __future__ import annotations
@@ -15,28 +18,86 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from gpulens.core import __version__
-from gpulens.exporter.model import NodeSnapshot
+from gpulens.exporter.model import ErrorCounter, ErrorCounting, NodeSnapshot
 from gpulens.exporter.otel.metrics import register_instruments
 from gpulens.exporter.settings import ExporterSettings, OtlpProtocol
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "gpulens-exporter"
+OTLP_SOURCE = "otlp"
+"""``source`` label of failed OTLP exports (metrics or spans)."""
 
 
 class SnapshotCycle(Protocol):
     def last_snapshot(self) -> NodeSnapshot | None: ...
+
+    def count_errors_of(self, counter: ErrorCounting) -> None: ...
+
+
+class _CountingMetricExporter(MetricExporter):
+    """``inner``, with every failed export counted."""
+
+    def __init__(self, inner: MetricExporter, errors: ErrorCounter) -> None:
+        super().__init__(preferred_temporality=inner._preferred_temporality,
+                         preferred_aggregation=inner._preferred_aggregation)
+        self._inner, self._errors = inner, errors
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception:
+            self._errors.count(OTLP_SOURCE)
+            raise
+        if result is not MetricExportResult.SUCCESS:
+            self._errors.count(OTLP_SOURCE)
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+class _CountingSpanExporter(SpanExporter):
+    """``inner``, with every failed export counted."""
+
+    def __init__(self, inner: SpanExporter, errors: ErrorCounter) -> None:
+        self._inner, self._errors = inner, errors
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception:
+            self._errors.count(OTLP_SOURCE)
+            raise
+        if result is not SpanExportResult.SUCCESS:
+            self._errors.count(OTLP_SOURCE)
+        return result
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
 
 
 @dataclass
@@ -46,7 +107,12 @@ class OtelHandle:
     meter_provider: MeterProvider
     span_processor: BatchSpanProcessor
     tracer_provider: TracerProvider
+    errors: ErrorCounter = field(default_factory=ErrorCounter)
     _done: bool = False
+
+    def take_errors(self) -> dict[str, int]:
+        """Failed exports since the previous call, under ``otlp`` (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        return self.errors.take_errors()
 
     def force_flush(self, timeout_millis: int = 10_000) -> None:
         self.span_processor.force_flush(timeout_millis)
@@ -97,8 +163,9 @@ def _exporters(settings: ExporterSettings) -> tuple[MetricExporter, SpanExporter
 def start_otel(settings: ExporterSettings, cycle: SnapshotCycle) -> OtelHandle:
     """Start exporting metrics (observable instruments over ``cycle.last_snapshot()``) and spans."""
     resource = build_resource(settings, getattr(cycle, "node", None))
+    errors = ErrorCounter()
     metric_exporter, span_exporter = _exporters(settings)
-    reader = PeriodicExportingMetricReader(metric_exporter)  # interval from OTEL_METRIC_EXPORT_INTERVAL
+    reader = PeriodicExportingMetricReader(_CountingMetricExporter(metric_exporter, errors))  # interval from OTEL_METRIC_EXPORT_INTERVAL
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
     meter = meter_provider.get_meter("gpulens.exporter")
 
@@ -107,7 +174,7 @@ def start_otel(settings: ExporterSettings, cycle: SnapshotCycle) -> OtelHandle:
         return dict(state().errors_total) if callable(state) else {}
 
     register_instruments(meter, cycle.last_snapshot, errors_total)
-    processor = BatchSpanProcessor(span_exporter)
+    processor = BatchSpanProcessor(_CountingSpanExporter(span_exporter, errors))
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         current.add_span_processor(processor)
@@ -117,4 +184,6 @@ def start_otel(settings: ExporterSettings, cycle: SnapshotCycle) -> OtelHandle:
         provider.add_span_processor(processor)
         trace.set_tracer_provider(provider)
     log.info("OTLP export (%s) to %s", settings.otlp_protocol.value, settings.otlp_endpoint)
-    return OtelHandle(meter_provider, processor, provider)
+    handle = OtelHandle(meter_provider, processor, provider, errors)
+    cycle.count_errors_of(handle)
+    return handle

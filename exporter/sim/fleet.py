@@ -236,6 +236,8 @@ class SimulatedSource:
     cycle does) evaluates the node once. Like the NVML source: XID counts (and last-seen times) are events
     since this source's first read, so they start at 0; with ``attribute_processes`` off, GPU processes
     carry no pod UID (no hostPID), so per-pod activity falls back to allocated share x device activity.
+    It is not :class:`~gpulens.exporter.model.ErrorCounting`: a simulated read has no partial failures
+    (simulated faults are readings, such as XIDs and lost GPUs, not errors of the source).
     """
 
     def __init__(self, fleet: SimulatedFleet, node: str, *, attribute_processes: bool = True) -> None:

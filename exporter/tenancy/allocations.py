@@ -5,7 +5,8 @@ and DRA), what the id is on this node (GPU / MIG UUID, via the NVML device direc
 how many replicas a shared GPU advertises (``GetAllocatableResources``), and who the pod belongs to
 (tenant, Kueue queue, owning workload). The kubelet failing raises ``KubeletUnavailableError`` (the
 cycle counts it under ``kubelet``); tenant lookups failing only degrade the tenant to the namespace
-name and are counted under ``tenants`` through ``take_errors()``.
+name and are counted under ``tenants``, DRA claims no ResourceSlice resolves under ``dra``: the source is
+:class:`~gpulens.exporter.model.ErrorCounting` and its ``take_errors()`` adds up its parts' counts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 from gpulens.exporter.kubelet.client import (
+    KUBELET_SOURCE,
     DeviceGrant,
     KubeletUnavailableError,
     PodResourcesClient,
@@ -28,9 +30,10 @@ from gpulens.exporter.kubelet.device_ids import (
     parse_device_id,
     shared_base,
 )
-from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
+from gpulens.exporter.kubelet.dra import DRA_SOURCE, ResourceSliceDirectory
 from gpulens.exporter.mig_catalog import COMPUTE_SLICES, profile_slices
-from gpulens.exporter.model import Allocation, SharingMode
+from gpulens.exporter.model import Allocation, ErrorCounter, SharingMode, merge_errors
+from gpulens.exporter.tenancy.api_objects import TENANTS_SOURCE
 from gpulens.exporter.tenancy.resolver import PodInfo, TenantResolver
 
 tracer = trace.get_tracer(__name__)
@@ -57,7 +60,7 @@ class KubeletAllocationSource:
         self._directory = directory
         self._tenants = tenants
         self._slices = slices
-        self._errors: dict[str, int] = {}
+        self._errors = ErrorCounter()
 
     def read_allocations(self, now: float) -> tuple[Allocation, ...]:
         with tracer.start_as_current_span("gpulens.kubelet_list") as span:
@@ -90,16 +93,11 @@ class KubeletAllocationSource:
                 continue
             claimed = self._slices.uuid(claim.driver, claim.pool, claim.device) if self._slices else None
             if claimed is None:
-                self._count("dra")
+                self._errors.count(DRA_SOURCE)
                 continue
             mode = SharingMode.MIG if claimed.startswith("MIG-") else SharingMode.EXCLUSIVE
             allocations.append(_allocation(infos[(claim.namespace, claim.pod)], claim.container, claimed, mode,
                                            _device_share(claimed, "", directory), None))
-        if self._tenants is not None and (n := self._tenants.take_errors()):
-            self._count("tenants", n)
-        if self._slices is not None and self._slices.errors:
-            self._count("dra", self._slices.errors)
-            self._slices.errors = 0
         return tuple(allocations)
 
     def _replicas(self, grants: tuple[DeviceGrant, ...]) -> dict[str, int]:
@@ -114,7 +112,7 @@ class KubeletAllocationSource:
             try:
                 self._replica_counts = replicas_per_device(self.client.allocatable())
             except KubeletUnavailableError:
-                self._count("kubelet")
+                self._errors.count(KUBELET_SOURCE)
         return self._replica_counts
 
     def advertised_replicas(self) -> dict[str, int]:
@@ -122,9 +120,9 @@ class KubeletAllocationSource:
         return dict(self._replica_counts)
 
     def take_errors(self) -> dict[str, int]:
-        """Errors counted since the previous call, by source (``tenants``, ``dra``)."""
-        errors, self._errors = self._errors, {}
-        return errors
+        """Errors counted since the previous call, by source (``kubelet``, ``tenants``, ``dra``), its parts' included."""
+        parts = [p.take_errors() for p in (self._tenants, self._slices) if p is not None]
+        return merge_errors(self._errors.take_errors(), *parts)
 
     def close(self) -> None:
         self.client.close()
@@ -135,11 +133,8 @@ class KubeletAllocationSource:
         try:
             return self._tenants.resolve(namespace, pod)
         except Exception:  # a bug or odd object must not drop the allocation
-            self._count("tenants")
+            self._errors.count(TENANTS_SOURCE)
             return PodInfo(namespace, pod, None, namespace, "namespace")
-
-    def _count(self, source: str, n: int = 1) -> None:
-        self._errors[source] = self._errors.get(source, 0) + n
 
 
 def _device_share(uuid: str, resource_name: str, directory: DeviceDirectory) -> float:

@@ -3,8 +3,8 @@
 Namespaces, LocalQueues, ClusterQueues and owners (ReplicaSets, Jobs) are cached for ``ttl`` seconds
 (failures too, so a broken API server is not hammered); expired entries are swept once per ``ttl``, so
 objects that went away do not pile up. Kueue objects are read at the configured API version first and
-at the others on 404. A 404 is an answer (the object is absent); any other failure is counted in
-``errors`` and the object is ``None``.
+at the others on 404. A 404 is an answer (the object is absent); any other failure is counted (under
+``tenants``, taken through :class:`~gpulens.exporter.model.ErrorCounting`) and the object is ``None``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, segment
+from gpulens.exporter.model import ErrorCounter
 from gpulens.exporter.tenancy.rules import TenancyConfig
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+TENANTS_SOURCE = "tenants"
+"""``source`` label of failed tenant lookups (namespaces, queues, owners, the node's pod list)."""
 _OWNER_PATHS = {"ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
                 "Job": "/apis/batch/v1/namespaces/{ns}/jobs/{name}"}
 
@@ -53,10 +56,14 @@ class ApiTenancyObjects:
         self.api = api
         self.config = config
         self._cache = TtlCache(config.cache_seconds if ttl is None else ttl, clock)
-        self.errors = 0
+        self._errors = ErrorCounter()
 
     def __len__(self) -> int:
         return len(self._cache)
+
+    def take_errors(self) -> dict[str, int]:
+        """Failed lookups since the previous call (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        return self._errors.take_errors()
 
     def namespace(self, name: str) -> Mapping[str, Any] | None:
         return self._cache.get(("ns", name), lambda: self.get(f"/api/v1/namespaces/{segment(name)}"))  # type: ignore[no-any-return]
@@ -81,7 +88,7 @@ class ApiTenancyObjects:
                 return self.api.get(f"/apis/{KUEUE_GROUP}/{version}/{where}")
             except KubernetesApiError as exc:
                 if exc.status != 404:
-                    self.errors += 1
+                    self._errors.count(TENANTS_SOURCE)
                     return None
         return None
 
@@ -91,5 +98,5 @@ class ApiTenancyObjects:
             return self.api.get(path, params)
         except KubernetesApiError as exc:
             if exc.status != 404:
-                self.errors += 1
+                self._errors.count(TENANTS_SOURCE)
             return None

@@ -10,7 +10,7 @@ counted and the tenant falls back to the namespace name.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +56,9 @@ class TenantResolver:
         """Namespaces, queues and owners held in the cache now (bounded by what one TTL sees)."""
         return len(self.objects)
 
-    def take_errors(self) -> int:
-        count, self.objects.errors = self.objects.errors, 0
-        return count
+    def take_errors(self) -> Mapping[str, int]:
+        """Failed lookups since the previous call, under ``tenants`` (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        return self.objects.take_errors()
 
     def resolve(self, namespace: str, pod_name: str) -> PodInfo:
         pod = self._pod(namespace, pod_name)

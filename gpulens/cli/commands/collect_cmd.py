@@ -154,17 +154,14 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | No
     from gpulens.collector.inventory import collect_inventory
     from gpulens.collector.store import Store
     from gpulens.collector.timeparse import parse_duration
-    from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient, connection_from_kubeconfig
+    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
     from gpulens.exporter.tenancy.rules import load_tenancy_config
 
     config = load_tenancy_config(tenancy_config)
     timeout_s = parse_duration(timeout, what="--timeout")
     connection = connection_from_kubeconfig(kubeconfig)
-    try:
-        with Store(str(db)) as store, KubernetesClient(connection, timeout_s=timeout_s) as api:
-            result = collect_inventory(store, api, config=config)
-    except KubernetesApiError as exc:
-        raise UserError(f"Kubernetes inventory failed: {exc}") from exc
+    with Store(str(db)) as store, KubernetesClient(connection, timeout_s=timeout_s) as api:
+        result = collect_inventory(store, api, config=config)
     parts = ", ".join(f"{t} +{n}" for t, n in sorted(result.rows.items()))
     _say(f"kubernetes inventory at {_iso(result.start)}: {parts or 'no new rows'}")
 

@@ -154,16 +154,15 @@ def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
 
 
 def _scrape_and_show(db: Path, urls: list[str]) -> None:
-    import duckdb
-
     from gpulens.analytics.tenant_snapshot import current_holdings, render_holdings
     from gpulens.collector.scrape import scrape_once
+    from gpulens.collector.store_errors import connect_store, reading_store
 
     summary = scrape_once(str(db), urls)
     for error in summary.errors:
         _say(f"  scrape error: {error}")
     _say(f"  {summary.samples} samples from {len(urls)} exporters -> {summary.rows} rows")
-    with duckdb.connect(str(db), read_only=True) as con:
+    with connect_store(db, read_only=True) as con, reading_store(db):
         holdings = current_holdings(con)
     _say("\nWho holds what right now (all nodes, latest scrape):\n")
     print(render_holdings(holdings), flush=True)

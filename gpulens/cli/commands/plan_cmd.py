@@ -82,18 +82,13 @@ def register(app: typer.Typer) -> None:
             raise UserError("--add-capacity is a what-if: it cannot be combined with --apply")
         plan_policy = load_policy(policy)
         capacity_file = load_capacity(capacity)
-        try:
-            base = plan_store(db, plan_policy, capacity=capacity_file, store=store and not extra)
-            if extra:
-                what_if = plan_store(db, plan_policy, capacity=capacity_file, extra=extra, store=False)
-                typer.echo(render_plan(base))
-                typer.echo("")
-                typer.echo(render_what_if(base, what_if, extra))
-                return
-        except Exception as exc:  # duckdb errors: not a store, locked, wrong schema
-            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
-                raise UserError(f"cannot read the store {db}: {exc}") from exc
-            raise
+        base = plan_store(db, plan_policy, capacity=capacity_file, store=store and not extra)
+        if extra:
+            what_if = plan_store(db, plan_policy, capacity=capacity_file, extra=extra, store=False)
+            typer.echo(render_plan(base))
+            typer.echo("")
+            typer.echo(render_what_if(base, what_if, extra))
+            return
         typer.echo(render_plan(base))
         if not base.writable:
             raise PlanConflict(f"{len(base.conflicts)} flavor/resource pool(s) in conflict: nothing written")
@@ -125,9 +120,4 @@ def _apply(objects: list[ObjectPlan], kubeconfig: Path | None) -> list[ApplyOutc
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection) as api:
-        try:
-            return apply_plan(objects, api, clock=lambda: datetime.now(UTC))
-        except Exception as exc:
-            if type(exc).__module__.startswith("httpx"):
-                raise UserError(f"cannot reach the API server {connection.server}: {exc}") from exc
-            raise
+        return apply_plan(objects, api, clock=lambda: datetime.now(UTC))

@@ -148,10 +148,6 @@ def register(app: typer.Typer) -> None:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
         except (FileNotFoundError, ValueError) as exc:
             raise UserError(str(exc)) from exc
-        except Exception as exc:  # duckdb errors: not a store, locked, wrong schema
-            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
-                raise UserError(f"cannot read the store {db}: {exc}") from exc
-            raise
         if workloads_target:
             _write_layout(db, report, out, dra)
             return

@@ -65,12 +65,7 @@ def register(app: typer.Typer) -> None:
             msg = describe_validation_error(exc).replace("max_share", "--max-share (as a ratio)")
             raise UserError(f"invalid option: {msg.replace('healthy_seconds', '--healthy-hours')}") from exc
         now = datetime.now(UTC).replace(tzinfo=None)
-        try:
-            report = _apply(db, policy, kubeconfig) if apply else plan(db, policy, now)
-        except Exception as exc:
-            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
-                raise UserError(f"cannot read the store {db}: {exc}") from exc
-            raise
+        report = _apply(db, policy, kubeconfig) if apply else plan(db, policy, now)
         try:
             written = write_dry_run(report, out, now)
         except OSError as exc:
@@ -84,18 +79,7 @@ def register(app: typer.Typer) -> None:
 
 def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None) -> RemediationReport:
     from gpulens.analytics.remediation.run import apply_plan
-    from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient, connection_from_kubeconfig
+    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
 
-    try:
-        connection = connection_from_kubeconfig(kubeconfig)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    with KubernetesClient(connection) as api:
-        try:
-            return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))
-        except KubernetesApiError as exc:
-            raise UserError(f"cannot list Nodes: {exc}") from exc
-        except Exception as exc:
-            if type(exc).__module__.startswith("httpx"):
-                raise UserError(f"cannot reach the API server {connection.server}: {exc}") from exc
-            raise
+    with KubernetesClient(connection_from_kubeconfig(kubeconfig)) as api:
+        return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))
