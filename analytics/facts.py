@@ -12,17 +12,12 @@ from pathlib import Path
 
 import duckdb
 
+from gpulens.collector.parquet import read_fact_parquet
+from gpulens.collector.schema import FACTS
 from gpulens.core.errors import UserError
 
-FACT_TABLES = (
-    "device_samples",
-    "gpu_samples",
-    "allocations",
-    "events",
-    "pending_demand",
-    "namespace_snapshots",
-    "gaps",
-)
+FACT_TABLES = (*FACTS, "gaps")
+"""Every table analytics reads as ``f_<table>``: the collector's facts and its recorded gaps."""
 
 
 def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> str:
@@ -30,12 +25,8 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> str:
     if parquet_dir is not None and not parquet_dir.is_dir():
         raise UserError(f"--parquet {parquet_dir}: not a directory")
     for table in FACT_TABLES:
-        folder = parquet_dir / table if parquet_dir is not None else None
-        if folder is not None and any(folder.rglob("*.parquet")):
-            rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
-        else:
-            rel = con.table(table)
-        rel.create_view(f"f_{table}", replace=True)
+        rel = read_fact_parquet(con, parquet_dir / table) if parquet_dir is not None else None
+        (rel if rel is not None else con.table(table)).create_view(f"f_{table}", replace=True)
     return str(parquet_dir) if parquet_dir is not None else "store"
 
 
@@ -65,7 +56,7 @@ def resolve_window(
         newest = con.execute(
             """
             SELECT coalesce((SELECT max(ts) FROM f_device_samples),
-                            greatest((SELECT max(ts) FROM quota_snapshots), (SELECT max(ts) FROM f_pending_demand)))
+                            greatest((SELECT max(ts) FROM f_quota_snapshots), (SELECT max(ts) FROM f_pending_demand)))
             """
         ).fetchone()
         if newest is None or newest[0] is None:
