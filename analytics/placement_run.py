@@ -102,26 +102,43 @@ WITH a AS (
     WHERE a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
 ),
-per_ts AS (
-    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant,
-           list_sort(list_distinct(list(pod || '|' || gpu_uuid))) AS sig, sum(ge) AS ge
+per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
+    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
+           count(*) AS pairs, sum(ge) AS ge
     FROM a GROUP BY namespace, kind, wname, ts
+),
+groups AS (
+    SELECT namespace, kind, wname, any_value(tenant) AS tenant, sig_key, count(*) AS samples, sum(ge) AS ge_samples,
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM per_ts WHERE pairs >= 2
+    GROUP BY namespace, kind, wname, sig_key
 )
-SELECT namespace, kind, wname, any_value(tenant), sig, count(*) AS samples, sum(ge) AS ge_samples,
-       min(ts), max(ts)
-FROM per_ts WHERE len(sig) >= 2
-GROUP BY namespace, kind, wname, sig
-ORDER BY namespace, kind, wname, samples DESC, sig
+SELECT g.namespace, g.kind, g.wname, g.tenant,  -- the (pod, GPU) list, read at one sample time of each placement
+       list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig, g.samples, g.ge_samples, g.first_ts, g.last_ts
+FROM groups g JOIN a ON a.namespace = g.namespace AND a.kind = g.kind AND a.wname = g.wname AND a.ts = g.first_ts
+GROUP BY ALL
 """
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
     """(tenant, namespace, kind, workload) -> its distinct placements, longest held first."""
-    out: dict[tuple[str, str, str, str], list[Placement]] = defaultdict(list)
-    keys: dict[tuple[str, str, str], str] = {}
+    merged: dict[tuple[str, str, str, tuple[str, ...]], list] = {}
     for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
         _OBSERVED, {"start": window.start, "end": window.end}
     ).fetchall():
+        key = (ns, kind, wname, tuple(sig))
+        if len(sig) < 2:
+            continue  # a single (pod, GPU) pair listed twice at one time
+        if key in merged:  # the same set seen with a duplicated row at some time: one placement
+            m = merged[key]
+            m[1], m[2], m[3], m[4] = m[1] + samples, m[2] + ge_samples, min(m[3], first), max(m[4], last)
+        else:
+            merged[key] = [tenant, samples, ge_samples, first, last]
+    out: dict[tuple[str, str, str, str], list[Placement]] = defaultdict(list)
+    keys: dict[tuple[str, str, str], str] = {}
+    for (ns, kind, wname, sig), (tenant, samples, ge_samples, first, last) in sorted(
+        merged.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[1][1], kv[0][3])
+    ):
         pods: dict[str, list[str]] = defaultdict(list)
         for item in sig:
             pod, _, gpu = str(item).rpartition("|")
