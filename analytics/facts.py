@@ -70,8 +70,9 @@ def resolve_window(
     return Window(aligned - timedelta(seconds=window_seconds), aligned, bucket_seconds)
 
 
-def infer_sample_interval(con: duckdb.DuckDBPyConnection, window: Window) -> float:
-    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_kb``, ``an_kb_unlisted``)."""
+def infer_spacing(con: duckdb.DuckDBPyConnection) -> float | None:
+    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_kb``, ``an_kb_unlisted``);
+    None without two samples of a device in one bucket."""
     row = con.execute(
         """
         SELECT median((epoch(last_ts) - epoch(first_ts)) / (n - 1)) FILTER (WHERE n > 1)
@@ -79,6 +80,4 @@ def infer_sample_interval(con: duckdb.DuckDBPyConnection, window: Window) -> flo
         """
     ).fetchone()
     spacing = row[0] if row is not None else None
-    if spacing is None or spacing <= 0:
-        return float(window.bucket_seconds)
-    return float(min(spacing, window.bucket_seconds))
+    return None if spacing is None or spacing <= 0 else float(spacing)

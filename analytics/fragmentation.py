@@ -77,7 +77,7 @@ per_node AS (
            coalesce(max(best_ge), 0) AS largest_shape_ge
     FROM judged GROUP BY b, nk
 )
-SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
+SELECT $part_id,
        $start::TIMESTAMP + to_seconds(n.b * $bs), $start::TIMESTAMP + to_seconds((n.b + 1) * $bs),
        names.node, names.gpu_model, n.free_gpus, n.free_mig_slices, n.free_ge, n.usable_ge,
        CASE WHEN pl.shapes IS NULL THEN 0 ELSE n.unusable_ge END AS stranded_ge,
@@ -91,9 +91,9 @@ LEFT JOIN pending_lists pl USING (b)
 """
 
 
-def insert_fragmentation(con: duckdb.DuckDBPyConnection, run_id: str, window: Window) -> None:
-    """Write this run's ``fragmentation`` rows (the caller holds the transaction)."""
+def insert_fragmentation(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write the ``fragmentation`` rows of one day part spanning ``window`` (the caller holds the transaction)."""
     con.execute(
-        "INSERT INTO fragmentation " + FRAGMENTATION_SELECT,
-        {**bucket_params(window), "run_id": run_id, "bs": window.bucket_seconds, "bh": window.bucket_hours},
+        "INSERT INTO fragmentation_parts " + FRAGMENTATION_SELECT,
+        {**bucket_params(window), "part_id": part_id, "bs": window.bucket_seconds, "bh": window.bucket_hours},
     )

@@ -23,11 +23,12 @@ import duckdb
 from gpulens.analytics import chargeback
 from gpulens.analytics.facts import Window, bind_facts, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
+from gpulens.analytics.pipeline import PREPARE, WRITE
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.queue_use import has_queue_data, queue_use
-from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables
+from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
 from gpulens.analytics.settings import AnalysisSettings
-from gpulens.analytics.stages import PREPARE, WRITE, RunState, run_stages
+from gpulens.analytics.stages import RunState, run_stages
 from gpulens.analytics.summary import AnalysisSummary, build_summary
 from gpulens.collector.schema import create_schema
 from gpulens.collector.store_errors import StoreMissing, store_error
@@ -77,8 +78,8 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
             "SELECT DISTINCT coalesce(gpu_model, ''), list_price, contracted_price FROM an_dev"
         ).fetchall()
     }
-    state = RunState(con, settings, window, values={"value:model_prices": model_prices})
-    run_stages(state, PREPARE, clock.done)
+    state = RunState(con, settings, window, values={"value:model_prices": model_prices}, done=clock.done)
+    run_stages(state, PREPARE)
     interval = float(state.value("interval"))  # type: ignore[arg-type]
     parameters = {
         **settings.parameters(),
@@ -88,10 +89,9 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     state.run_id = run_id = _run_id(window.start, window.end, source, parameters)
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in (*RESULT_TABLES, "analysis_runs"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+        delete_run(con, run_id)
         clock.done("delete previous rows")
-        run_stages(state, WRITE, clock.done)
+        run_stages(state, WRITE)
         summary = build_summary(
             con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
             state.value("fleet"),  # type: ignore[arg-type]
@@ -110,6 +110,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    drop_unused_parts(con)
     if settings.out_dir is not None:
         chargeback.write_focus(con, run_id, settings.out_dir)
     return summary
@@ -139,8 +140,7 @@ def _analyze_queues_only(
     )
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in (*RESULT_TABLES, "analysis_runs"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+        delete_run(con, run_id)
         con.execute(
             "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
@@ -164,8 +164,8 @@ class _Phases:
         self._last = time.perf_counter()
 
     def done(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.seconds[phase] = round(now - self._last, 3)
+        now = time.perf_counter()  # a phase that runs once per day part adds up
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._last, 3)
         self._last = now
 
 

@@ -1,10 +1,13 @@
 """The stages of ``analyze``, in order, each declaring the tables it reads and the tables it writes.
 
-A stage hands the next ones temp tables (``an_*``, dropped with the connection) or Python values
-(``value:<name>``, kept in :class:`RunState`); facts are read only through the ``f_*`` views of
-:mod:`gpulens.analytics.facts`, dimensions and bookkeeping straight from the store. The declared
-order is the run's order: :func:`check_order` proves that every stage reads only what the store
-holds or an earlier stage wrote, and a test checks each module's SQL against the declarations.
+A stage hands the next ones temp tables (``an_*``, dropped with the connection), stored day-part
+tables (``*_parts``, ``part_*``) or Python values (``value:<name>``, kept in :class:`RunState`);
+facts are read only through the ``f_*`` views of :mod:`gpulens.analytics.facts`, dimensions and
+bookkeeping straight from the store. Three groups: a day part's stages (``PART_READ``, then
+``PART_WRITE``; :mod:`gpulens.analytics.day_parts` runs them per UTC day of the window), the
+window-level stages (``WINDOW``, after the parts are merged) and the writes of the run (``WRITE``).
+The declared order is the run's order: :func:`check_order` proves that every stage reads only what
+the store holds or an earlier stage wrote, and a test checks each module's SQL against the declarations.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ from dataclasses import dataclass, field
 import duckdb
 
 from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
-from gpulens.analytics.facts import FACT_TABLES, Window, infer_sample_interval
+from gpulens.analytics.facts import FACT_TABLES, Window
 from gpulens.analytics.placement_run import assess as assess_placement
 from gpulens.analytics.placement_run import insert_placement
+from gpulens.analytics.result_tables import PART_TABLES
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.schema import BOOKKEEPING, DIMENSIONS
 
-STORE_TABLES = frozenset({*DIMENSIONS, *BOOKKEEPING})
-"""What a stage may read without an earlier stage: dimensions and bookkeeping (facts only as ``f_*``)."""
+STORE_TABLES = frozenset({*DIMENSIONS, *BOOKKEEPING, *PART_TABLES})
+"""What a stage may read without an earlier stage: dimensions, bookkeeping and the day parts earlier runs
+stored (facts only as ``f_*``)."""
 
 FACT_VIEWS = frozenset(f"f_{t}" for t in FACT_TABLES)
 
@@ -36,6 +41,8 @@ class RunState:
     window: Window
     run_id: str = ""
     values: dict[str, object] = field(default_factory=dict)
+    done: Callable[[str], None] = field(default=lambda _name: None)
+    """The phase clock: called with a stage's name when it ends."""
 
     def value(self, name: str) -> object:
         return self.values[f"value:{name}"]
@@ -66,15 +73,36 @@ def _samples(s: RunState) -> None:
     idle.prepare_samples(s.con, s.window, s.settings.activity_threshold)
 
 
-@stage("sample interval", "an_kb an_kb_unlisted", "value:interval")
-def _interval(s: RunState) -> dict[str, object]:
-    interval = s.settings.sample_interval_seconds or infer_sample_interval(s.con, s.window)
-    return {"value:interval": float(interval)}
+PART_READ: tuple[Stage, ...] = (_samples,)
+"""What a day part reads from the facts (its span is ``RunState.window``); its spacing follows from ``an_kb``."""
 
 
 @stage("device buckets", "an_kb an_dev value:interval", "an_life an_db an_gpub")
 def _device_buckets(s: RunState) -> None:
     idle.build_device_buckets(s.con, s.window, float(s.value("interval")))  # type: ignore[arg-type]
+
+
+@stage("write idle_capacity", "an_hold an_alloc an_db an_dev an_gpub value:interval", "idle_capacity_parts")
+def _write_idle(s: RunState) -> None:
+    idle.insert_idle(s.con, s.run_id, s.window, float(s.value("interval")))  # type: ignore[arg-type]
+
+
+@stage("write fragmentation", "f_pending_demand an_models an_dev an_addable an_db an_gpub", "fragmentation_parts")
+def _write_fragmentation(s: RunState) -> None:
+    fragmentation.insert_fragmentation(s.con, s.run_id, s.window)
+
+
+@stage("part sums", "an_known an_alloc an_db an_gpub an_dev idle_capacity_parts",
+       "part_devices part_tenancy part_lines part_fleet")
+def _part_sums(s: RunState) -> None:
+    p = {"part_id": s.run_id}
+    s.con.execute("INSERT INTO part_devices SELECT $part_id, device_id, n, n_activity FROM an_known", p)
+    s.con.execute("INSERT INTO part_tenancy SELECT DISTINCT $part_id, device_id, tenant, namespace FROM an_alloc", p)
+    chargeback.insert_part_inputs(s.con, s.run_id, s.window)
+
+
+PART_WRITE: tuple[Stage, ...] = (_device_buckets, _write_idle, _write_fragmentation, _part_sums)
+"""What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
 @stage("health", "an_dev f_gpu_samples f_events", "value:health")
@@ -98,18 +126,16 @@ def _placement(s: RunState) -> dict[str, object]:
     return {"value:placement": placement, "value:topology_stranded": stranded}
 
 
-PREPARE: tuple[Stage, ...] = (_samples, _interval, _device_buckets, _health, _isolation, _placement)
-"""Stages that read facts and compute, before the run's transaction."""
+WINDOW: tuple[Stage, ...] = (_health, _isolation, _placement)
+"""Window-level stages, after the day parts are merged, before the run's transaction."""
 
 
-@stage("write idle_capacity", "an_hold an_alloc an_db an_dev an_gpub value:interval", "idle_capacity")
-def _write_idle(s: RunState) -> None:
-    idle.insert_idle(s.con, s.run_id, s.window, float(s.value("interval")))  # type: ignore[arg-type]
-
-
-@stage("write fragmentation", "f_pending_demand an_models an_dev an_addable an_db an_gpub", "fragmentation")
-def _write_fragmentation(s: RunState) -> None:
-    fragmentation.insert_fragmentation(s.con, s.run_id, s.window)
+@stage("list the run's parts", "value:parts", "analysis_run_parts idle_capacity fragmentation")
+def _write_parts(s: RunState) -> None:
+    s.con.execute(
+        "INSERT INTO analysis_run_parts SELECT $run, $start, $end, unnest($ids)",
+        {"run": s.run_id, "start": s.window.start, "end": s.window.end, "ids": s.value("parts")},
+    )
 
 
 @stage("write risk, health, placement",
@@ -122,7 +148,7 @@ def _write_findings(s: RunState) -> None:
                      s.value("topology_stranded"))  # type: ignore[arg-type]
 
 
-@stage("write chargeback", "idle_capacity an_db an_gpub an_dev value:model_prices", "chargeback value:fleet")
+@stage("write chargeback", "an_lines an_fleet an_dev value:model_prices", "chargeback value:fleet")
 def _write_chargeback(s: RunState) -> dict[str, object]:
     fleet = chargeback.insert_chargeback(
         s.con, s.run_id, s.window, s.value("model_prices"),  # type: ignore[arg-type]
@@ -131,13 +157,16 @@ def _write_chargeback(s: RunState) -> dict[str, object]:
     return {"value:fleet": fleet}
 
 
-WRITE: tuple[Stage, ...] = (_write_idle, _write_fragmentation, _write_findings, _write_chargeback)
-"""Stages that write result tables, inside the run's transaction (after the previous rows are deleted)."""
+WRITE: tuple[Stage, ...] = (_write_parts, _write_findings, _write_chargeback)
+"""Stages that write the run's result rows, inside its transaction (after its previous rows are deleted)."""
 
 SETUP_WRITES = frozenset(
     {*FACT_VIEWS, "an_profiles", "an_models", "an_buckets", "an_dev", "an_addable", "value:model_prices"}
 )
 """What ``run.py`` makes before the stages: the ``f_*`` views, the priced inventory and its prices."""
+
+PART_SETUP = frozenset({*SETUP_WRITES, "value:interval"})
+"""What a day part's stages find: the setup's, and the window's interval (decided from the spans' spacings)."""
 
 
 def check_order(stages: tuple[Stage, ...], given: frozenset[str] = SETUP_WRITES) -> None:
@@ -150,13 +179,13 @@ def check_order(stages: tuple[Stage, ...], given: frozenset[str] = SETUP_WRITES)
         have |= st.writes
 
 
-def run_stages(state: RunState, stages: tuple[Stage, ...], done: Callable[[str], None]) -> None:
-    """Run ``stages`` in order; ``done(name)`` is called after each (the phase clock)."""
+def run_stages(state: RunState, stages: tuple[Stage, ...]) -> None:
+    """Run ``stages`` in order; ``state.done(name)`` is called after each (the phase clock)."""
     for st in stages:
         out = st.run(state) or {}
         undeclared = set(out) - st.writes
         if undeclared:
             raise ValueError(f"stage {st.name!r} returned undeclared values {sorted(undeclared)}")
         state.values.update(out)
-        done(st.name)
+        state.done(st.name)
 

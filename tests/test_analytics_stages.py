@@ -17,20 +17,21 @@ import pytest
 
 from gpulens.analytics import stages
 from gpulens.analytics.facts import FACT_TABLES
-from gpulens.analytics.stages import PREPARE, SETUP_WRITES, WRITE, Stage, check_order
+from gpulens.analytics.pipeline import PART_STAGES, PIPELINE
+from gpulens.analytics.stages import PART_SETUP, SETUP_WRITES, Stage, check_order
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINE = (*PREPARE, *WRITE)
 
 # The modules whose functions the stages call, and the temp tables they may name: the union of
 # what the stages running them declare (plus what the setup in run.py builds: an_dev and friends).
 STAGE_MODULES = {
     "analytics/idle.py": ("read samples and allocations", "device buckets", "write idle_capacity"),
-    "analytics/facts.py": ("sample interval",),
+    "analytics/facts.py": ("day parts", "read samples and allocations"),
+    "analytics/day_parts.py": ("day parts", "read samples and allocations"),
     "analytics/health.py": ("health",),
     "analytics/isolation.py": ("isolation risk",),
     "analytics/fragmentation.py": ("write fragmentation",),
-    "analytics/chargeback.py": ("write chargeback",),
+    "analytics/chargeback.py": ("write chargeback", "part sums"),
     "analytics/placement_run.py": ("placement",),
     "analytics/topology_stranded.py": ("placement",),
 }
@@ -38,17 +39,18 @@ STAGE_MODULES = {
 
 def test_every_stage_reads_only_what_the_store_the_setup_or_an_earlier_stage_wrote() -> None:
     check_order(PIPELINE)
+    check_order(PART_STAGES, PART_SETUP)
 
 
 def test_a_stage_moved_before_what_it_reads_is_caught() -> None:
-    by_name = {s.name: s for s in PIPELINE}
+    by_name = {s.name: s for s in PART_STAGES}
     swapped = (by_name["device buckets"], by_name["read samples and allocations"])
     with pytest.raises(ValueError, match="device buckets"):
-        check_order(swapped)
+        check_order(swapped, PART_SETUP)
 
 
 def test_each_stage_module_names_only_the_temp_tables_its_stages_declare() -> None:
-    by_name: dict[str, Stage] = {s.name: s for s in PIPELINE}
+    by_name: dict[str, Stage] = {s.name: s for s in (*PIPELINE, *PART_STAGES)}
     for module, names in STAGE_MODULES.items():
         declared = set(SETUP_WRITES)
         for n in names:
@@ -80,8 +82,6 @@ def test_parquet_files_are_read_in_one_place() -> None:
 def test_values_a_stage_returns_must_be_declared() -> None:
     rogue = stages.stage("rogue", "", "value:a")(lambda s: {"value:b": 1})
 
-    class _State:
-        values: dict[str, object] = {}
-
+    state = stages.RunState(None, None, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="undeclared"):
-        stages.run_stages(_State(), (rogue,), lambda _n: None)  # type: ignore[arg-type]
+        stages.run_stages(state, (rogue,))

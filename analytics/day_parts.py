@@ -1,0 +1,282 @@
+"""Day parts: the results of one UTC day of a window, computed once and shared by every run that holds it.
+
+A window is cut at UTC midnights into spans (a day, clipped to the window). A span's ``idle_capacity``
+and ``fragmentation`` rows, and the small sums the window-level stages read (devices sampled, who held
+what, chargeback lines, GPUs present), depend only on the span's facts, its devices and the
+parameters, so they are stored once under a **part id**: a hash of the span, a fingerprint of its
+facts, its devices and every parameter. A run finds or computes the part of each of its days and lists
+them in ``analysis_run_parts``; ``idle_capacity`` and ``fragmentation`` are views over the parts of a
+run. When a day's facts change (the collector's window log ``ingest_batches``, the rows in the span, or
+the Parquet files of its ``day=``/``date=`` partition), its fingerprint changes and only that day is
+computed again; the next day of a daily analysis is one new part.
+
+The sample interval is the median of the spans' median sample spacings (each stored per span under
+its own fingerprint); a part is keyed by the interval, so a new interval recomputes every part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from statistics import median
+
+import duckdb
+
+from gpulens.analytics.facts import Window, infer_spacing
+from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
+
+PART_FACTS = ("device_samples", "allocations", "gaps", "pending_demand")
+"""Facts a day part reads (the window-level stages read the rest)."""
+
+SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc")
+"""Temp tables of one span's read (kept per span between the two passes)."""
+
+_DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One day of the window (clipped to it) and what its facts and devices looked like."""
+
+    window: Window
+    facts: str
+    devices: str
+
+    @property
+    def spacing_key(self) -> str:
+        return _hash({"start": self.window.start, "end": self.window.end, "bucket": self.window.bucket_seconds,
+                      "facts": self.facts})
+
+    def part_id(self, parameters: dict[str, object]) -> str:
+        return _hash({"start": self.window.start, "end": self.window.end, "facts": self.facts,
+                      "devices": self.devices, "parameters": parameters})
+
+
+def _hash(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def day_windows(window: Window) -> list[Window]:
+    """The window cut at UTC midnights (the bucket divides a day, so every span is whole buckets)."""
+    out = []
+    start = window.start
+    while start < window.end:
+        end = min(datetime.combine(start.date(), datetime.min.time()) + timedelta(days=1), window.end)
+        out.append(Window(start, end, window.bucket_seconds))
+        start = end
+    return out
+
+
+def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | None) -> list[Span]:
+    """The window's spans with the fingerprints of their facts and of their devices (``an_dev``)."""
+    files = _parquet_files(parquet_dir)
+    out = []
+    for w in day_windows(window):
+        facts = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
+        facts += [(t, [f for f in listed if f[0] is None or w.start.date() == f[0]]) for t, listed in sorted(files.items())]
+        out.append(Span(w, _hash(facts), _devices(con, w)))
+    return out
+
+
+def _parquet_files(parquet_dir: Path | None) -> dict[str, list[tuple[date | None, str, int, int]]]:
+    """Per fact table read from Parquet: its files (partition day or None, path, size, mtime)."""
+    out: dict[str, list[tuple[date | None, str, int, int]]] = {}
+    if parquet_dir is None:
+        return out
+    for table in PART_FACTS:
+        folder = parquet_dir / table
+        if not folder.is_dir():
+            continue
+        listed = []
+        for f in sorted(folder.rglob("*.parquet")):
+            st = os.stat(f)
+            days = [m.group(1) for p in f.relative_to(folder).parts if (m := _DAY.match(p))]
+            day = date.fromisoformat(days[0]) if days else None
+            listed.append((day, str(f.relative_to(folder)), st.st_size, st.st_mtime_ns))
+        if listed:
+            out[table] = listed
+    return out
+
+
+def _store_facts(con: duckdb.DuckDBPyConnection, w: Window, tables: list[str]) -> list[object]:
+    """The store's side of a span's fingerprint: the collector's batches over it and its row counts."""
+    p = {"s": w.start, "e": w.end}
+    batches = con.execute(
+        """SELECT list((source, window_start, window_end, rows, committed_at) ORDER BY ALL) FROM ingest_batches
+           WHERE window_end > $s AND window_start < $e""", p,
+    ).fetchone()
+    counts = []
+    for table in tables:
+        if table == "gaps":
+            row = con.execute(
+                "SELECT list((source, target, gap_start, gap_end) ORDER BY ALL) FROM f_gaps "
+                "WHERE gap_end > $s AND gap_start < $e", p,
+            ).fetchone()
+        else:
+            row = con.execute(f"SELECT count(*), max(ts) FROM f_{table} WHERE ts >= $s AND ts < $e", p).fetchone()  # noqa: S608
+        counts.append((table, row))
+    return [batches[0] if batches else None, counts]
+
+
+def _devices(con: duckdb.DuckDBPyConnection, w: Window) -> str:
+    """Hash of the devices present in the span, as the part's SQL sees them (lifetimes clipped to it)."""
+    row = con.execute(
+        """
+        SELECT count(*), sum(hash((device_id, gpu_uuid, node, gpu_model, kind, profile, sharing_mode, ge, slices,
+                                   cost_share, list_price, contracted_price, gpu_instance_id, multi_device,
+                                   greatest(coalesce(first_seen, $s), $s), least(coalesce(last_seen, $e), $e))))
+        FROM an_dev WHERE (first_seen IS NULL OR first_seen < $e) AND (last_seen IS NULL OR last_seen >= $s)
+        """,
+        {"s": w.start, "e": w.end},
+    ).fetchone()
+    return str(row)
+
+
+def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:
+    """Find or compute the part of every span; returns the sample interval and the part ids (in order).
+
+    Pass 1 reads the spans whose spacing is not stored yet (keeping what it read); the interval follows;
+    pass 2 computes the parts not stored for that interval, reading again only spans pass 1 did not keep.
+    """
+    con, settings = state.con, state.settings
+    spacing: dict[str, float | None] = {
+        k: v for k, v in con.execute(
+            "SELECT spacing_key, spacing_seconds FROM analysis_spacings WHERE list_contains($keys, spacing_key)",
+            {"keys": [s.spacing_key for s in span_list]},
+        ).fetchall()
+    }
+    kept: dict[int, str] = {}
+    fixed = settings.sample_interval_seconds
+    for i, span in enumerate(span_list):
+        if span.spacing_key in spacing:
+            continue
+        if fixed and _stored(con, span.part_id(_part_parameters(state, float(fixed)))):
+            continue  # the interval is set and the part is there: nothing to read
+        _read(state, span)
+        spacing[span.spacing_key] = infer_spacing(con)
+        con.execute("INSERT OR REPLACE INTO analysis_spacings VALUES (?, ?)", [span.spacing_key, spacing[span.spacing_key]])
+        kept[i] = _keep(con, i)
+    interval = float(fixed) if fixed else _interval([spacing.get(s.spacing_key) for s in span_list], state.window)
+    parameters = _part_parameters(state, interval)
+    state.values["value:interval"] = interval
+    ids = []
+    for i, span in enumerate(span_list):
+        pid = span.part_id(parameters)
+        ids.append(pid)
+        if _stored(con, pid):
+            if i in kept:
+                _drop(con, kept.pop(i))
+            continue
+        if i in kept:
+            _restore(con, kept.pop(i))
+        else:
+            _read(state, span)
+        _write_part(state, span, pid)
+    for suffix in kept.values():
+        _drop(con, suffix)
+    return interval, ids
+
+
+def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
+    s = state.settings
+    return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
+            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 1}
+
+
+def _interval(spacings: list[float | None], window: Window) -> float:
+    """The window's sample interval: the median of its spans' spacings, at most a bucket."""
+    known = [x for x in spacings if x is not None and x > 0]
+    if not known:
+        return float(window.bucket_seconds)
+    return float(min(median(known), window.bucket_seconds))
+
+
+def _stored(con: duckdb.DuckDBPyConnection, part_id: str) -> bool:
+    return con.execute("SELECT count(*) FROM analysis_parts WHERE part_id = ?", [part_id]).fetchone() == (1,)
+
+
+def _read(state: RunState, span: Span) -> None:
+    run_stages(RunState(state.con, state.settings, span.window, values=state.values, done=state.done), PART_READ)
+
+
+def _keep(con: duckdb.DuckDBPyConnection, i: int) -> str:
+    suffix = f"_s{i}"
+    for t in SAMPLE_TABLES:
+        con.execute(f"ALTER TABLE {t} RENAME TO {t}{suffix}")
+    return suffix
+
+
+def _restore(con: duckdb.DuckDBPyConnection, suffix: str) -> None:
+    for t in SAMPLE_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+        con.execute(f"ALTER TABLE {t}{suffix} RENAME TO {t}")
+
+
+def _drop(con: duckdb.DuckDBPyConnection, suffix: str) -> None:
+    for t in SAMPLE_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {t}{suffix}")
+
+
+def _write_part(state: RunState, span: Span, part_id: str) -> None:
+    """Compute and store one part in its own transaction (a half-written part is never listed)."""
+    con = state.con
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in ("idle_capacity_parts", "fragmentation_parts", "part_devices", "part_tenancy", "part_lines",
+                      "part_fleet"):
+            con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
+        run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done), PART_WRITE)
+        con.execute(
+            "INSERT INTO analysis_parts VALUES (?, ?, ?, ?, ?)",
+            [part_id, span.window.start, span.window.end, f"{span.facts}:{span.devices}",
+             datetime.now(UTC).replace(tzinfo=None)],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    for t in SAMPLE_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
+    """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_fleet``
+    (chargeback)."""
+    p = {"ids": part_ids}
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_known AS
+           SELECT device_id, sum(samples) AS n, sum(samples_with_activity) AS n_activity
+           FROM part_devices WHERE list_contains($ids, part_id) GROUP BY device_id""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_alloc AS
+           SELECT DISTINCT device_id, tenant, namespace FROM part_tenancy WHERE list_contains($ids, part_id)""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_lines AS
+           SELECT day, tenant, state, model, ge_hours, cost_usd FROM part_lines WHERE list_contains($ids, part_id)""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_fleet AS
+           SELECT day, list_price, contracted_price, gpu_buckets FROM part_fleet WHERE list_contains($ids, part_id)""",
+        p,
+    )
+
+
+@stage("day parts",
+       "f_device_samples f_allocations f_gaps f_pending_demand ingest_batches an_dev analysis_parts analysis_spacings",
+       "value:interval value:parts an_known an_alloc an_lines an_fleet analysis_parts analysis_spacings "
+       "idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet")
+def _parts(s: RunState) -> dict[str, object]:
+    interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
+    merge_parts(s.con, ids)
+    return {"value:interval": interval, "value:parts": ids}
+
+
+PARTS: Stage = _parts
+"""The window's day parts, found or computed (``PART_READ`` and ``PART_WRITE`` per new part), then merged."""
