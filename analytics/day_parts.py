@@ -280,3 +280,31 @@ def _parts(s: RunState) -> dict[str, object]:
 
 PARTS: Stage = _parts
 """The window's day parts, found or computed (``PART_READ`` and ``PART_WRITE`` per new part), then merged."""
+
+
+def import_parts(db_path: str | Path, other: str | Path) -> int:
+    """Copy into the store at ``db_path`` the day parts another store computed (a worker that analysed
+    some days of the same facts); parts already there are kept. Returns how many parts were added."""
+    from gpulens.analytics.result_tables import PART_TABLES, create_result_tables
+
+    con = duckdb.connect(str(db_path))
+    try:
+        create_result_tables(con)
+        con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])
+        new = [r[0] for r in con.execute(
+            "SELECT part_id FROM worker.analysis_parts ANTI JOIN analysis_parts USING (part_id)"
+        ).fetchall()]
+        con.execute("BEGIN TRANSACTION")
+        for table in PART_TABLES:
+            if table == "analysis_run_parts":
+                continue  # the worker's runs are not this store's
+            key = "spacing_key" if table == "analysis_spacings" else "part_id"
+            con.execute(
+                f"INSERT INTO {table} SELECT * FROM worker.{table} w "  # noqa: S608 - constant names
+                f"WHERE {'NOT EXISTS (SELECT 1 FROM analysis_spacings s WHERE s.spacing_key = w.spacing_key)' if key == 'spacing_key' else 'list_contains($new, w.part_id)'}",
+                {} if key == "spacing_key" else {"new": new},
+            )
+        con.execute("COMMIT")
+        return len(new)
+    finally:
+        con.close()
