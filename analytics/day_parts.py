@@ -28,6 +28,7 @@ from statistics import median
 import duckdb
 
 from gpulens.analytics.facts import Window, infer_spacing
+from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
 from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
 
 PART_FACTS = ("device_samples", "allocations", "gaps", "pending_demand")
@@ -227,8 +228,7 @@ def _write_part(state: RunState, span: Span, part_id: str) -> None:
     con = state.con
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in ("idle_capacity_parts", "fragmentation_parts", "part_devices", "part_tenancy", "part_lines",
-                      "part_fleet"):
+        for table in (*DAY_PARTS.values(), *PART_SUMS):
             con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
         run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done), PART_WRITE)
         con.execute(
@@ -246,7 +246,7 @@ def _write_part(state: RunState, span: Span, part_id: str) -> None:
 
 def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
     """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_fleet``
-    (chargeback)."""
+    (chargeback), ``an_placements`` (placement)."""
     p = {"ids": part_ids}
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_known AS
@@ -262,6 +262,11 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
            SELECT day, tenant, state, model, ge_hours, cost_usd FROM part_lines WHERE list_contains($ids, part_id)""", p,
     )
     con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_placements AS
+           SELECT * EXCLUDE (part_id) FROM part_placements WHERE list_contains($ids, part_id)
+           ORDER BY namespace, kind, wname, first_ts""", p,
+    )
+    con.execute(
         """CREATE OR REPLACE TEMP TABLE an_fleet AS
            SELECT day, list_price, contracted_price, gpu_buckets FROM part_fleet WHERE list_contains($ids, part_id)""",
         p,
@@ -270,8 +275,9 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
 
 @stage("day parts",
        "f_device_samples f_allocations f_gaps f_pending_demand ingest_batches an_dev analysis_parts analysis_spacings",
-       "value:interval value:parts an_known an_alloc an_lines an_fleet analysis_parts analysis_spacings "
-       "idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet")
+       "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements analysis_parts "
+       "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
+       "part_placements")
 def _parts(s: RunState) -> dict[str, object]:
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
     merge_parts(s.con, ids)

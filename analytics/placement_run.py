@@ -94,7 +94,7 @@ def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> 
     return out
 
 
-_OBSERVED = """
+SEEN_SELECT = """
 WITH a AS (
     SELECT a.ts, a.namespace, coalesce(a.workload_kind, 'Pod') AS kind, coalesce(a.workload_name, a.pod) AS wname,
            a.tenant, a.pod, a.gpu_uuid, a.gpu_equivalents AS ge
@@ -113,23 +113,31 @@ groups AS (
     FROM per_ts WHERE pairs >= 2
     GROUP BY namespace, kind, wname, sig_key
 )
-SELECT g.namespace, g.kind, g.wname, g.tenant,  -- the (pod, GPU) list, read at one sample time of each placement
+SELECT $part_id, g.namespace, g.kind, g.wname, g.tenant,  -- the (pod, GPU) list, at one sample time of each
        list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig, g.samples, g.ge_samples, g.first_ts, g.last_ts
 FROM groups g JOIN a ON a.namespace = g.namespace AND a.kind = g.kind AND a.wname = g.wname AND a.ts = g.first_ts
 GROUP BY ALL
 """
+"""A day part's placements (``part_placements``): per workload and distinct (pod, GPU) set, its samples,
+GE-samples, first and last time in the span."""
+
+
+def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write the placements one day part saw (the caller holds the transaction)."""
+    con.execute("INSERT INTO part_placements " + SEEN_SELECT, {"part_id": part_id, "start": window.start,
+                                                                "end": window.end})
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
     """(tenant, namespace, kind, workload) -> its distinct placements, longest held first."""
     merged: dict[tuple[str, str, str, tuple[str, ...]], list] = {}
     for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
-        _OBSERVED, {"start": window.start, "end": window.end}
-    ).fetchall():
+        "SELECT namespace, kind, wname, tenant, sig, samples, ge_samples, first_ts, last_ts FROM an_placements"
+    ).fetchall():  # the window's day parts, merged below
         key = (ns, kind, wname, tuple(sig))
         if len(sig) < 2:
             continue  # a single (pod, GPU) pair listed twice at one time
-        if key in merged:  # the same set seen with a duplicated row at some time: one placement
+        if key in merged:  # the same set on another day (or with a duplicated row at some time): one placement
             m = merged[key]
             m[1], m[2], m[3], m[4] = m[1] + samples, m[2] + ge_samples, min(m[3], first), max(m[4], last)
         else:

@@ -265,6 +265,18 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("ge_hours", "DOUBLE NOT NULL", "fsum of the part's ge_hours."),
         _c("cost_usd", "DOUBLE NOT NULL", "fsum of the part's cost_usd."),
     ],
+    "part_placements": [
+        PART_KEY,
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
+        _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
+        _c("wname", "VARCHAR NOT NULL", "Top owner name."),
+        _c("tenant", "VARCHAR", "Tenant of the workload."),
+        _c("sig", "VARCHAR[] NOT NULL", "The placement: sorted 'pod|gpu_uuid' pairs."),
+        _c("samples", "BIGINT NOT NULL", "Sample times it was held in the span."),
+        _c("ge_samples", "DOUBLE NOT NULL", "GE x samples."),
+        _c("first_ts", "TIMESTAMP NOT NULL", "First sample time in the span."),
+        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample time in the span."),
+    ],
     "part_fleet": [
         PART_KEY,
         _c("day", "DATE NOT NULL", "UTC day."),
@@ -274,6 +286,9 @@ PART_TABLES: dict[str, list[Column]] = {
     ],
 }
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
+
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements")
+"""What a day part stores for the window-level stages, beside its result rows."""
 
 RESULT_TABLES = (
     "idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback", "placement", "topology_stranded",
@@ -374,7 +389,7 @@ def drop_unused_parts(con: duckdb.DuckDBPyConnection) -> None:
     ]
     if not unused:
         return
-    for table in ("analysis_parts", *DAY_PARTS.values(), "part_devices", "part_tenancy", "part_lines", "part_fleet"):
+    for table in ("analysis_parts", *DAY_PARTS.values(), *PART_SUMS):
         con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": unused})  # noqa: S608
 
 

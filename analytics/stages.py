@@ -20,7 +20,7 @@ import duckdb
 from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
 from gpulens.analytics.facts import FACT_TABLES, Window
 from gpulens.analytics.placement_run import assess as assess_placement
-from gpulens.analytics.placement_run import insert_placement
+from gpulens.analytics.placement_run import insert_placement, insert_seen
 from gpulens.analytics.result_tables import PART_TABLES
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.schema import BOOKKEEPING, DIMENSIONS
@@ -101,7 +101,12 @@ def _part_sums(s: RunState) -> None:
     chargeback.insert_part_inputs(s.con, s.run_id, s.window)
 
 
-PART_WRITE: tuple[Stage, ...] = (_device_buckets, _write_idle, _write_fragmentation, _part_sums)
+@stage("placements seen", "f_allocations devices", "part_placements")
+def _placements_seen(s: RunState) -> None:
+    insert_seen(s.con, s.run_id, s.window)
+
+
+PART_WRITE: tuple[Stage, ...] = (_device_buckets, _write_idle, _write_fragmentation, _part_sums, _placements_seen)
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
@@ -118,7 +123,7 @@ def _isolation(s: RunState) -> dict[str, object]:
 
 
 @stage("placement",
-       "f_allocations f_gpu_samples f_pending_demand devices gpus gpu_topology nodes an_models value:interval",
+       "an_placements f_allocations f_gpu_samples f_pending_demand gpus gpu_topology nodes an_models value:interval",
        "value:placement value:topology_stranded")
 def _placement(s: RunState) -> dict[str, object]:
     placement, stranded = assess_placement(s.con, s.window, float(s.value("interval")),  # type: ignore[arg-type]
