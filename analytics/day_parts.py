@@ -78,7 +78,7 @@ def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | No
     files = _parquet_files(parquet_dir)
     out = []
     for w in day_windows(window):
-        facts = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
+        facts: list[object] = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
         facts += [(t, [f for f in listed if f[0] is None or w.start.date() == f[0]]) for t, listed in sorted(files.items())]
         out.append(Span(w, _hash(facts), _devices(con, w)))
     return out
