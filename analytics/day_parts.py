@@ -30,6 +30,7 @@ import duckdb
 from gpulens.analytics.facts import Window, infer_spacing
 from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
 from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
+from gpulens.core.errors import UserError
 
 PART_FACTS = ("device_samples", "allocations", "gaps", "pending_demand")
 """Facts a day part reads (the window-level stages read the rest)."""
@@ -292,11 +293,23 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
     """Copy into the store at ``db_path`` the day parts another store computed (a worker that analysed
     some days of the same facts); parts already there are kept. Returns how many parts were added."""
     from gpulens.analytics.result_tables import PART_TABLES, create_result_tables
+    from gpulens.collector.store_errors import StoreMissing, store_error
 
-    con = duckdb.connect(str(db_path))
+    if not Path(db_path).is_file():
+        raise StoreMissing(db_path)
+    if not Path(other).is_file():
+        raise UserError(f"--parts-from {other}: no such store")
+    try:
+        con = duckdb.connect(str(db_path))
+    except duckdb.Error as exc:
+        raise store_error(db_path, exc) from exc
     try:
         create_result_tables(con)
-        con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])
+        try:
+            con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])
+            con.execute("SELECT count(*) FROM worker.analysis_parts")
+        except duckdb.Error as exc:
+            raise UserError(f"--parts-from {other}: not a store with analysed days ({str(exc).splitlines()[0]})") from exc
         new = [r[0] for r in con.execute(
             "SELECT part_id FROM worker.analysis_parts ANTI JOIN analysis_parts USING (part_id)"
         ).fetchall()]

@@ -11,6 +11,8 @@ On a simulated fleet (default scenario, 5-minute samples):
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -137,3 +139,28 @@ def test_days_analysed_on_separate_workers_merge_into_the_single_node_run(three_
     run = analyze(merged, settings(END, parquet_dir=facts, sample_interval_seconds=300))
     assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
     assert results(merged, run.run_id) == results(single, whole.run_id)
+
+
+def test_the_command_merges_a_worker_store_and_refuses_a_foreign_file(three_days: Path, tmp_path: Path) -> None:
+    worker = tmp_path / "worker.duckdb"
+    shutil.copy(three_days, worker)
+    analyze(worker, settings(END, window_seconds=DAY))
+    central = tmp_path / "central.duckdb"
+    shutil.copy(three_days, central)
+    end = at(END).isoformat() + "Z"
+    ok = gpulens("analyze", "--db", str(central), "--window", "2d", "--bucket", "1h", "--end", end,
+                 "--parts-from", str(worker))
+    assert ok.returncode == 0, ok.stderr
+    assert "1 analysed day(s) copied from" in ok.stdout
+    assert len(parts(central)) == 2
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("not a store")
+    for bad, message in ((tmp_path / "missing.duckdb", "no such store"), (foreign, "--parts-from")):
+        result = gpulens("analyze", "--db", str(central), "--parts-from", str(bad))
+        assert result.returncode == 2
+        assert result.stderr.startswith("gpulens: error: ") and message in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def gpulens(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True, timeout=300, check=False)
