@@ -32,7 +32,7 @@ from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
 from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
 from gpulens.core.errors import UserError
 
-PART_FACTS = ("device_samples", "allocations", "gaps", "pending_demand")
+PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
 """Facts a day part reads (the window-level stages read the rest)."""
 
 SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc")
@@ -187,7 +187,7 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 1}
+            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 2}
 
 
 def _interval(spacings: list[float | None], window: Window) -> float:
@@ -247,7 +247,7 @@ def _write_part(state: RunState, span: Span, part_id: str) -> None:
 
 def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
     """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_fleet``
-    (chargeback), ``an_placements`` (placement)."""
+    (chargeback), ``an_placements`` (placement), ``an_health`` (health)."""
     p = {"ids": part_ids}
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_known AS
@@ -268,6 +268,10 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
            ORDER BY namespace, kind, wname, first_ts""", p,
     )
     con.execute(
+        "CREATE OR REPLACE TEMP TABLE an_health AS SELECT * EXCLUDE (part_id) FROM part_health "
+        "WHERE list_contains($ids, part_id)", p,
+    )
+    con.execute(
         """CREATE OR REPLACE TEMP TABLE an_fleet AS
            SELECT day, list_price, contracted_price, gpu_buckets FROM part_fleet WHERE list_contains($ids, part_id)""",
         p,
@@ -275,10 +279,11 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
 
 
 @stage("day parts",
-       "f_device_samples f_allocations f_gaps f_pending_demand ingest_batches an_dev analysis_parts analysis_spacings",
-       "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements analysis_parts "
+       "f_device_samples f_allocations f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev analysis_parts "
+       "analysis_spacings",
+       "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
-       "part_placements")
+       "part_placements part_health")
 def _parts(s: RunState) -> dict[str, object]:
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
     merge_parts(s.con, ids)

@@ -277,6 +277,25 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("first_ts", "TIMESTAMP NOT NULL", "First sample time in the span."),
         _c("last_ts", "TIMESTAMP NOT NULL", "Last sample time in the span."),
     ],
+    "part_health": [
+        PART_KEY,
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples in the span."),
+        _c("ecc_min", "BIGINT", "Smallest uncorrected ECC total."),
+        _c("ecc_max", "BIGINT", "Largest uncorrected ECC total."),
+        _c("retired_max", "BIGINT", "Largest retired-pages total."),
+        _c("remap_failed", "BOOLEAN", "A row-remap failure was reported."),
+        _c("remap_ts", "TIMESTAMP", "First time it was."),
+        _c("lost", "BOOLEAN", "The GPU reported up = false."),
+        _c("lost_first", "TIMESTAMP", "First time it did."),
+        _c("lost_last", "TIMESTAMP", "Last time it did."),
+        _c("thermal_min", "DOUBLE", "Smallest thermal-violation seconds total."),
+        _c("thermal_max", "DOUBLE", "Largest thermal-violation seconds total."),
+        _c("crc_min", "BIGINT", "Smallest NVLink CRC error total."),
+        _c("crc_max", "BIGINT", "Largest NVLink CRC error total."),
+        _c("first_ts", "TIMESTAMP NOT NULL", "First sample."),
+        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample."),
+        _c("crc_rate", "DOUBLE", "Highest per-bucket NVLink CRC error rate (errors/s); NULL when the counter did not move."),
+    ],
     "part_fleet": [
         PART_KEY,
         _c("day", "DATE NOT NULL", "UTC day."),
@@ -287,7 +306,7 @@ PART_TABLES: dict[str, list[Column]] = {
 }
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
-PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements")
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health")
 """What a day part stores for the window-level stages, beside its result rows."""
 
 RESULT_TABLES = (

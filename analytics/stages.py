@@ -106,11 +106,18 @@ def _placements_seen(s: RunState) -> None:
     insert_seen(s.con, s.run_id, s.window)
 
 
-PART_WRITE: tuple[Stage, ...] = (_device_buckets, _write_idle, _write_fragmentation, _part_sums, _placements_seen)
+@stage("GPU health seen", "f_gpu_samples", "part_health")
+def _health_seen(s: RunState) -> None:
+    health.insert_part_health(s.con, s.run_id, s.window)
+
+
+PART_WRITE: tuple[Stage, ...] = (
+    _device_buckets, _write_idle, _write_fragmentation, _part_sums, _placements_seen, _health_seen,
+)
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
-@stage("health", "an_dev f_gpu_samples f_events", "value:health")
+@stage("health", "an_dev an_health f_events", "value:health")
 def _health(s: RunState) -> dict[str, object]:
     return {"value:health": health.assess(s.con, s.window, s.settings.health)}
 

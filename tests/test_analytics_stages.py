@@ -28,7 +28,7 @@ STAGE_MODULES = {
     "analytics/idle.py": ("read samples and allocations", "device buckets", "write idle_capacity"),
     "analytics/facts.py": ("day parts", "read samples and allocations"),
     "analytics/day_parts.py": ("day parts", "read samples and allocations"),
-    "analytics/health.py": ("health",),
+    "analytics/health.py": ("health", "GPU health seen"),
     "analytics/isolation.py": ("isolation risk",),
     "analytics/fragmentation.py": ("write fragmentation",),
     "analytics/chargeback.py": ("write chargeback", "part sums"),
