@@ -19,7 +19,7 @@ from datetime import datetime
 import duckdb
 
 from gpulens.analytics.facts import Window
-from gpulens.analytics.placement import GpuPlace, LevelSpread, distance_score, place_keys, spread
+from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
@@ -172,6 +172,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
     findings: list[Finding] = []
     shapes: dict[str, set[int]] = defaultdict(set)
     jobs: dict[str, set[int]] = defaultdict(set)
+    fleets: dict[tuple[str, ...], FleetShapes] = {}
     for (tenant, ns, kind, wname), placements in observed(con, window, interval).items():
         main = placements[0]
         if not is_multi_device(kind, main, settings):
@@ -181,7 +182,10 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         if len(held) != len(gpus):
             continue  # a GPU the dimensions do not describe: no claim about this workload
         models = sorted({p.gpu_model for p in held})
-        fleet = [p for p in places.values() if p.gpu_model in models]
+        key = tuple(models)
+        if key not in fleets:  # domain sizes of these models, worked out once for every workload on them
+            fleets[key] = FleetShapes([p for p in places.values() if p.gpu_model in models])
+        fleet = fleets[key]
         pod_sizes = [len(g) for g in main.pods.values()]
         for model in models:
             shapes[model].update(pod_sizes)
