@@ -173,7 +173,7 @@ WRITE: tuple[Stage, ...] = (_write_parts, _write_findings, _write_chargeback)
 """Stages that write the run's result rows, inside its transaction (after its previous rows are deleted)."""
 
 SETUP_WRITES = frozenset(
-    {*FACT_VIEWS, "an_profiles", "an_models", "an_buckets", "an_dev", "an_addable", "value:model_prices"}
+    {*FACT_VIEWS, "an_profiles", "an_models", "an_dev", "an_addable", "value:model_prices"}
 )
 """What ``run.py`` makes before the stages: the ``f_*`` views, the priced inventory and its prices."""
 
