@@ -11,7 +11,8 @@ the Parquet files of its ``day=``/``date=`` partition), its fingerprint changes 
 computed again; the next day of a daily analysis is one new part.
 
 The sample interval is the median of the spans' median sample spacings (each stored per span under
-its own fingerprint); a part is keyed by the interval, so a new interval recomputes every part.
+its own fingerprint); a part is keyed by the interval, so a new interval recomputes every part. One
+day's facts are held at a time.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_d
 """Facts a day part reads (the window-level stages read the rest)."""
 
 SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc")
-"""Temp tables of one span's read (kept per span between the two passes)."""
+"""Temp tables of one span's read (dropped once its part is written)."""
 
 _DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
 
@@ -142,8 +143,11 @@ def _devices(con: duckdb.DuckDBPyConnection, w: Window) -> str:
 def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:
     """Find or compute the part of every span; returns the sample interval and the part ids (in order).
 
-    Pass 1 reads the spans whose spacing is not stored yet (keeping what it read); the interval follows;
-    pass 2 computes the parts not stored for that interval, reading again only spans pass 1 did not keep.
+    One day is read at a time. A span whose spacing is not stored yet is read, its spacing stored, and
+    its part computed at once with the interval known so far (the median of the spacings seen: exact
+    when every day has the same cadence, as usual); when the window's interval, known after the last
+    span, differs from that guess, the parts are computed again with it (the guessed ones, listed by
+    no run, are dropped after the run).
     """
     con, settings = state.con, state.settings
     spacing: dict[str, float | None] = {
@@ -152,35 +156,32 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
             {"keys": [s.spacing_key for s in span_list]},
         ).fetchall()
     }
-    kept: dict[int, str] = {}
-    fixed = settings.sample_interval_seconds
-    for i, span in enumerate(span_list):
-        if span.spacing_key in spacing:
-            continue
-        if fixed and _stored(con, span.part_id(_part_parameters(state, float(fixed)))):
-            continue  # the interval is set and the part is there: nothing to read
-        _read(state, span)
-        spacing[span.spacing_key] = infer_spacing(con)
-        con.execute("INSERT OR REPLACE INTO analysis_spacings VALUES (?, ?)", [span.spacing_key, spacing[span.spacing_key]])
-        kept[i] = _keep(con, i)
-    interval = float(fixed) if fixed else _interval([spacing.get(s.spacing_key) for s in span_list], state.window)
-    parameters = _part_parameters(state, interval)
+    fixed = float(settings.sample_interval_seconds) if settings.sample_interval_seconds else None
+    if fixed is None and any(s.spacing_key not in spacing for s in span_list):
+        for span in span_list:
+            if span.spacing_key in spacing:
+                continue
+            _read(state, span)
+            spacing[span.spacing_key] = infer_spacing(con)
+            con.execute("INSERT OR REPLACE INTO analysis_spacings VALUES (?, ?)",
+                        [span.spacing_key, spacing[span.spacing_key]])
+            guess = _interval(list(spacing.values()), state.window)
+            state.values["value:interval"] = guess
+            pid = span.part_id(_part_parameters(state, guess))
+            if _stored(con, pid):
+                _drop(con)
+            else:
+                _write_part(state, span, pid)
+    interval = fixed if fixed is not None else _interval([spacing.get(s.spacing_key) for s in span_list], state.window)
     state.values["value:interval"] = interval
+    parameters = _part_parameters(state, interval)
     ids = []
-    for i, span in enumerate(span_list):
+    for span in span_list:
         pid = span.part_id(parameters)
         ids.append(pid)
-        if _stored(con, pid):
-            if i in kept:
-                _drop(con, kept.pop(i))
-            continue
-        if i in kept:
-            _restore(con, kept.pop(i))
-        else:
+        if not _stored(con, pid):
             _read(state, span)
-        _write_part(state, span, pid)
-    for suffix in kept.values():
-        _drop(con, suffix)
+            _write_part(state, span, pid)
     return interval, ids
 
 
@@ -206,22 +207,9 @@ def _read(state: RunState, span: Span) -> None:
     run_stages(RunState(state.con, state.settings, span.window, values=state.values, done=state.done), PART_READ)
 
 
-def _keep(con: duckdb.DuckDBPyConnection, i: int) -> str:
-    suffix = f"_s{i}"
+def _drop(con: duckdb.DuckDBPyConnection) -> None:
     for t in SAMPLE_TABLES:
-        con.execute(f"ALTER TABLE {t} RENAME TO {t}{suffix}")
-    return suffix
-
-
-def _restore(con: duckdb.DuckDBPyConnection, suffix: str) -> None:
-    for t in SAMPLE_TABLES:
-        con.execute(f"DROP TABLE IF EXISTS {t}")
-        con.execute(f"ALTER TABLE {t}{suffix} RENAME TO {t}")
-
-
-def _drop(con: duckdb.DuckDBPyConnection, suffix: str) -> None:
-    for t in SAMPLE_TABLES:
-        con.execute(f"DROP TABLE IF EXISTS {t}{suffix}")
+        con.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - constant names
 
 
 def _write_part(state: RunState, span: Span, part_id: str) -> None:
@@ -241,8 +229,7 @@ def _write_part(state: RunState, span: Span, part_id: str) -> None:
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    for t in SAMPLE_TABLES:
-        con.execute(f"DROP TABLE IF EXISTS {t}")
+    _drop(con)
 
 
 def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -164,3 +164,29 @@ def test_the_command_merges_a_worker_store_and_refuses_a_foreign_file(three_days
 
 def gpulens(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_days_of_different_cadence_are_computed_with_the_window_interval(tmp_path: Path) -> None:
+    """Day 1 sampled every 60 s, day 2 every 300 s: the window's interval is the median of the days'
+    spacings (180 s), so the first day, computed while only its own spacing was known, is computed
+    again; the result equals the analysis with that interval set."""
+    from tests.support.analytics_fleet import Fleet
+
+    day1 = datetime(2026, 1, 5)
+    path = tmp_path / "cadence.duckdb"
+    f = Fleet(path)
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.samples("GPU-A", start=day1, count=1440, every=60, activity=lambda i: 0.01 if i % 3 else 0.9)
+    f.alloc("GPU-A", "alpha", start=day1, count=1440, every=60)
+    f.samples("GPU-A", start=day1 + timedelta(days=1), count=288, every=300, activity=0.5)
+    f.alloc("GPU-A", "alpha", start=day1 + timedelta(days=1), count=144, every=300)
+    f.close()
+    end = day1 + timedelta(days=2)
+    inferred = AnalysisSettings(window_seconds=2 * DAY, bucket_seconds=3600, end=end)
+    run = analyze(path, inferred)
+    assert run.sample_interval_seconds == 180
+    assert len(parts(path)) == 2  # the part computed with the first day's 60 s was dropped
+    fixed = from_nothing(path, tmp_path, AnalysisSettings(window_seconds=2 * DAY, bucket_seconds=3600, end=end,
+                                                            sample_interval_seconds=180))
+    assert results(path, run.run_id) == fixed
