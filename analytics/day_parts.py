@@ -36,8 +36,8 @@ from gpulens.core.errors import UserError
 PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
 """Facts a day part reads (the window-level stages read the rest)."""
 
-SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc")
-"""Temp tables of one span's read (dropped once its part is written)."""
+SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc", "an_life", "an_db", "an_gpub")
+"""Temp tables of one span (dropped once its part is written)."""
 
 _DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
 

@@ -194,10 +194,18 @@ def check_order(stages: tuple[Stage, ...], given: frozenset[str] = SETUP_WRITES)
 def run_stages(state: RunState, stages: tuple[Stage, ...]) -> None:
     """Run ``stages`` in order; ``state.done(name)`` is called after each (the phase clock)."""
     for st in stages:
+        before = _temp_tables(state.con)
         out = st.run(state) or {}
-        undeclared = set(out) - st.writes
+        undeclared = (set(out) | (_temp_tables(state.con) - before)) - st.writes
         if undeclared:
-            raise ValueError(f"stage {st.name!r} returned undeclared values {sorted(undeclared)}")
+            raise ValueError(f"stage {st.name!r} made undeclared tables or values {sorted(undeclared)}")
         state.values.update(out)
         state.done(st.name)
 
+
+
+def _temp_tables(con: duckdb.DuckDBPyConnection | None) -> set[str]:
+    """The connection's temp tables (a stage may only leave behind the ones it declares)."""
+    if con is None:
+        return set()
+    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}

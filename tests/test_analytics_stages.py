@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE_MODULES = {
     "analytics/idle.py": ("read samples and allocations", "device buckets", "write idle_capacity"),
     "analytics/facts.py": ("day parts", "read samples and allocations"),
-    "analytics/day_parts.py": ("day parts", "read samples and allocations"),
+    "analytics/day_parts.py": ("day parts", "read samples and allocations", "device buckets"),
     "analytics/health.py": ("health", "GPU health seen"),
     "analytics/isolation.py": ("isolation risk",),
     "analytics/fragmentation.py": ("write fragmentation",),
@@ -85,3 +85,14 @@ def test_values_a_stage_returns_must_be_declared() -> None:
     state = stages.RunState(None, None, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="undeclared"):
         stages.run_stages(state, (rogue,))
+
+
+def test_a_temp_table_a_stage_leaves_behind_must_be_declared() -> None:
+    import duckdb
+
+    sneaky = stages.stage("sneaky", "", "an_declared")(
+        lambda s: s.con.execute("CREATE TEMP TABLE an_other AS SELECT 1 AS x") and None
+    )
+    state = stages.RunState(duckdb.connect(), None, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="an_other"):
+        stages.run_stages(state, (sneaky,))
