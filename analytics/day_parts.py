@@ -306,16 +306,28 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
             "SELECT part_id FROM worker.analysis_parts ANTI JOIN analysis_parts USING (part_id)"
         ).fetchall()]
         con.execute("BEGIN TRANSACTION")
-        for table in PART_TABLES:
-            if table == "analysis_run_parts":
-                continue  # the worker's runs are not this store's
-            key = "spacing_key" if table == "analysis_spacings" else "part_id"
-            con.execute(
-                f"INSERT INTO {table} SELECT * FROM worker.{table} w "  # noqa: S608 - constant names
-                f"WHERE {'NOT EXISTS (SELECT 1 FROM analysis_spacings s WHERE s.spacing_key = w.spacing_key)' if key == 'spacing_key' else 'list_contains($new, w.part_id)'}",
-                {} if key == "spacing_key" else {"new": new},
-            )
-        con.execute("COMMIT")
+        try:
+            for table in PART_TABLES:
+                if table == "analysis_run_parts":
+                    continue  # the worker's runs are not this store's
+                if table == "analysis_spacings":
+                    con.execute(
+                        "INSERT INTO analysis_spacings SELECT * FROM worker.analysis_spacings w "
+                        "WHERE NOT EXISTS (SELECT 1 FROM analysis_spacings s WHERE s.spacing_key = w.spacing_key)"
+                    )
+                else:
+                    con.execute(
+                        f"INSERT INTO {table} SELECT * FROM worker.{table} WHERE list_contains($new, part_id)",  # noqa: S608
+                        {"new": new},
+                    )
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            con.execute("ROLLBACK")
+            raise UserError(f"--parts-from {other}: its analysed days do not fit this store "
+                            f"({str(exc).splitlines()[0]})") from exc
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
         return len(new)
     finally:
         con.close()
