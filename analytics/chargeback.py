@@ -1,6 +1,6 @@
 """Chargeback per tenant and day with FOCUS 1.2 column names, reconciled to the cent with fleet cost.
 
-Lines come from this run's ``idle_capacity`` rows: a tenant pays its allocated GE-hours (active,
+Lines come from this run's ``idle_capacity`` rows (added up per day part when the part is written): a tenant pays its allocated GE-hours (active,
 idle and unmeasured, each its own line) at the model's price; unallocated capacity is its own
 ``__unallocated__`` line or is shared between that day's tenants evenly or in proportion to their
 allocated cost (OpenCost's ``shareIdle``); time without data stays on an ``__unknown__`` line.
@@ -84,27 +84,45 @@ def _cents(amount: Decimal) -> Decimal:
     return amount.quantize(CENT, ROUND_HALF_EVEN)
 
 
+FLEET_SELECT = """
+WITH present AS (  -- each (GPU, bucket) once: a GPU of one device in an_db, a split GPU in an_gpub
+    SELECT gk, b FROM an_db WHERE NOT multi_device
+    UNION ALL
+    SELECT gk, b FROM an_gpub
+),
+per_bucket AS (
+    SELECT p.b, g.list_price, g.contracted_price, count(*) AS gpus
+    FROM present p
+    JOIN (SELECT gk, any_value(list_price) AS list_price, any_value(contracted_price) AS contracted_price
+          FROM an_dev GROUP BY gk) g USING (gk)
+    GROUP BY ALL
+)
+SELECT $part_id, CAST($start::TIMESTAMP + to_seconds(b * $bs) AS DATE) AS day, list_price, contracted_price,
+       sum(gpus) AS gpu_buckets
+FROM per_bucket GROUP BY ALL
+"""
+"""``part_fleet`` rows of one day part: GPUs present x buckets per day and price (from ``an_db``, ``an_gpub``)."""
+
+LINES_SELECT = """
+SELECT $part_id, CAST(bucket_start AS DATE) AS day, tenant, state, coalesce(gpu_model, '') AS model,
+       fsum(ge_hours) AS ge_hours, fsum(cost_usd) AS cost_usd
+FROM idle_capacity_parts WHERE part_id = $part_id GROUP BY ALL
+"""
+"""``part_lines`` rows of one day part: its ``idle_capacity`` rows added up per day, tenant, state and model."""
+
+
+def insert_part_inputs(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write a day part's chargeback inputs (``part_fleet``, ``part_lines``; the caller holds the transaction)."""
+    con.execute("INSERT INTO part_fleet " + FLEET_SELECT,
+                {"part_id": part_id, "start": window.start, "bs": window.bucket_seconds})
+    con.execute("INSERT INTO part_lines " + LINES_SELECT, {"part_id": part_id})
+
+
 def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCost, dict[date, tuple[Decimal, Decimal]]]:
-    """Fleet cost per day (list, contracted): each GPU present in a bucket costs bucket hours x price."""
+    """Fleet cost per day (list, contracted): each GPU present in a bucket costs bucket hours x price
+    (``an_fleet``: the window's ``part_fleet`` rows)."""
     rows = con.execute(
-        """
-        WITH present AS (  -- each (GPU, bucket) once: a GPU of one device in an_db, a split GPU in an_gpub
-            SELECT gk, b FROM an_db WHERE NOT multi_device
-            UNION ALL
-            SELECT gk, b FROM an_gpub
-        ),
-        per_bucket AS (
-            SELECT p.b, g.list_price, g.contracted_price, count(*) AS gpus
-            FROM present p
-            JOIN (SELECT gk, any_value(list_price) AS list_price, any_value(contracted_price) AS contracted_price
-                  FROM an_dev GROUP BY gk) g USING (gk)
-            GROUP BY ALL
-        )
-        SELECT CAST($start::TIMESTAMP + to_seconds(b * $bs) AS DATE) AS day, list_price, contracted_price,
-               sum(gpus) AS gpu_buckets
-        FROM per_bucket GROUP BY ALL
-        """,
-        {"start": window.start, "bs": window.bucket_seconds},
+        "SELECT day, list_price, contracted_price, sum(gpu_buckets) FROM an_fleet GROUP BY ALL ORDER BY ALL"
     ).fetchall()
     per_day: dict[date, tuple[Decimal, Decimal]] = defaultdict(lambda: (Decimal(0), Decimal(0)))
     hours_total = Decimal(0)
@@ -124,20 +142,19 @@ def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCos
     return total, dict(per_day)
 
 
-def _lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Line]:
+def _lines(con: duckdb.DuckDBPyConnection) -> list[Line]:
+    """The window's lines (``an_lines``: its ``part_lines`` rows; one part per day, so sums are the parts')."""
     rows = con.execute(
         """
         WITH lines AS (
-            SELECT CAST(bucket_start AS DATE) AS day, tenant, state, coalesce(gpu_model, '') AS model,
-                   fsum(ge_hours) AS ge_hours, fsum(cost_usd) AS cost_usd
-            FROM idle_capacity WHERE run_id = ? GROUP BY ALL
+            SELECT day, tenant, state, model, fsum(ge_hours) AS ge_hours, fsum(cost_usd) AS cost_usd
+            FROM an_lines GROUP BY ALL
         ),
         price AS (SELECT coalesce(gpu_model, '') AS model, any_value(list_price) AS list_price FROM an_dev GROUP BY ALL)
         SELECT l.day, l.tenant, l.state, l.model, l.ge_hours, l.cost_usd / p.list_price
         FROM lines l JOIN price p USING (model)
         ORDER BY ALL
-        """,
-        [run_id],
+        """
     ).fetchall()
     lines = []
     for day, tenant, state, model, ge_h, gpu_h in rows:
@@ -181,7 +198,7 @@ def insert_chargeback(
 ) -> FleetCost:
     """Write this run's chargeback lines; returns the fleet cost they reconcile with."""
     fleet, per_day = fleet_cost(con, window)
-    lines = share_unallocated(_lines(con, run_id), policy, {m: p[0] for m, p in prices.items()})
+    lines = share_unallocated(_lines(con), policy, {m: p[0] for m, p in prices.items()})
     by_day: dict[date, list[Line]] = defaultdict(list)
     for ln in lines:
         by_day[ln.day].append(ln)

@@ -12,19 +12,12 @@ from pathlib import Path
 
 import duckdb
 
+from gpulens.collector.parquet import read_fact_parquet
+from gpulens.collector.schema import FACTS
 from gpulens.core.errors import UserError
 
-FACT_TABLES = (
-    "device_samples",
-    "gpu_samples",
-    "allocations",
-    "events",
-    "pending_demand",
-    "namespace_snapshots",
-    "gaps",
-    "quota_snapshots",
-    "pod_snapshots",
-)
+FACT_TABLES = (*FACTS, "gaps")
+"""Every table analytics reads as ``f_<table>``: the collector's facts and its recorded gaps."""
 
 
 def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False) -> str:
@@ -36,11 +29,8 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temp
     if parquet_dir is not None and not parquet_dir.is_dir():
         raise UserError(f"--parquet {parquet_dir}: not a directory")
     for table in FACT_TABLES:
-        folder = parquet_dir / table if parquet_dir is not None else None
-        if folder is not None and any(folder.rglob("*.parquet")):
-            rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
-        else:
-            rel = con.table(table)
+        rel = read_fact_parquet(con, parquet_dir / table) if parquet_dir is not None else None
+        rel = rel if rel is not None else con.table(table)
         if temporary:
             con.execute(f"CREATE OR REPLACE TEMP VIEW f_{table} AS {rel.sql_query()}")
         else:
@@ -74,7 +64,7 @@ def resolve_window(
         newest = con.execute(
             """
             SELECT coalesce((SELECT max(ts) FROM f_device_samples),
-                            greatest((SELECT max(ts) FROM quota_snapshots), (SELECT max(ts) FROM f_pending_demand)))
+                            greatest((SELECT max(ts) FROM f_quota_snapshots), (SELECT max(ts) FROM f_pending_demand)))
             """
         ).fetchone()
         if newest is None or newest[0] is None:
@@ -88,8 +78,9 @@ def resolve_window(
     return Window(aligned - timedelta(seconds=window_seconds), aligned, bucket_seconds)
 
 
-def infer_sample_interval(con: duckdb.DuckDBPyConnection, window: Window) -> float:
-    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_kb``, ``an_kb_unlisted``)."""
+def infer_spacing(con: duckdb.DuckDBPyConnection) -> float | None:
+    """Median spacing of one device's consecutive samples, from per-bucket counts (``an_kb``, ``an_kb_unlisted``);
+    None without two samples of a device in one bucket."""
     row = con.execute(
         """
         SELECT median((epoch(last_ts) - epoch(first_ts)) / (n - 1)) FILTER (WHERE n > 1)
@@ -97,6 +88,4 @@ def infer_sample_interval(con: duckdb.DuckDBPyConnection, window: Window) -> flo
         """
     ).fetchone()
     spacing = row[0] if row is not None else None
-    if spacing is None or spacing <= 0:
-        return float(window.bucket_seconds)
-    return float(min(spacing, window.bucket_seconds))
+    return None if spacing is None or spacing <= 0 else float(spacing)

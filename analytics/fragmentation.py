@@ -78,7 +78,7 @@ per_node AS (
            coalesce(max(best_ge), 0) AS largest_shape_ge
     FROM judged GROUP BY b, nk
 )
-SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
+SELECT $part_id,
        $start::TIMESTAMP + to_seconds(n.b * $bs), $start::TIMESTAMP + to_seconds((n.b + 1) * $bs),
        names.node, names.gpu_model, n.free_gpus, n.free_mig_slices, n.free_ge, n.usable_ge,
        CASE WHEN pl.shapes IS NULL THEN 0 ELSE n.unusable_ge END AS stranded_ge,
@@ -100,18 +100,18 @@ def demand_collected(con: duckdb.DuckDBPyConnection, window: Window) -> bool:
     row = con.execute(
         """
         SELECT EXISTS (SELECT 1 FROM f_pending_demand WHERE ts >= $start AND ts < $end)
-            OR EXISTS (SELECT 1 FROM quota_snapshots WHERE object_kind = 'ClusterQueue' AND ts >= $start AND ts < $end)
-            OR EXISTS (SELECT 1 FROM pod_snapshots WHERE ts >= $start AND ts < $end)
+            OR EXISTS (SELECT 1 FROM f_quota_snapshots WHERE object_kind = 'ClusterQueue' AND ts >= $start AND ts < $end)
+            OR EXISTS (SELECT 1 FROM f_pod_snapshots WHERE ts >= $start AND ts < $end)
         """,
         {"start": window.start, "end": window.end},
     ).fetchone()
     return bool(row and row[0])
 
 
-def insert_fragmentation(con: duckdb.DuckDBPyConnection, run_id: str, window: Window) -> None:
-    """Write this run's ``fragmentation`` rows (the caller holds the transaction)."""
+def insert_fragmentation(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write the ``fragmentation`` rows of one day part spanning ``window`` (the caller holds the transaction)."""
     con.execute(
-        "INSERT INTO fragmentation " + FRAGMENTATION_SELECT,
-        {**bucket_params(window), "run_id": run_id, "bs": window.bucket_seconds, "bh": window.bucket_hours,
+        "INSERT INTO fragmentation_parts " + FRAGMENTATION_SELECT,
+        {**bucket_params(window), "part_id": part_id, "bs": window.bucket_seconds, "bh": window.bucket_hours,
          "demand_collected": demand_collected(con, window)},
     )

@@ -110,29 +110,61 @@ def classify_xid(code: int, rules: HealthRules) -> str:
     return rules.unknown_xid_state if rules.unknown_xid_state != "ok" else "info"
 
 
+PART_HEALTH_SELECT = """
+WITH per_gpu AS (
+    SELECT gpu_uuid,
+           min(ecc_uncorrected_total) AS ecc_min, max(ecc_uncorrected_total) AS ecc_max,
+           max(retired_pages_total) AS retired_max,
+           bool_or(remapped_rows_failure) AS remap_failed, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
+           bool_or(NOT up) AS lost, min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last,
+           min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
+           min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM f_gpu_samples WHERE ts >= $start AND ts < $end
+    GROUP BY gpu_uuid
+),
+crc AS (  -- highest per-bucket NVLink CRC error rate (errors/s), only for GPUs whose counter moved
+    SELECT gpu_uuid, max(rate) AS crc_rate FROM (
+        SELECT gpu_uuid,
+               (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
+               / greatest(epoch(max(ts)) - epoch(min(ts)), 1) AS rate
+        FROM f_gpu_samples
+        WHERE ts >= $start AND ts < $end
+          AND gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
+        GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
+    ) GROUP BY gpu_uuid
+)
+SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
+"""
+"""``part_health`` rows of one day part: per GPU, the counters' minima and maxima and the signals' times
+(a counter's rise over the window is the largest maximum minus the smallest minimum of its days)."""
+
+
+def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write one day part's GPU health sums (the caller holds the transaction)."""
+    con.execute(
+        "INSERT INTO part_health " + PART_HEALTH_SELECT,
+        {"part_id": part_id, "start": window.start, "end": window.end, "bs": window.bucket_seconds},
+    )
+
+
 def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[GpuHealth]:
-    """Health of every GPU in the inventory over the window."""
+    """Health of every GPU in the inventory over the window (``an_health``: the window's day parts, merged)."""
     params = {"start": window.start, "end": window.end}
     gpus = con.execute("SELECT DISTINCT gpu_uuid, node FROM an_dev ORDER BY ALL").fetchall()
-    counters = {
-        r[0]: r[1:]
-        for r in con.execute(
-            """
-            SELECT gpu_uuid,
-                   max(ecc_uncorrected_total) - min(ecc_uncorrected_total),
-                   max(retired_pages_total),
-                   bool_or(remapped_rows_failure), min(ts) FILTER (WHERE remapped_rows_failure),
-                   bool_or(NOT up), min(ts) FILTER (WHERE NOT up), max(ts) FILTER (WHERE NOT up),
-                   max(thermal_violation_seconds_total) - min(thermal_violation_seconds_total),
-                   max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total),
-                   min(ts), max(ts)
-            FROM f_gpu_samples WHERE ts >= $start AND ts < $end
-            GROUP BY gpu_uuid
-            """,
-            params,
-        ).fetchall()
-    }
-    crc_rates = _crc_rates(con, window, [g for g, c in counters.items() if (c[8] or 0) > 0])
+    counters: dict[str, tuple] = {}
+    crc_rates: dict[str, float] = {}
+    for row in con.execute(
+        """
+        SELECT gpu_uuid, max(ecc_max) - min(ecc_min), max(retired_max), bool_or(remap_failed), min(remap_ts),
+               bool_or(lost), min(lost_first), max(lost_last), max(thermal_max) - min(thermal_min),
+               max(crc_max) - min(crc_min), min(first_ts), max(last_ts), max(crc_rate)
+        FROM an_health GROUP BY gpu_uuid
+        """
+    ).fetchall():
+        counters[row[0]] = row[1:12]
+        if row[12] is not None:
+            crc_rates[row[0]] = float(row[12])
     xids: dict[str, list[tuple[int, int, datetime, datetime]]] = defaultdict(list)
     for gpu, code, count, first, last in con.execute(
         """
@@ -162,26 +194,6 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
         state = max((e.severity for e in ev if e.severity in _RANK), key=_RANK.__getitem__, default="ok")
         out.append(GpuHealth(node, gpu_uuid, state, tuple(ev)))
     return out
-
-
-def _crc_rates(con: duckdb.DuckDBPyConnection, window: Window, gpus: list[str]) -> dict[str, float]:
-    """Highest per-bucket NVLink CRC error rate (errors/s), only for GPUs whose counter moved."""
-    if not gpus:
-        return {}
-    rows = con.execute(
-        """
-        SELECT gpu_uuid, max(rate) FROM (
-            SELECT gpu_uuid,
-                   (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
-                   / greatest(epoch(max(ts)) - epoch(min(ts)), 1) AS rate
-            FROM f_gpu_samples
-            WHERE ts >= $start AND ts < $end AND list_contains($gpus, gpu_uuid)
-            GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
-        ) GROUP BY gpu_uuid
-        """,
-        {"start": window.start, "end": window.end, "bs": window.bucket_seconds, "gpus": gpus},
-    ).fetchall()
-    return {g: float(r or 0.0) for g, r in rows}
 
 
 _SIGNALS = ("ecc_double_bit", "retired_pages", "row_remap_failure", "gpu_lost", "thermal_violation_seconds",

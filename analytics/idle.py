@@ -279,14 +279,14 @@ free AS (
     FROM an_db
 ),
 rows AS (SELECT * FROM (SELECT * FROM allocated UNION ALL SELECT * FROM free) WHERE ge_hours > 1e-12)
-SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
+SELECT $part_id,
        $start::TIMESTAMP + to_seconds(r.b * $bs), $start::TIMESTAMP + to_seconds((r.b + 1) * $bs),
        d.device_id, d.gpu_uuid, d.node, d.gpu_model, d.profile, d.sharing_mode, r.tenant, r.state,
        r.ge_hours, r.ge_hours * d.cost_share / d.ge * d.list_price * r.cost_factor,
        r.samples, r.memory_byte_hours, r.memory_avg_bytes
 FROM rows r JOIN an_dev d USING (dk)
 UNION ALL
-SELECT $run_id, $start::TIMESTAMP, $end::TIMESTAMP,
+SELECT $part_id,
        $start::TIMESTAMP + to_seconds(gb.b * $bs), $start::TIMESTAMP + to_seconds((gb.b + 1) * $bs),
        any_value(d.gpu_uuid), any_value(d.gpu_uuid), any_value(d.node), any_value(d.gpu_model), 'unpartitioned',
        'mig', NULL, s.state,
@@ -301,14 +301,13 @@ GROUP BY gb.b, gb.gk, s.state, s.hours, gb.ge_sum, gb.share_sum
 """
 
 
-def insert_idle(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, interval_s: float) -> None:
-    """Write this run's ``idle_capacity`` rows (the caller holds the transaction)."""
+def insert_idle(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, interval_s: float) -> None:
+    """Write the ``idle_capacity`` rows of one day part spanning ``window`` (the caller holds the transaction)."""
     con.execute(
-        "INSERT INTO idle_capacity " + idle_select(con),
+        "INSERT INTO idle_capacity_parts " + idle_select(con),
         {
-            "run_id": run_id,
+            "part_id": part_id,
             "start": window.start,
-            "end": window.end,
             "bs": window.bucket_seconds,
             "bh": window.bucket_hours,
             "w": interval_s / 3600.0,

@@ -1,6 +1,6 @@
 """The fleet as analytics sees it: devices in the window with their price shares, and the MIG catalog.
 
-Creates temp tables ``an_profiles`` (MIG catalog), ``an_buckets`` (the bucket grid), ``an_dev``
+Creates temp tables ``an_profiles`` (MIG catalog), ``an_dev``
 (devices present in the window, priced) and ``an_addable`` (MIG profiles a GPU's unpartitioned
 slices could still hold). ``an_dev`` numbers devices (``dk``), GPUs (``gk``) and node x model pairs
 (``nk``) with small integers:
@@ -71,15 +71,7 @@ def _temp_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> N
 def build_inventory(
     con: duckdb.DuckDBPyConnection, window: Window, mig_proration: str, fallback_price: float
 ) -> None:
-    """Create ``an_buckets``, ``an_dev`` and ``an_addable`` for the window."""
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE an_buckets AS
-        SELECT b AS bucket_start, b + to_seconds($bs) AS bucket_end, CAST(b AS DATE) AS day
-        FROM generate_series($start::TIMESTAMP, $end::TIMESTAMP - to_seconds($bs), to_seconds($bs)) t(b)
-        """,
-        {"start": window.start, "end": window.end, "bs": window.bucket_seconds},
-    )
+    """Create ``an_dev`` and ``an_addable`` for the window."""
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_dev AS

@@ -91,20 +91,45 @@ def assess(
         if g.domain:
             by_place[f"nvlink:{g.domain}"] |= g.tenants
     risks: list[Risk] = []
-    worst: dict[str, Risk] = {}
+    # A tenant's row is its worst GPU: the first GPU (in order) of highest score. A GPU's own terms are
+    # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so the
+    # scores are added from the two point lists, in the terms' order (the same float sums as the rows),
+    # and only the winner's terms are written out.
+    worst: dict[str, tuple[float, _Gpu, set[str]]] = {}
+    own: dict[str, list[float]] = {}
     for g in gpus.values():
         neighbours = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
         risks.append(
             Risk("device", g.gpu_uuid, g.node, None, g.mode,
                  capped(_device_terms(g, None, neighbours, layers, weights)))
         )
+        if not g.tenants:
+            continue
+        gpu_points = [t.points for t in _device_terms(g, min(g.tenants), neighbours, {}, weights)
+                      if t.term not in LAYER_TERMS]
         for tenant in sorted(g.tenants):
-            r = Risk("tenant", g.gpu_uuid, g.node, tenant, g.mode,
-                     capped(_device_terms(g, tenant, neighbours, layers, weights)))
-            if tenant not in worst or r.score > worst[tenant].score:
-                worst[tenant] = r
-    risks.extend(worst[t] for t in sorted(worst))
+            if tenant not in own:
+                own[tenant] = [t.points for t in _layer_terms([layers.get(tenant, _EMPTY)], [tenant], weights)]
+            score = _capped_score([*gpu_points, *own[tenant]])
+            if tenant not in worst or score > worst[tenant][0]:
+                worst[tenant] = (score, g, neighbours)
+    for tenant in sorted(worst):
+        _, g, neighbours = worst[tenant]
+        risks.append(Risk("tenant", g.gpu_uuid, g.node, tenant, g.mode,
+                          capped(_device_terms(g, tenant, neighbours, layers, weights))))
     return risks
+
+
+LAYER_TERMS = frozenset(
+    {"no_network_policy", "network_policy_not_collected", "no_dedicated_pool_or_vcluster", "dedicated_pool_not_collected"}
+)
+"""Terms of the tenant's own missing layers (the rest of a GPU row's terms belong to the GPU)."""
+
+
+def _capped_score(points: list[float]) -> float:
+    """The score of terms with these points, as ``Risk.score`` adds them up (a cap term past 100)."""
+    total = sum(points)
+    return sum([*points, 100 - total]) if total > 100 else total
 
 
 def _device_terms(

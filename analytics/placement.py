@@ -84,25 +84,48 @@ def domains_spanned(places: Sequence[GpuPlace], level: str) -> tuple[str, ...] |
     return tuple(sorted({k for k in keys if k is not None}))
 
 
-def min_domains(level: str, devices: int, pod_sizes: Sequence[int], fleet: Sequence[GpuPlace]) -> int | None:
+class FleetShapes:
+    """Domain sizes of a fleet (GPUs of the models compared), worked out once and reused for every placement."""
+
+    def __init__(self, fleet: Sequence[GpuPlace]) -> None:
+        self._fleet = list(fleet)
+        self._largest: dict[str, int | None] = {}
+        self._capacity: dict[tuple[str, int], list[int]] = {}
+        self._per_node = Counter(p.node for p in self._fleet)
+
+    def largest(self, level: str) -> int | None:
+        """GPUs of the largest domain of an intra-node ``level``; None when no GPU has a key there."""
+        if level not in self._largest:
+            sizes = Counter(p.key(level) for p in self._fleet if p.key(level) is not None)
+            self._largest[level] = max(sizes.values()) if sizes else None
+        return self._largest[level]
+
+    def capacities(self, level: str, smallest: int) -> list[int]:
+        """Pods of ``smallest`` GPUs each domain of ``level`` can hold (a pod never straddles nodes), largest first."""
+        key = (level, smallest)
+        if key not in self._capacity:
+            node_domain = {p.node: p.key(level) for p in self._fleet}
+            capacity: Counter[str] = Counter()
+            for node, gpus in self._per_node.items():
+                domain = node_domain[node]
+                if domain is not None:
+                    capacity[domain] += gpus // smallest
+            self._capacity[key] = sorted(capacity.values(), reverse=True)
+        return self._capacity[key]
+
+
+def min_domains(
+    level: str, devices: int, pod_sizes: Sequence[int], fleet: Sequence[GpuPlace] | FleetShapes
+) -> int | None:
     """Fewest domains of ``level`` (sizes taken from ``fleet``) that could hold the pods; None if unknown."""
     if devices <= 0 or not pod_sizes:
         return None
+    shapes = fleet if isinstance(fleet, FleetShapes) else FleetShapes(fleet)
     if level in INTRA_NODE:
-        sizes = Counter(p.key(level) for p in fleet if p.key(level) is not None)
-        if not sizes:
-            return None
-        return math.ceil(devices / max(sizes.values()))
-    per_node = Counter(p.node for p in fleet)
-    node_domain = {p.node: p.key(level) for p in fleet}
-    smallest = max(1, min(pod_sizes))
-    capacity: Counter[str] = Counter()
-    for node, gpus in per_node.items():
-        domain = node_domain[node]
-        if domain is not None:
-            capacity[domain] += gpus // smallest
+        largest = shapes.largest(level)
+        return None if largest is None else math.ceil(devices / largest)
     need, used = len(pod_sizes), 0
-    for held in sorted(capacity.values(), reverse=True):
+    for held in shapes.capacities(level, max(1, min(pod_sizes))):
         if need <= 0:
             break
         need -= held
@@ -132,8 +155,12 @@ def distance_score(places: Sequence[GpuPlace]) -> float | None:
     return round(float(hops.max()) + float(hops.mean()) / 10.0, 4)
 
 
-def spread(places: Sequence[GpuPlace], pod_sizes: Sequence[int], fleet: Sequence[GpuPlace]) -> list[LevelSpread]:
+def spread(
+    places: Sequence[GpuPlace], pod_sizes: Sequence[int], fleet: Sequence[GpuPlace] | FleetShapes
+) -> list[LevelSpread]:
     """Every level measured for this placement (levels with an unknown key are left out)."""
+    if not isinstance(fleet, FleetShapes):
+        fleet = FleetShapes(fleet)
     out = []
     for level in LEVELS:
         used = domains_spanned(places, level)

@@ -20,7 +20,7 @@ from datetime import datetime
 import duckdb
 
 from gpulens.analytics.facts import Window
-from gpulens.analytics.placement import GpuPlace, LevelSpread, distance_score, place_keys, spread
+from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
@@ -96,40 +96,65 @@ def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> 
     return out
 
 
-_OBSERVED = """
-WITH groups AS (  -- the collector's pod inventory names LeaderWorkerSet / pod-group jobs the owner chain splits
+SEEN_SELECT = """
+WITH gangs AS (  -- the collector's pod inventory names LeaderWorkerSet / pod-group jobs the owner chain splits
     SELECT namespace, pod, arg_max(workload_kind, ts) AS gkind, arg_max(workload_name, ts) AS gname
-    FROM pod_snapshots WHERE ts < $end AND list_contains($group_kinds, workload_kind) GROUP BY namespace, pod
+    FROM f_pod_snapshots WHERE ts < $end AND list_contains($group_kinds, workload_kind) GROUP BY namespace, pod
 ),
 a AS (
     SELECT a.ts, a.namespace, coalesce(g.gkind, a.workload_kind, 'Pod') AS kind,
            coalesce(g.gname, a.workload_name, a.pod) AS wname,
            a.tenant, a.pod, a.gpu_uuid, a.gpu_equivalents AS ge
     FROM f_allocations a JOIN devices d ON d.device_id = a.device_id
-    LEFT JOIN groups g ON g.namespace = a.namespace AND g.pod = a.pod
+    LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod
     WHERE a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
 ),
-per_ts AS (
-    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant,
-           list_sort(list_distinct(list(pod || '|' || gpu_uuid))) AS sig, sum(ge) AS ge
+per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
+    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
+           count(*) AS pairs, sum(ge) AS ge
     FROM a GROUP BY namespace, kind, wname, ts
+),
+groups AS (
+    SELECT namespace, kind, wname, any_value(tenant) AS tenant, sig_key, count(*) AS samples, sum(ge) AS ge_samples,
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM per_ts WHERE pairs >= 2
+    GROUP BY namespace, kind, wname, sig_key
 )
-SELECT namespace, kind, wname, any_value(tenant), sig, count(*) AS samples, sum(ge) AS ge_samples,
-       min(ts), max(ts)
-FROM per_ts WHERE len(sig) >= 2
-GROUP BY namespace, kind, wname, sig
-ORDER BY namespace, kind, wname, samples DESC, sig
+SELECT $part_id, g.namespace, g.kind, g.wname, g.tenant,  -- the (pod, GPU) list, at one sample time of each
+       list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig, g.samples, g.ge_samples, g.first_ts, g.last_ts
+FROM groups g JOIN a ON a.namespace = g.namespace AND a.kind = g.kind AND a.wname = g.wname AND a.ts = g.first_ts
+GROUP BY ALL
 """
+"""A day part's placements (``part_placements``): per workload and distinct (pod, GPU) set, its samples,
+GE-samples, first and last time in the span."""
+
+
+def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write the placements one day part saw (the caller holds the transaction)."""
+    con.execute("INSERT INTO part_placements " + SEEN_SELECT, {"part_id": part_id, "start": window.start,
+                                                                "end": window.end, "group_kinds": sorted(GROUP_KINDS)})
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
     """(tenant, namespace, kind, workload) -> its distinct placements, longest held first."""
+    merged: dict[tuple[str, str, str, tuple[str, ...]], list] = {}
+    for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
+        "SELECT namespace, kind, wname, tenant, sig, samples, ge_samples, first_ts, last_ts FROM an_placements"
+    ).fetchall():  # the window's day parts, merged below
+        key = (ns, kind, wname, tuple(sig))
+        if len(sig) < 2:
+            continue  # a single (pod, GPU) pair listed twice at one time
+        if key in merged:  # the same set on another day (or with a duplicated row at some time): one placement
+            m = merged[key]
+            m[1], m[2], m[3], m[4] = m[1] + samples, m[2] + ge_samples, min(m[3], first), max(m[4], last)
+        else:
+            merged[key] = [tenant, samples, ge_samples, first, last]
     out: dict[tuple[str, str, str, str], list[Placement]] = defaultdict(list)
     keys: dict[tuple[str, str, str], str] = {}
-    for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
-        _OBSERVED, {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
-    ).fetchall():
+    for (ns, kind, wname, sig), (tenant, samples, ge_samples, first, last) in sorted(
+        merged.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[1][1], kv[0][3])
+    ):
         pods: dict[str, list[str]] = defaultdict(list)
         for item in sig:
             pod, _, gpu = str(item).rpartition("|")
@@ -155,6 +180,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
     findings: list[Finding] = []
     shapes: dict[str, set[int]] = defaultdict(set)
     jobs: dict[str, set[int]] = defaultdict(set)
+    fleets: dict[tuple[str, ...], FleetShapes] = {}
     for (tenant, ns, kind, wname), placements in observed(con, window, interval).items():
         main = placements[0]
         if not is_multi_device(kind, main, settings):
@@ -164,7 +190,10 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         if len(held) != len(gpus):
             continue  # a GPU the dimensions do not describe: no claim about this workload
         models = sorted({p.gpu_model for p in held})
-        fleet = [p for p in places.values() if p.gpu_model in models]
+        key = tuple(models)
+        if key not in fleets:  # domain sizes of these models, worked out once for every workload on them
+            fleets[key] = FleetShapes([p for p in places.values() if p.gpu_model in models])
+        fleet = fleets[key]
         pod_sizes = [len(g) for g in main.pods.values()]
         for model in models:
             shapes[model].update(pod_sizes)

@@ -41,7 +41,7 @@ WITH snaps AS (
     SELECT object_kind, CASE WHEN object_namespace = '' THEN object_name ELSE object_namespace || '/' || object_name END
                AS name, object_name, object_namespace, flavor, regexp_replace(resource, '^requests\\.', '') AS resource,
            time_bucket(to_seconds($bs), ts, $start::TIMESTAMP) AS b, nominal_quota, usage, ts
-    FROM quota_snapshots
+    FROM f_quota_snapshots
     WHERE ts >= $start AND ts < $end AND object_kind IN ('ClusterQueue', 'ResourceQuota')
 ),
 per_bucket AS (
@@ -88,7 +88,7 @@ def has_queue_data(con: duckdb.DuckDBPyConnection, window: Window) -> bool:
     """Whether the window holds any quota snapshot or pending demand."""
     row = con.execute(
         """
-        SELECT EXISTS (SELECT 1 FROM quota_snapshots WHERE ts >= $start AND ts < $end)
+        SELECT EXISTS (SELECT 1 FROM f_quota_snapshots WHERE ts >= $start AND ts < $end)
             OR EXISTS (SELECT 1 FROM f_pending_demand WHERE ts >= $start AND ts < $end)
         """,
         {"start": window.start, "end": window.end},

@@ -267,6 +267,93 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
 }
 """Table-level primary keys (``analysis_runs`` declares its own on ``run_id``)."""
 
+PART_KEY = _c("part_id", "VARCHAR NOT NULL", "The day part the row belongs to; see analysis_parts.")
+
+DAY_PARTS: dict[str, str] = {"idle_capacity": "idle_capacity_parts", "fragmentation": "fragmentation_parts"}
+"""Result tables whose rows are stored once per day part and shown per run by a view of the same name."""
+
+PART_TABLES: dict[str, list[Column]] = {
+    **{part: [PART_KEY, *[c for c in TABLES[view] if c not in _RUN]] for view, part in DAY_PARTS.items()},
+    "analysis_parts": [
+        _c("part_id", "VARCHAR PRIMARY KEY", "sha256 (16 hex) of the span, its facts' fingerprint and every parameter."),
+        _c("part_start", "TIMESTAMP NOT NULL", "Span start: a UTC day, clipped to the window (inclusive)."),
+        _c("part_end", "TIMESTAMP NOT NULL", "Span end (exclusive)."),
+        _c("fingerprint", "VARCHAR NOT NULL", "What the span's facts and devices looked like when it was computed."),
+        _c("created_at", "TIMESTAMP NOT NULL", "When the part was computed (UTC)."),
+    ],
+    "analysis_run_parts": [
+        *_RUN,
+        _c("part_id", "VARCHAR NOT NULL", "A day part the run's window is made of."),
+    ],
+    "analysis_spacings": [
+        _c("spacing_key", "VARCHAR PRIMARY KEY", "sha256 of the span, its facts' fingerprint and the bucket."),
+        _c("spacing_seconds", "DOUBLE", "Median spacing of a device's consecutive samples in the span; NULL: none."),
+    ],
+    "part_devices": [
+        PART_KEY,
+        _c("device_id", "VARCHAR NOT NULL", "Device sampled in the span."),
+        _c("samples", "BIGINT NOT NULL", "Its samples in the span."),
+        _c("samples_with_activity", "BIGINT NOT NULL", "Those with a finite activity reading."),
+    ],
+    "part_tenancy": [
+        PART_KEY,
+        _c("device_id", "VARCHAR NOT NULL", "Device held in the span."),
+        _c("tenant", "VARCHAR", "A tenant that held it."),
+        _c("namespace", "VARCHAR", "From this namespace."),
+    ],
+    "part_lines": [
+        PART_KEY,
+        _c("day", "DATE NOT NULL", "UTC day."),
+        _c("tenant", "VARCHAR", "Tenant (NULL: unallocated, unknown)."),
+        _c("state", "VARCHAR NOT NULL", "idle_capacity state."),
+        _c("model", "VARCHAR NOT NULL", "Short GPU model ('' when unknown)."),
+        _c("ge_hours", "DOUBLE NOT NULL", "fsum of the part's ge_hours."),
+        _c("cost_usd", "DOUBLE NOT NULL", "fsum of the part's cost_usd."),
+    ],
+    "part_placements": [
+        PART_KEY,
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
+        _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
+        _c("wname", "VARCHAR NOT NULL", "Top owner name."),
+        _c("tenant", "VARCHAR", "Tenant of the workload."),
+        _c("sig", "VARCHAR[] NOT NULL", "The placement: sorted 'pod|gpu_uuid' pairs."),
+        _c("samples", "BIGINT NOT NULL", "Sample times it was held in the span."),
+        _c("ge_samples", "DOUBLE NOT NULL", "GE x samples."),
+        _c("first_ts", "TIMESTAMP NOT NULL", "First sample time in the span."),
+        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample time in the span."),
+    ],
+    "part_health": [
+        PART_KEY,
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples in the span."),
+        _c("ecc_min", "BIGINT", "Smallest uncorrected ECC total."),
+        _c("ecc_max", "BIGINT", "Largest uncorrected ECC total."),
+        _c("retired_max", "BIGINT", "Largest retired-pages total."),
+        _c("remap_failed", "BOOLEAN", "A row-remap failure was reported."),
+        _c("remap_ts", "TIMESTAMP", "First time it was."),
+        _c("lost", "BOOLEAN", "The GPU reported up = false."),
+        _c("lost_first", "TIMESTAMP", "First time it did."),
+        _c("lost_last", "TIMESTAMP", "Last time it did."),
+        _c("thermal_min", "DOUBLE", "Smallest thermal-violation seconds total."),
+        _c("thermal_max", "DOUBLE", "Largest thermal-violation seconds total."),
+        _c("crc_min", "BIGINT", "Smallest NVLink CRC error total."),
+        _c("crc_max", "BIGINT", "Largest NVLink CRC error total."),
+        _c("first_ts", "TIMESTAMP NOT NULL", "First sample."),
+        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample."),
+        _c("crc_rate", "DOUBLE", "Highest per-bucket NVLink CRC error rate (errors/s); NULL when the counter did not move."),
+    ],
+    "part_fleet": [
+        PART_KEY,
+        _c("day", "DATE NOT NULL", "UTC day."),
+        _c("list_price", "DOUBLE NOT NULL", "List USD per GPU-hour."),
+        _c("contracted_price", "DOUBLE NOT NULL", "Contracted USD per GPU-hour."),
+        _c("gpu_buckets", "BIGINT NOT NULL", "GPUs present x buckets at that price."),
+    ],
+}
+"""Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
+
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health")
+"""What a day part stores for the window-level stages, beside its result rows."""
+
 RESULT_TABLES = (
     "idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback", "placement", "topology_stranded",
 )
@@ -284,17 +371,98 @@ def ddl(table: str) -> str:
 
 
 def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create ``analysis_runs`` and every result table that does not exist yet (idempotent).
-
-    A table from an older release gets the columns added since (NULL in its old rows).
-    """
+    """Create ``analysis_runs``, the day-part tables and every result table or view that does not exist
+    yet (idempotent); a store whose ``idle_capacity`` or ``fragmentation`` is still a table keeps its
+    runs: their rows become one part per run."""
+    for table, cols in PART_TABLES.items():
+        body = ",\n    ".join(f'"{c.name}" {c.type}' for c in cols)
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)")
     for table in TABLES:
+        if table in DAY_PARTS:
+            _create_part_view(con, table)
+            continue
         con.execute(ddl(table))
-        have = {r[0] for r in con.execute(
+        have = {r[0] for r in con.execute(  # a table from an older release gets the columns added since
             "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
         for c in TABLES[table]:
             if c.name not in have:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
+
+
+def _create_part_view(con: duckdb.DuckDBPyConnection, view: str) -> None:
+    part = DAY_PARTS[view]
+    kind = con.execute(
+        "SELECT table_type FROM information_schema.tables WHERE table_schema = 'main' AND table_name = ?", [view]
+    ).fetchone()
+    if kind is not None and kind[0] == "VIEW":
+        return
+    if kind is not None:  # rows of an older store: one part per run, kept
+        con.execute(
+            f"""INSERT INTO analysis_run_parts SELECT DISTINCT run_id, window_start, window_end, 'run:' || run_id
+                FROM {view} ANTI JOIN analysis_run_parts r USING (run_id)"""  # noqa: S608 - constant names
+        )
+        con.execute(
+            f"INSERT INTO {part} SELECT 'run:' || run_id, * EXCLUDE (run_id, window_start, window_end) FROM {view}"  # noqa: S608
+        )
+        con.execute(f"DROP TABLE {view}")
+    columns = ", ".join(f'p."{c.name}"' for c in TABLES[view] if c not in _RUN)
+    con.execute(
+        f"""CREATE VIEW {view} AS
+            SELECT r.run_id, r.window_start, r.window_end, {columns}
+            FROM analysis_run_parts r JOIN {part} p USING (part_id)"""  # noqa: S608 - constant names
+    )
+
+
+def append_run_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, object]]) -> None:
+    """Append whole-run rows (each with ``run_id`` and the window) to a result table or a day-part view:
+    there, each run's rows form one part, ``run:<run_id>`` (how rows made outside ``analyze`` get in)."""
+    if not rows:
+        return
+    if table not in DAY_PARTS:
+        names = column_names(table)
+        append_columns(con, table, {n: [r.get(n) for r in rows] for n in names})
+        return
+    runs = {(r["run_id"], r["window_start"], r["window_end"]) for r in rows}
+    for run_id, start, end in sorted(runs, key=str):
+        con.execute(
+            """INSERT INTO analysis_run_parts SELECT $run, $start, $end, 'run:' || $run
+               WHERE NOT EXISTS (SELECT 1 FROM analysis_run_parts WHERE run_id = $run AND part_id = 'run:' || $run)""",
+            {"run": run_id, "start": start, "end": end},
+        )
+    import pyarrow as pa
+
+    names = [c.name for c in PART_TABLES[DAY_PARTS[table]]]
+    cols = {n: [r.get(n) for r in rows] for n in names[1:]}
+    view = f"an_append_{table}"
+    con.register(view, pa.table({"part_id": [f"run:{r['run_id']}" for r in rows], **cols}))
+    try:
+        con.execute(f"INSERT INTO {DAY_PARTS[table]} SELECT * FROM {view}")  # noqa: S608 - constant names
+    finally:
+        con.unregister(view)
+
+
+def delete_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Remove one run's rows from every result table (its day parts stay for other runs to share)."""
+    for table in (*RESULT_TABLES, "analysis_runs"):
+        if table not in DAY_PARTS:
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+    con.execute("DELETE FROM analysis_run_parts WHERE run_id = ?", [run_id])
+    for part in DAY_PARTS.values():  # rows that came in as a whole run (an older store, a fixture)
+        con.execute(f"DELETE FROM {part} WHERE part_id = 'run:' || ?", [run_id])  # noqa: S608 - constant names
+
+
+def drop_unused_parts(con: duckdb.DuckDBPyConnection) -> None:
+    """Delete the day parts that no run refers to any more (after a run replaced its own earlier rows)."""
+    unused = [
+        r[0]
+        for r in con.execute(
+            "SELECT part_id FROM analysis_parts ANTI JOIN analysis_run_parts USING (part_id)"
+        ).fetchall()
+    ]
+    if not unused:
+        return
+    for table in ("analysis_parts", *DAY_PARTS.values(), *PART_SUMS):
+        con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": unused})  # noqa: S608
 
 
 def append_columns(con: duckdb.DuckDBPyConnection, table: str, cols: dict[str, list[object]]) -> None:

@@ -1,5 +1,9 @@
 """``analyze``: run every analysis over one window and write every result table in one transaction.
 
+The steps are the declared stages of :mod:`gpulens.analytics.stages` (what each reads and writes);
+this module binds the facts, resolves the window and the priced inventory, runs the stages and
+records the run.
+
 Results of the same window and parameters replace the earlier ones (same ``run_id``), so running
 twice changes nothing.
 """
@@ -16,15 +20,15 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
-from gpulens.analytics.facts import Window, bind_facts, infer_sample_interval, resolve_window
+from gpulens.analytics import chargeback
+from gpulens.analytics.facts import Window, bind_facts, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
-from gpulens.analytics.placement_run import assess as assess_placement
-from gpulens.analytics.placement_run import insert_placement
+from gpulens.analytics.pipeline import PREPARE, WRITE
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.queue_use import has_queue_data, queue_use
-from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables
+from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
 from gpulens.analytics.settings import AnalysisSettings
+from gpulens.analytics.stages import RunState, run_stages
 from gpulens.analytics.summary import AnalysisSummary, build_summary
 from gpulens.collector.schema import create_schema
 from gpulens.collector.store_errors import StoreMissing, store_error
@@ -68,47 +72,29 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
             raise UserError("the store lists no devices and no quota or pending data in the window: nothing to analyse")
         return _analyze_queues_only(con, settings, source, window, prices.origin, clock)
     clock.done("inventory")
-    idle.prepare_samples(con, window, settings.activity_threshold)
-    clock.done("read samples and allocations")
-    interval = settings.sample_interval_seconds or infer_sample_interval(con, window)
-    idle.build_device_buckets(con, window, interval)
-    clock.done("device buckets")
-    gpu_health = health.assess(con, window, settings.health)
-    clock.done("health")
-    risks = isolation.assess(con, window, settings.risk, settings.health)
-    clock.done("isolation risk")
-    placement, stranded = assess_placement(con, window, interval, settings.topology)
-    clock.done("placement")
     model_prices = {
         str(m): (float(lp), float(cp))
         for m, lp, cp in con.execute(
             "SELECT DISTINCT coalesce(gpu_model, ''), list_price, contracted_price FROM an_dev"
         ).fetchall()
     }
+    state = RunState(con, settings, window, values={"value:model_prices": model_prices}, done=clock.done)
+    run_stages(state, PREPARE)
+    interval = float(state.value("interval"))  # type: ignore[arg-type]
     parameters = {
         **settings.parameters(),
         "sample_interval_seconds": interval,
         "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices, "fallback": prices.fallback},
     }
-    run_id = _run_id(window.start, window.end, source, parameters)
+    state.run_id = run_id = _run_id(window.start, window.end, source, parameters)
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in (*RESULT_TABLES, "analysis_runs"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+        delete_run(con, run_id)
         clock.done("delete previous rows")
-        idle.insert_idle(con, run_id, window, interval)
-        clock.done("write idle_capacity")
-        fragmentation.insert_fragmentation(con, run_id, window)
-        clock.done("write fragmentation")
-        isolation.insert_risk(con, run_id, window, risks)
-        health.insert_health(con, run_id, window, gpu_health)
-        insert_placement(con, run_id, window, placement, stranded)
-        fleet = chargeback.insert_chargeback(
-            con, run_id, window, model_prices, settings.mig_proration, settings.unallocated
-        )
-        clock.done("write risk, health, chargeback")
+        run_stages(state, WRITE)
         summary = build_summary(
-            con, run_id, window.start, window.end, window.bucket_seconds, interval, source, fleet,
+            con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
+            state.value("fleet"),  # type: ignore[arg-type]
             phase_seconds=clock.seconds,
         )
         con.execute(
@@ -124,6 +110,7 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    drop_unused_parts(con)
     if settings.out_dir is not None:
         chargeback.write_focus(con, run_id, settings.out_dir)
     return summary
@@ -153,8 +140,7 @@ def _analyze_queues_only(
     )
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in (*RESULT_TABLES, "analysis_runs"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # noqa: S608 - constant names
+        delete_run(con, run_id)
         con.execute(
             "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
@@ -178,8 +164,8 @@ class _Phases:
         self._last = time.perf_counter()
 
     def done(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.seconds[phase] = round(now - self._last, 3)
+        now = time.perf_counter()  # a phase that runs once per day part adds up
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._last, 3)
         self._last = now
 
 

@@ -51,17 +51,18 @@ class StrandedRow:
 
 
 _FREE = """
-WITH newest AS (SELECT gpu_uuid, max(ts) AS ts FROM f_gpu_samples WHERE ts >= $start AND ts < $end GROUP BY gpu_uuid),
-fleet_newest AS (SELECT max(ts) AS ts FROM newest),
-fresh AS (
-    SELECT n.gpu_uuid, n.ts FROM newest n, fleet_newest f
-    WHERE n.ts >= f.ts - to_seconds($fresh)
+WITH fleet_newest AS (SELECT max(ts) AS ts FROM f_gpu_samples WHERE ts >= $start AND ts < $end),
+recent AS (  -- only samples within $fresh of the fleet's newest can be a GPU's counted newest sample
+    SELECT s.* FROM f_gpu_samples s, fleet_newest f WHERE s.ts >= f.ts - to_seconds($fresh) AND s.ts <= f.ts
+),
+fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid),
+held AS (
+    SELECT DISTINCT a.gpu_uuid, a.ts FROM f_allocations a, fleet_newest f
+    WHERE a.ts >= f.ts - to_seconds($fresh) AND a.ts <= f.ts
 )
-SELECT fr.gpu_uuid, fr.ts,
-       coalesce(s.up, true) AND NOT EXISTS (
-           SELECT 1 FROM f_allocations a WHERE a.gpu_uuid = fr.gpu_uuid AND a.ts = fr.ts
-       ) AS free
-FROM fresh fr JOIN f_gpu_samples s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts
+SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AND h.gpu_uuid IS NULL AS free
+FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts
+LEFT JOIN held h ON h.gpu_uuid = fr.gpu_uuid AND h.ts = fr.ts
 """
 
 

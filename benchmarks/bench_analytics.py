@@ -7,7 +7,10 @@ per-GPU physical readings at the same cadence, a few XIDs, pending demand every 
 written to ``<dir>/<table>/day=YYYY-MM-DD/*.parquet``, dimensions to a DuckDB store.
 
 Each size runs, in fresh child processes (so peak RSS is per run): the floor, a plain DuckDB
-``GROUP BY device_id, 5-minute bucket`` scan of the same device-sample files, then the full analysis.
+``GROUP BY device_id, 5-minute bucket`` scan of the same device-sample files, then the full analysis
+of the window, then the next day's files arrive and the same-length window one day later is analysed
+on the analysed store (``incremental_ratio`` = that run / the full run). The last line is JSON:
+``ratio`` (analyze / floor), ``analyze.rss_gib`` and ``incremental_ratio`` per fleet size.
 Wall and CPU seconds (user + system, all threads) are both printed: on a shared machine the CPU
 seconds say what the work costs, the wall seconds what the other jobs left of the cores.
 
@@ -160,12 +163,14 @@ def make_facts(facts: Path, gpus: int, days: int, block: int) -> None:
     con.close()
 
 
-def subset(facts: Path, dest: Path, blocks: int) -> None:
-    """Hard-link the Parquet files of the first ``blocks`` GPU blocks into ``dest`` (no copying)."""
+def subset(facts: Path, dest: Path, blocks: int, days: int) -> None:
+    """Hard-link the Parquet files of the first ``blocks`` GPU blocks and ``days`` days into ``dest`` (no copying)."""
+    last = (START + timedelta(days=days)).date()
     for f in facts.rglob("*.parquet"):
         block = int(next(part for part in f.parts if part.startswith("block=")).split("=")[1])
-        if block < blocks:
-            target = dest / f.relative_to(facts)
+        day = datetime.strptime(next(p for p in f.parts if p.startswith("day=")).split("=")[1], "%Y-%m-%d").date()
+        target = dest / f.relative_to(facts)
+        if block < blocks and day < last and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             target.hardlink_to(f)
 
@@ -201,12 +206,12 @@ def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
                "rss_gib": _peak_rss_gib()})
 
 
-def _analyze(store: Path, facts: Path, days: int, bucket: int, queue) -> None:  # type: ignore[no-untyped-def]
+def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, queue) -> None:  # type: ignore[no-untyped-def]
     from gpulens.analytics.run import analyze
     from gpulens.analytics.settings import AnalysisSettings
 
     settings = AnalysisSettings(
-        window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=days), parquet_dir=facts
+        window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=end_day), parquet_dir=facts
     )
     t0, c0 = time.perf_counter(), _cpu_seconds()
     summary = analyze(store, settings)
@@ -253,34 +258,40 @@ def main() -> None:
     marker = root / "facts.json"
     have = json.loads(marker.read_text()) if marker.exists() else {}
     t0 = time.perf_counter()
-    if have.get("days") == args.days and have.get("block") == block and have.get("gpus", 0) >= max(fleets):
+    generated = args.days + 1  # the window, and one more day for the incremental run
+    if have.get("days") == generated and have.get("block") == block and have.get("gpus", 0) >= max(fleets):
         print(f"reusing the facts in {root} ({have['gpus']} GPUs generated earlier)")
     else:
         shutil.rmtree(root / "facts", ignore_errors=True)
-        make_facts(root / "facts", max(fleets), args.days, block)
-        marker.write_text(json.dumps({"gpus": max(fleets), "days": args.days, "block": block}))
+        make_facts(root / "facts", max(fleets), generated, block)
+        marker.write_text(json.dumps({"gpus": max(fleets), "days": generated, "block": block}))
     gen = time.perf_counter() - t0
     print(f"generated {max(fleets)} GPUs x {args.days} d = {max(fleets) * per_gpu:,} device samples "
           f"(+ GPU samples and allocations) in {gen:.1f} s")
     print(f"load average before the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     print(f"{'GPUs':>6} {'samples':>11} {'floor s':>8} {'analyze s':>10} {'ratio':>6} {'floor CPU s':>12} "
-          f"{'analyze CPU s':>14} {'floor RSS':>10} {'analyze RSS':>12}  reconciled")
+          f"{'analyze CPU s':>14} {'floor RSS':>10} {'analyze RSS':>12} {'+1 day s':>9} {'+1 day/full':>12}  reconciled")
     results = []
     for gpus in fleets:
         work = root / f"fleet-{gpus}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        subset(root / "facts", work / "facts", gpus // block)
+        subset(root / "facts", work / "facts", gpus // block, args.days)
         make_store(work / "store.duckdb", gpus)
         floor = _in_child(_floor, work / "facts")
-        full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket)
-        row = {"gpus": gpus, "samples": gpus * per_gpu, "floor": floor, "analyze": full,
-               "ratio": full["seconds"] / floor["seconds"]}
+        full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days)
+        # The next day arrives (its files only); the same week-long window, one day later, on the analysed store.
+        subset(root / "facts", work / "facts", gpus // block, args.days + 1)
+        more = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days + 1)
+        row = {"gpus": gpus, "samples": gpus * per_gpu, "floor": floor, "analyze": full, "next_day": more,
+               "ratio": full["seconds"] / floor["seconds"], "incremental_ratio": more["seconds"] / full["seconds"]}
         results.append(row)
         print(f"{gpus:>6} {gpus * per_gpu:>11,} {floor['seconds']:>8.2f} {full['seconds']:>10.2f} "
               f"{row['ratio']:>5.1f}x {floor['cpu']:>12.1f} {full['cpu']:>14.1f} "
-              f"{floor['rss_gib']:>8.2f} G {full['rss_gib']:>10.2f} G  {full['reconciled']}", flush=True)
+              f"{floor['rss_gib']:>8.2f} G {full['rss_gib']:>10.2f} G {more['seconds']:>9.2f} "
+              f"{row['incremental_ratio']:>11.2f}x  {full['reconciled']}", flush=True)
         print("        phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in full["phases"].items()), flush=True)
+        print("        +1 day: " + ", ".join(f"{k} {v:.1f}s" for k, v in more["phases"].items()), flush=True)
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average after the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(json.dumps(results, default=str))

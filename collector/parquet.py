@@ -66,6 +66,15 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
     return ExportSummary(out, rows)
 
 
+def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path) -> duckdb.DuckDBPyRelation | None:
+    """The one reader of a fact table's Parquet files: every ``folder/**/*.parquet``, Hive partition keys
+    (``date=...``, ``day=...``) as columns, files of different column sets unified by name; None when the
+    folder holds no Parquet file. The path may be anything DuckDB reads (a local folder here)."""
+    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
+        return None
+    return con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
+
+
 def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]:
     """Create views named like the store's tables over an exported directory; returns their names.
 
@@ -74,13 +83,14 @@ def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]
     made = []
     for table, columns in ALL_TABLES.items():
         if table in FACTS:
-            part = directory / table
-            if not part.is_dir():  # an empty fact table was exported as no file: an empty table, same columns
+            rel = read_fact_parquet(con, directory / table)
+            if rel is None:  # an empty fact table was exported as no file: an empty table, same columns
                 con.execute(f"CREATE OR REPLACE TEMP TABLE {table} ({columns})")
                 made.append(table)
                 continue
-            src = f"read_parquet('{_sql_path(part)}/**/*.parquet', hive_partitioning = true)"
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (date) FROM {src}")  # noqa: S608
+            if "date" in rel.columns:
+                rel = rel.project("* EXCLUDE (date)")
+            rel.create_view(table, replace=True)
         else:
             file = directory / f"{table}.parquet"
             if not file.is_file():
@@ -90,4 +100,4 @@ def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]
     return made
 
 
-__all__ = ["ExportSummary", "attach_parquet", "export_parquet"]
+__all__ = ["ExportSummary", "attach_parquet", "export_parquet", "read_fact_parquet"]

@@ -13,6 +13,7 @@ import pytest
 
 from gpulens.analytics.report import write_report
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
+from gpulens.analytics.result_tables import append_run_rows
 from gpulens.core.errors import UserError
 from tests.support.report_store import EVIL_TENANT, RUN_ID, build_store
 
@@ -72,11 +73,12 @@ def test_the_newest_analysis_run_wins(tmp_path: Path) -> None:
             "parameters, fact_source, summary, created_at + INTERVAL 1 HOUR FROM analysis_runs WHERE run_id = ?",
             [RUN_ID],
         )
-        con.execute(
-            "INSERT INTO idle_capacity SELECT * REPLACE ('newer' AS run_id, ge_hours * 2 AS ge_hours) "
-            "FROM idle_capacity WHERE run_id = ?",
+        rows = con.execute(
+            "SELECT * REPLACE ('newer' AS run_id, ge_hours * 2 AS ge_hours) FROM idle_capacity WHERE run_id = ?",
             [RUN_ID],
         )
+        names = [d[0] for d in rows.description]
+        append_run_rows(con, "idle_capacity", [dict(zip(names, r, strict=True)) for r in rows.fetchall()])
     r = StoreReader.open(path)
     try:
         assert r.latest_run()["run_id"][0] == "newer"

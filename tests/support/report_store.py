@@ -162,7 +162,7 @@ def build_quota_plan(con: duckdb.DuckDBPyConnection) -> None:
 
 def build_results(con: duckdb.DuckDBPyConnection) -> None:
     """Analytics result tables for the fixture, consistent with its facts (hourly buckets)."""
-    from gpulens.analytics.result_tables import create_result_tables
+    from gpulens.analytics.result_tables import append_run_rows, create_result_tables
 
     create_result_tables(con)
     build_recommendations(con)
@@ -213,9 +213,9 @@ def build_results(con: duckdb.DuckDBPyConnection) -> None:
             "x_Tenant": tenant, "x_CostState": cost_state, "x_GpuModel": model, "x_GeHours": ge_hours,
             "x_UnroundedCost": cost, "x_MigProration": "slices", "x_UnallocatedPolicy": "own-line",
         })
-    _insert(con, "idle_capacity", idle)
+    append_run_rows(con, "idle_capacity", idle)  # a view over day parts: the run's rows form one part
     _insert(con, "chargeback", charge)
-    _insert(con, "fragmentation", [{
+    append_run_rows(con, "fragmentation", [{
         **run, "bucket_start": T0, "bucket_end": T0 + timedelta(hours=1), "node": "node-h200", "gpu_model": "H200",
         "free_gpus": 0, "free_mig_slices": 2, "free_ge": 2 / 7, "usable_ge": 0.0, "stranded_ge": 2 / 7,
         "stranded_ge_hours": 2 / 7, "largest_shape": "1g.18gb", "largest_shape_ge": 1 / 7,

@@ -58,6 +58,14 @@ def register(app: typer.Typer) -> None:
         config: Annotated[
             Path | None, typer.Option(help="YAML with further settings (risk weights, health rules); flags override it.")
         ] = None,
+        parts_from: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--parts-from",
+                help="Before analysing, copy the analysed days of another store (a worker that analysed some days "
+                "of the same facts with the same parameters); repeatable.",
+            ),
+        ] = None,
     ) -> None:
         """Idle capacity, fragmentation, isolation risk, health and FOCUS chargeback for one window.
 
@@ -92,6 +100,11 @@ def register(app: typer.Typer) -> None:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
+        if parts_from:
+            from gpulens.analytics.day_parts import import_parts
+
+            for worker in parts_from:
+                typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
         summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if out is not None:

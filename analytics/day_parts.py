@@ -1,0 +1,333 @@
+"""Day parts: the results of one UTC day of a window, computed once and shared by every run that holds it.
+
+A window is cut at UTC midnights into spans (a day, clipped to the window). A span's ``idle_capacity``
+and ``fragmentation`` rows, and the small sums the window-level stages read (devices sampled, who held
+what, chargeback lines, GPUs present), depend only on the span's facts, its devices and the
+parameters, so they are stored once under a **part id**: a hash of the span, a fingerprint of its
+facts, its devices and every parameter. A run finds or computes the part of each of its days and lists
+them in ``analysis_run_parts``; ``idle_capacity`` and ``fragmentation`` are views over the parts of a
+run. When a day's facts change (the collector's window log ``ingest_batches``, the rows in the span, or
+the Parquet files of its ``day=``/``date=`` partition), its fingerprint changes and only that day is
+computed again; the next day of a daily analysis is one new part.
+
+The sample interval is the median of the spans' median sample spacings (each stored per span under
+its own fingerprint); a part is keyed by the interval, so a new interval recomputes every part. One
+day's facts are held at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from statistics import median
+
+import duckdb
+
+from gpulens.analytics.facts import Window, infer_spacing
+from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
+from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
+from gpulens.core.errors import UserError
+
+PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
+"""Facts a day part reads (the window-level stages read the rest)."""
+
+SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc", "an_life", "an_db", "an_gpub")
+"""Temp tables of one span (dropped once its part is written)."""
+
+_DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One day of the window (clipped to it) and what its facts and devices looked like."""
+
+    window: Window
+    facts: str
+    devices: str
+
+    @property
+    def spacing_key(self) -> str:
+        return _hash({"start": self.window.start, "end": self.window.end, "bucket": self.window.bucket_seconds,
+                      "facts": self.facts})
+
+    def part_id(self, parameters: dict[str, object]) -> str:
+        return _hash({"start": self.window.start, "end": self.window.end, "facts": self.facts,
+                      "devices": self.devices, "parameters": parameters})
+
+
+def _hash(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def day_windows(window: Window) -> list[Window]:
+    """The window cut at UTC midnights (the bucket divides a day, so every span is whole buckets)."""
+    out = []
+    start = window.start
+    while start < window.end:
+        end = min(datetime.combine(start.date(), datetime.min.time()) + timedelta(days=1), window.end)
+        out.append(Window(start, end, window.bucket_seconds))
+        start = end
+    return out
+
+
+def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | None) -> list[Span]:
+    """The window's spans with the fingerprints of their facts and of their devices (``an_dev``)."""
+    files = _parquet_files(parquet_dir)
+    out = []
+    for w in day_windows(window):
+        facts: list[object] = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
+        facts += [(t, [f for f in listed if f[0] is None or w.start.date() == f[0]]) for t, listed in sorted(files.items())]
+        out.append(Span(w, _hash(facts), _devices(con, w)))
+    return out
+
+
+def _parquet_files(parquet_dir: Path | None) -> dict[str, list[tuple[date | None, str, int, int]]]:
+    """Per fact table read from Parquet: its files (partition day or None, path, size, mtime)."""
+    out: dict[str, list[tuple[date | None, str, int, int]]] = {}
+    if parquet_dir is None:
+        return out
+    for table in PART_FACTS:
+        folder = parquet_dir / table
+        if not folder.is_dir():
+            continue
+        listed = []
+        for f in sorted(folder.rglob("*.parquet")):
+            st = os.stat(f)
+            days = [m.group(1) for p in f.relative_to(folder).parts if (m := _DAY.match(p))]
+            day = date.fromisoformat(days[0]) if days else None
+            listed.append((day, str(f.relative_to(folder)), st.st_size, st.st_mtime_ns))
+        if listed:
+            out[table] = listed
+    return out
+
+
+def _store_facts(con: duckdb.DuckDBPyConnection, w: Window, tables: list[str]) -> list[object]:
+    """The store's side of a span's fingerprint: the collector's batches over it and its row counts."""
+    p = {"s": w.start, "e": w.end}
+    batches = con.execute(
+        """SELECT list((source, window_start, window_end, rows, committed_at) ORDER BY ALL) FROM ingest_batches
+           WHERE window_end > $s AND window_start < $e""", p,
+    ).fetchone()
+    counts = []
+    for table in tables:
+        if table == "gaps":
+            row = con.execute(
+                "SELECT list((source, target, gap_start, gap_end) ORDER BY ALL) FROM f_gaps "
+                "WHERE gap_end > $s AND gap_start < $e", p,
+            ).fetchone()
+        else:
+            row = con.execute(f"SELECT count(*), max(ts) FROM f_{table} WHERE ts >= $s AND ts < $e", p).fetchone()  # noqa: S608
+        counts.append((table, row))
+    return [batches[0] if batches else None, counts]
+
+
+def _devices(con: duckdb.DuckDBPyConnection, w: Window) -> str:
+    """Hash of the devices present in the span, as the part's SQL sees them (lifetimes clipped to it)."""
+    row = con.execute(
+        """
+        SELECT count(*), sum(hash((device_id, gpu_uuid, node, gpu_model, kind, profile, sharing_mode, ge, slices,
+                                   cost_share, list_price, contracted_price, gpu_instance_id, multi_device,
+                                   greatest(coalesce(first_seen, $s), $s), least(coalesce(last_seen, $e), $e))))
+        FROM an_dev WHERE (first_seen IS NULL OR first_seen < $e) AND (last_seen IS NULL OR last_seen >= $s)
+        """,
+        {"s": w.start, "e": w.end},
+    ).fetchone()
+    return str(row)
+
+
+def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:
+    """Find or compute the part of every span; returns the sample interval and the part ids (in order).
+
+    One day is read at a time. A span whose spacing is not stored yet is read, its spacing stored, and
+    its part computed at once with the interval known so far (the median of the spacings seen: exact
+    when every day has the same cadence, as usual); when the window's interval, known after the last
+    span, differs from that guess, the parts are computed again with it (the guessed ones, listed by
+    no run, are dropped after the run).
+    """
+    con, settings = state.con, state.settings
+    spacing: dict[str, float | None] = {
+        k: v for k, v in con.execute(
+            "SELECT spacing_key, spacing_seconds FROM analysis_spacings WHERE list_contains($keys, spacing_key)",
+            {"keys": [s.spacing_key for s in span_list]},
+        ).fetchall()
+    }
+    fixed = float(settings.sample_interval_seconds) if settings.sample_interval_seconds else None
+    if fixed is None and any(s.spacing_key not in spacing for s in span_list):
+        for span in span_list:
+            if span.spacing_key in spacing:
+                continue
+            _read(state, span)
+            spacing[span.spacing_key] = infer_spacing(con)
+            con.execute("INSERT OR REPLACE INTO analysis_spacings VALUES (?, ?)",
+                        [span.spacing_key, spacing[span.spacing_key]])
+            guess = _interval(list(spacing.values()), state.window)
+            state.values["value:interval"] = guess
+            pid = span.part_id(_part_parameters(state, guess))
+            if _stored(con, pid):
+                _drop(con)
+            else:
+                _write_part(state, span, pid)
+    interval = fixed if fixed is not None else _interval([spacing.get(s.spacing_key) for s in span_list], state.window)
+    state.values["value:interval"] = interval
+    parameters = _part_parameters(state, interval)
+    ids = []
+    for span in span_list:
+        pid = span.part_id(parameters)
+        ids.append(pid)
+        if not _stored(con, pid):
+            _read(state, span)
+            _write_part(state, span, pid)
+    return interval, ids
+
+
+def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
+    s = state.settings
+    return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
+            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 2}
+
+
+def _interval(spacings: list[float | None], window: Window) -> float:
+    """The window's sample interval: the median of its spans' spacings, at most a bucket."""
+    known = [x for x in spacings if x is not None and x > 0]
+    if not known:
+        return float(window.bucket_seconds)
+    return float(min(median(known), window.bucket_seconds))
+
+
+def _stored(con: duckdb.DuckDBPyConnection, part_id: str) -> bool:
+    return con.execute("SELECT count(*) FROM analysis_parts WHERE part_id = ?", [part_id]).fetchone() == (1,)
+
+
+def _read(state: RunState, span: Span) -> None:
+    run_stages(RunState(state.con, state.settings, span.window, values=state.values, done=state.done), PART_READ)
+
+
+def _drop(con: duckdb.DuckDBPyConnection) -> None:
+    for t in SAMPLE_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - constant names
+
+
+def _write_part(state: RunState, span: Span, part_id: str) -> None:
+    """Compute and store one part in its own transaction (a half-written part is never listed)."""
+    con = state.con
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in (*DAY_PARTS.values(), *PART_SUMS):
+            con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
+        run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done), PART_WRITE)
+        con.execute(
+            "INSERT INTO analysis_parts VALUES (?, ?, ?, ?, ?)",
+            [part_id, span.window.start, span.window.end, f"{span.facts}:{span.devices}",
+             datetime.now(UTC).replace(tzinfo=None)],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    _drop(con)
+
+
+def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
+    """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_fleet``
+    (chargeback), ``an_placements`` (placement), ``an_health`` (health)."""
+    p = {"ids": part_ids}
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_known AS
+           SELECT device_id, sum(samples) AS n, sum(samples_with_activity) AS n_activity
+           FROM part_devices WHERE list_contains($ids, part_id) GROUP BY device_id""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_alloc AS
+           SELECT DISTINCT device_id, tenant, namespace FROM part_tenancy WHERE list_contains($ids, part_id)""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_lines AS
+           SELECT day, tenant, state, model, ge_hours, cost_usd FROM part_lines WHERE list_contains($ids, part_id)""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_placements AS
+           SELECT * EXCLUDE (part_id) FROM part_placements WHERE list_contains($ids, part_id)
+           ORDER BY namespace, kind, wname, first_ts""", p,
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE an_health AS SELECT * EXCLUDE (part_id) FROM part_health "
+        "WHERE list_contains($ids, part_id)", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_fleet AS
+           SELECT day, list_price, contracted_price, gpu_buckets FROM part_fleet WHERE list_contains($ids, part_id)""",
+        p,
+    )
+
+
+@stage("day parts",
+       "f_device_samples f_allocations f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev analysis_parts "
+       "analysis_spacings",
+       "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
+       "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
+       "part_placements part_health")
+def _parts(s: RunState) -> dict[str, object]:
+    interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
+    merge_parts(s.con, ids)
+    return {"value:interval": interval, "value:parts": ids}
+
+
+PARTS: Stage = _parts
+"""The window's day parts, found or computed (``PART_READ`` and ``PART_WRITE`` per new part), then merged."""
+
+
+def import_parts(db_path: str | Path, other: str | Path) -> int:
+    """Copy into the store at ``db_path`` the day parts another store computed (a worker that analysed
+    some days of the same facts); parts already there are kept. Returns how many parts were added."""
+    from gpulens.analytics.result_tables import PART_TABLES, create_result_tables
+    from gpulens.collector.store_errors import StoreMissing, store_error
+
+    if not Path(db_path).is_file():
+        raise StoreMissing(db_path)
+    if not Path(other).is_file():
+        raise UserError(f"--parts-from {other}: no such store")
+    try:
+        con = duckdb.connect(str(db_path))
+    except duckdb.Error as exc:
+        raise store_error(db_path, exc) from exc
+    try:
+        create_result_tables(con)
+        try:
+            con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])
+            con.execute("SELECT count(*) FROM worker.analysis_parts")
+        except duckdb.Error as exc:
+            raise UserError(f"--parts-from {other}: not a store with analysed days ({str(exc).splitlines()[0]})") from exc
+        new = [r[0] for r in con.execute(
+            "SELECT part_id FROM worker.analysis_parts ANTI JOIN analysis_parts USING (part_id)"
+        ).fetchall()]
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table in PART_TABLES:
+                if table == "analysis_run_parts":
+                    continue  # the worker's runs are not this store's
+                if table == "analysis_spacings":
+                    con.execute(
+                        "INSERT INTO analysis_spacings SELECT * FROM worker.analysis_spacings w "
+                        "WHERE NOT EXISTS (SELECT 1 FROM analysis_spacings s WHERE s.spacing_key = w.spacing_key)"
+                    )
+                else:
+                    con.execute(
+                        f"INSERT INTO {table} SELECT * FROM worker.{table} WHERE list_contains($new, part_id)",  # noqa: S608
+                        {"new": new},
+                    )
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            con.execute("ROLLBACK")
+            raise UserError(f"--parts-from {other}: its analysed days do not fit this store "
+                            f"({str(exc).splitlines()[0]})") from exc
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return len(new)
+    finally:
+        con.close()

@@ -1,0 +1,212 @@
+"""The stages of ``analyze``, in order, each declaring the tables it reads and the tables it writes.
+
+A stage hands the next ones temp tables (``an_*``, dropped with the connection), stored day-part
+tables (``*_parts``, ``part_*``) or Python values (``value:<name>``, kept in :class:`RunState`);
+facts are read only through the ``f_*`` views of :mod:`gpulens.analytics.facts`, dimensions and
+bookkeeping straight from the store. Three groups: a day part's stages (``PART_READ``, then
+``PART_WRITE``; :mod:`gpulens.analytics.day_parts` runs them per UTC day of the window), the
+window-level stages (``WINDOW``, after the parts are merged) and the writes of the run (``WRITE``).
+The declared order is the run's order: :func:`check_order` proves that every stage reads only what
+the store holds or an earlier stage wrote, and a test checks each module's SQL against the declarations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import duckdb
+
+from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
+from gpulens.analytics.facts import FACT_TABLES, Window
+from gpulens.analytics.placement_run import assess as assess_placement
+from gpulens.analytics.placement_run import insert_placement, insert_seen
+from gpulens.analytics.result_tables import PART_TABLES
+from gpulens.analytics.settings import AnalysisSettings
+from gpulens.collector.schema import BOOKKEEPING, DIMENSIONS
+
+STORE_TABLES = frozenset({*DIMENSIONS, *BOOKKEEPING, *PART_TABLES})
+"""What a stage may read without an earlier stage: dimensions, bookkeeping and the day parts earlier runs
+stored (facts only as ``f_*``)."""
+
+FACT_VIEWS = frozenset(f"f_{t}" for t in FACT_TABLES)
+
+
+@dataclass
+class RunState:
+    """What one run's stages share: the connection, the window, the settings and the values they compute."""
+
+    con: duckdb.DuckDBPyConnection
+    settings: AnalysisSettings
+    window: Window
+    run_id: str = ""
+    values: dict[str, object] = field(default_factory=dict)
+    done: Callable[[str], None] = field(default=lambda _name: None)
+    """The phase clock: called with a stage's name when it ends."""
+
+    def value(self, name: str) -> object:
+        return self.values[f"value:{name}"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a run: its name (a phase in ``AnalysisSummary.phase_seconds``), what it reads, what it writes."""
+
+    name: str
+    reads: frozenset[str]
+    writes: frozenset[str]
+    run: Callable[[RunState], dict[str, object] | None]
+
+
+def stage(name: str, reads: str, writes: str) -> Callable[[Callable[[RunState], dict[str, object] | None]], Stage]:
+    """Declare a stage: ``reads`` and ``writes`` are space-separated table names (``value:x`` for values)."""
+
+    def wrap(fn: Callable[[RunState], dict[str, object] | None]) -> Stage:
+        return Stage(name, frozenset(reads.split()), frozenset(writes.split()), fn)
+
+    return wrap
+
+
+@stage("read samples and allocations", "f_device_samples f_allocations f_gaps an_dev",
+       "an_gaps an_hold an_kb an_kb_unlisted an_known an_alloc")
+def _samples(s: RunState) -> None:
+    idle.prepare_samples(s.con, s.window, s.settings.activity_threshold)
+
+
+PART_READ: tuple[Stage, ...] = (_samples,)
+"""What a day part reads from the facts (its span is ``RunState.window``); its spacing follows from ``an_kb``."""
+
+
+@stage("device buckets", "an_kb an_dev value:interval", "an_life an_db an_gpub")
+def _device_buckets(s: RunState) -> None:
+    idle.build_device_buckets(s.con, s.window, float(s.value("interval")))  # type: ignore[arg-type]
+
+
+@stage("write idle_capacity", "an_hold an_alloc an_db an_dev an_gpub value:interval", "idle_capacity_parts")
+def _write_idle(s: RunState) -> None:
+    idle.insert_idle(s.con, s.run_id, s.window, float(s.value("interval")))  # type: ignore[arg-type]
+
+
+@stage("write fragmentation", "f_pending_demand f_quota_snapshots f_pod_snapshots an_models an_dev an_addable an_db an_gpub",
+       "fragmentation_parts")
+def _write_fragmentation(s: RunState) -> None:
+    fragmentation.insert_fragmentation(s.con, s.run_id, s.window)
+
+
+@stage("part sums", "an_known an_alloc an_db an_gpub an_dev idle_capacity_parts",
+       "part_devices part_tenancy part_lines part_fleet")
+def _part_sums(s: RunState) -> None:
+    p = {"part_id": s.run_id}
+    s.con.execute("INSERT INTO part_devices SELECT $part_id, device_id, n, n_activity FROM an_known", p)
+    s.con.execute("INSERT INTO part_tenancy SELECT DISTINCT $part_id, device_id, tenant, namespace FROM an_alloc", p)
+    chargeback.insert_part_inputs(s.con, s.run_id, s.window)
+
+
+@stage("placements seen", "f_allocations f_pod_snapshots devices", "part_placements")
+def _placements_seen(s: RunState) -> None:
+    insert_seen(s.con, s.run_id, s.window)
+
+
+@stage("GPU health seen", "f_gpu_samples", "part_health")
+def _health_seen(s: RunState) -> None:
+    health.insert_part_health(s.con, s.run_id, s.window)
+
+
+PART_WRITE: tuple[Stage, ...] = (
+    _device_buckets, _write_idle, _write_fragmentation, _part_sums, _placements_seen, _health_seen,
+)
+"""What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
+
+
+@stage("health", "an_dev an_health f_events", "value:health")
+def _health(s: RunState) -> dict[str, object]:
+    return {"value:health": health.assess(s.con, s.window, s.settings.health)}
+
+
+@stage("isolation risk",
+       "an_alloc an_dev an_known f_events f_namespace_snapshots nodes tenants ingest_batches",
+       "an_tenancy value:risks")
+def _isolation(s: RunState) -> dict[str, object]:
+    return {"value:risks": isolation.assess(s.con, s.window, s.settings.risk, s.settings.health)}
+
+
+@stage("placement",
+       "an_placements f_allocations f_gpu_samples f_pending_demand gpus gpu_topology nodes an_models value:interval",
+       "value:placement value:topology_stranded")
+def _placement(s: RunState) -> dict[str, object]:
+    placement, stranded = assess_placement(s.con, s.window, float(s.value("interval")),  # type: ignore[arg-type]
+                                           s.settings.topology)
+    return {"value:placement": placement, "value:topology_stranded": stranded}
+
+
+WINDOW: tuple[Stage, ...] = (_health, _isolation, _placement)
+"""Window-level stages, after the day parts are merged, before the run's transaction."""
+
+
+@stage("list the run's parts", "value:parts", "analysis_run_parts idle_capacity fragmentation")
+def _write_parts(s: RunState) -> None:
+    s.con.execute(
+        "INSERT INTO analysis_run_parts SELECT $run, $start, $end, unnest($ids)",
+        {"run": s.run_id, "start": s.window.start, "end": s.window.end, "ids": s.value("parts")},
+    )
+
+
+@stage("write risk, health, placement",
+       "value:risks value:health value:placement value:topology_stranded",
+       "isolation_risk health placement topology_stranded")
+def _write_findings(s: RunState) -> None:
+    isolation.insert_risk(s.con, s.run_id, s.window, s.value("risks"))  # type: ignore[arg-type]
+    health.insert_health(s.con, s.run_id, s.window, s.value("health"))  # type: ignore[arg-type]
+    insert_placement(s.con, s.run_id, s.window, s.value("placement"),  # type: ignore[arg-type]
+                     s.value("topology_stranded"))  # type: ignore[arg-type]
+
+
+@stage("write chargeback", "an_lines an_fleet an_dev value:model_prices", "chargeback value:fleet")
+def _write_chargeback(s: RunState) -> dict[str, object]:
+    fleet = chargeback.insert_chargeback(
+        s.con, s.run_id, s.window, s.value("model_prices"),  # type: ignore[arg-type]
+        s.settings.mig_proration, s.settings.unallocated,
+    )
+    return {"value:fleet": fleet}
+
+
+WRITE: tuple[Stage, ...] = (_write_parts, _write_findings, _write_chargeback)
+"""Stages that write the run's result rows, inside its transaction (after its previous rows are deleted)."""
+
+SETUP_WRITES = frozenset(
+    {*FACT_VIEWS, "an_profiles", "an_models", "an_dev", "an_addable", "value:model_prices"}
+)
+"""What ``run.py`` makes before the stages: the ``f_*`` views, the priced inventory and its prices."""
+
+PART_SETUP = frozenset({*SETUP_WRITES, "value:interval"})
+"""What a day part's stages find: the setup's, and the window's interval (decided from the spans' spacings)."""
+
+
+def check_order(stages: tuple[Stage, ...], given: frozenset[str] = SETUP_WRITES) -> None:
+    """Raise ``ValueError`` when a stage reads what neither the store, the setup nor an earlier stage wrote."""
+    have = set(given) | STORE_TABLES
+    for st in stages:
+        missing = sorted(st.reads - have)
+        if missing:
+            raise ValueError(f"stage {st.name!r} reads {missing}, which no earlier stage writes")
+        have |= st.writes
+
+
+def run_stages(state: RunState, stages: tuple[Stage, ...]) -> None:
+    """Run ``stages`` in order; ``state.done(name)`` is called after each (the phase clock)."""
+    for st in stages:
+        before = _temp_tables(state.con)
+        out = st.run(state) or {}
+        undeclared = (set(out) | (_temp_tables(state.con) - before)) - st.writes
+        if undeclared:
+            raise ValueError(f"stage {st.name!r} made undeclared tables or values {sorted(undeclared)}")
+        state.values.update(out)
+        state.done(st.name)
+
+
+
+def _temp_tables(con: duckdb.DuckDBPyConnection | None) -> set[str]:
+    """The connection's temp tables (a stage may only leave behind the ones it declares)."""
+    if con is None:
+        return set()
+    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}
