@@ -10,8 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from PIL import Image
 from gpulens.analytics.report import write_report
 from tests.support.prometheus import free_port, in_ci
 from tests.support.report_store import build_store
+from tests.support.streamlit_app import wait_healthy
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -111,19 +110,7 @@ def app_url(store: Path) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited early:\n{proc.stdout.read() if proc.stdout else ''}")
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as resp:
-                    if resp.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("streamlit did not become healthy within 90 s")
-            time.sleep(0.5)
+        wait_healthy(base, proc)
         yield base
     finally:
         proc.terminate()

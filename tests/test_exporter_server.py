@@ -22,7 +22,7 @@ from gpulens.core.errors import UserError
 from gpulens.exporter.auth import load_basic_auth_file
 from gpulens.exporter.server import ExporterHandle, build_server, serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
-from tests.support.exporter import fake_cycle, http_get
+from tests.support.exporter import SlowCollector, fake_cycle, http_get
 from tests.support.fakes import (
     NODE,
     FakeAllocationSource,
@@ -100,20 +100,8 @@ def test_metrics_negotiates_gzip_and_openmetrics(served) -> None:  # type: ignor
 
 
 def test_requests_beyond_the_concurrency_cap_get_503_at_once() -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    class SlowCollector:
-        """Blocks the first render after it is armed, so one /metrics request stays in flight."""
-
-        armed = False
-
-        def collect(self):  # type: ignore[no-untyped-def]
-            if self.armed:
-                entered.set()
-                release.wait(10)
-            return iter(())
-
-    slow = SlowCollector()
+    slow = SlowCollector()  # once armed, one /metrics request stays in flight
+    entered, release = slow.entered, slow.release
     registry = CollectorRegistry(auto_describe=False)
     registry.register(slow)
     clock = FakeClock()

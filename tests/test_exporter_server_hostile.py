@@ -21,7 +21,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpulens.exporter.server import ExporterHandle, build_server, serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
-from tests.support.exporter import fake_cycle, http_get
+from tests.support.exporter import SlowCollector, fake_cycle, http_get
 from tests.support.fakes import (
     NODE,
     FakeAllocationSource,
@@ -118,20 +118,8 @@ def test_a_client_that_never_reads_is_disconnected_after_the_write_timeout() -> 
 
 
 def test_requests_without_valid_credentials_never_take_a_slot(tmp_path: Path) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    class SlowCollector:
-        """Blocks the render after it is armed, so one authorised /metrics request holds the only slot."""
-
-        armed = False
-
-        def collect(self):  # type: ignore[no-untyped-def]
-            if self.armed:
-                entered.set()
-                release.wait(10)
-            return iter(())
-
-    slow = SlowCollector()
+    slow = SlowCollector()  # one authorised /metrics request holds the only slot once it is armed
+    entered, release = slow.entered, slow.release
     registry = CollectorRegistry(auto_describe=False)
     registry.register(slow)
     clock = FakeClock()

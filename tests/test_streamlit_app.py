@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import duckdb
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES, db_path_from, streamlit_command
 from tests.support.report_store import EVIL_TENANT, build_store
+from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"
 
@@ -23,15 +22,6 @@ APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_store(tmp_path_factory.mktemp("store") / "gpulens.duckdb")
-
-
-@pytest.fixture(autouse=True)
-def fresh_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def _app(db: Path | None, monkeypatch: pytest.MonkeyPatch) -> AppTest:

@@ -3,11 +3,9 @@ within the caller's tenant scope."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from gpulens.analytics.run import analyze
@@ -16,6 +14,7 @@ from gpulens.collector.backfill import backfill_simulated
 from gpulens.dashboards.streamlit import support
 from gpulens.dashboards.streamlit.access import ACCESS_FILE_ENV, GROUPS_HEADER_ENV, USER_HEADER_ENV
 from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES
+from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"
 PAGE = "views/placement.py"
@@ -28,15 +27,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     backfill_simulated(str(db), start=END - 86400, end=END, step=300)
     analyze(db, AnalysisSettings(window_seconds="1d"))
     return db
-
-
-@pytest.fixture(autouse=True)
-def fresh_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def _page(monkeypatch: pytest.MonkeyPatch, db: Path) -> AppTest:

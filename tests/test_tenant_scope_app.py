@@ -7,11 +7,9 @@ source stands in at our boundary, ``support.request_headers``. The real header p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from gpulens.core.errors import UserError
@@ -28,6 +26,7 @@ from gpulens.dashboards.streamlit.access import (
 from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES, streamlit_command
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.report_store import EVIL_TENANT, build_store
+from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)
 from tests.support.tenant_names import OWNED, leaks
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"
@@ -51,15 +50,6 @@ def access_file(tmp_path: Path) -> Path:
     path = tmp_path / "access.yaml"
     path.write_text(ACCESS_YAML, encoding="utf-8")
     return path
-
-
-@pytest.fixture(autouse=True)
-def fresh_caches() -> Iterator[None]:
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 class FakeProxyHeaders:

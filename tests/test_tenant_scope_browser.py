@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from tests.support.header_proxy import header_proxy, rewrite_head
 from tests.support.prometheus import free_port
 from tests.support.report_store import build_store
+from tests.support.streamlit_app import wait_healthy
 from tests.support.tenant_names import leaks
 from tests.test_browser_screenshots import _browse, _chromium, _keep, _load_until
 
@@ -39,19 +38,7 @@ def app_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited early:\n{proc.stdout.read() if proc.stdout else ''}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                    if resp.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("streamlit did not become healthy within 90 s")
-            time.sleep(0.5)
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
         _browse(f"http://127.0.0.1:{port}/", tmp / "warm-up")  # the first load warms imports and caches
         yield port
     finally:

@@ -6,6 +6,7 @@ import itertools
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -105,3 +106,19 @@ def running_exporter_process(*args: str) -> Iterator[tuple[subprocess.Popen[str]
         yield proc, url
     finally:
         stop_process(proc)
+
+
+class SlowCollector:
+    """A collector whose render blocks once ``armed``: one /metrics request then holds a slot until
+    ``release`` is set (``entered`` says it got there)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.entered.set()
+            self.release.wait(10)
+        return iter(())
