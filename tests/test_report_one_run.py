@@ -55,9 +55,10 @@ def _fleet(path: Path, *, stranded: bool) -> None:
             f.pending("batch", "1g.18gb", START + timedelta(minutes=m), gpu_model="H200")
     else:
         f.alloc("GPU-2", "batch", start=START, count=minutes, pod="batch-1")
-        f.con.execute(  # Kueue metrics were collected and nothing waited: "nothing stranded" is measured
-            "INSERT INTO quota_snapshots (ts, object_kind, object_name, resource, nominal_quota, usage, source) "
-            "VALUES (?, 'ClusterQueue', 'batch', 'nvidia.com/gpu', 4, 1, 'test')", [START + timedelta(minutes=5)])
+        for m in range(0, minutes, 5):  # Kueue metrics were scraped and nothing waited: "nothing stranded" is measured
+            f.con.execute(
+                "INSERT INTO quota_snapshots (ts, object_kind, object_name, resource, nominal_quota, usage, source) "
+                "VALUES (?, 'ClusterQueue', 'batch', 'nvidia.com/gpu', 4, 1, 'test')", [START + timedelta(minutes=m)])
     f.con.execute("INSERT INTO prices VALUES ('H200', 4.1, 3.33)")
     f.close()
 
