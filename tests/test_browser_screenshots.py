@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from gpulens.analytics.report import write_report
+from tests.support.exporter import stop_process
 from tests.support.prometheus import free_port, in_ci
 from tests.support.report_store import build_store
 from tests.support.streamlit_app import wait_healthy
@@ -42,7 +43,7 @@ def _chromium() -> str:
 def _browse(url: str, tmp: Path, *, screenshot: Path | None = None, size: str = "1400,900") -> str:
     """Load ``url`` in headless Chromium; return the DOM after load, and save a screenshot if asked."""
     chromium = _chromium()
-    common = [*CHROMIUM_FLAGS, f"--window-size={size}", "--virtual-time-budget=15000"]
+    common = [*CHROMIUM_FLAGS, f"--window-size={size}", "--virtual-time-budget=60000"]
     if screenshot is not None:
         subprocess.run(
             [chromium, *common, f"--user-data-dir={tmp / 'shot'}", f"--screenshot={screenshot}", url],
@@ -69,7 +70,7 @@ def _png_problem(path: Path) -> str | None:
     return None
 
 
-def _load_until(url: str, tmp: Path, marker: str, *, screenshot: Path | None = None, attempts: int = 4) -> str:
+def _load_until(url: str, tmp: Path, marker: str, *, screenshot: Path | None = None, attempts: int = 8) -> str:
     """Load ``url`` until the DOM shows ``marker`` (and the screenshot is a real page).
 
     Virtual time runs ahead of the app's websocket, so a load can end before Streamlit has drawn
@@ -113,11 +114,7 @@ def app_url(store: Path) -> Iterator[str]:
         wait_healthy(base, proc)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def test_the_running_app_renders_the_fleet_page_in_a_real_browser(app_url: str, tmp_path: Path) -> None:

@@ -10,10 +10,9 @@ import polars as pl
 
 from gpulens.collector.scrape import scrape_once
 from gpulens.collector.store import Store
-from gpulens.exporter.server import serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
 from gpulens.exporter.sim.fleet import SimulatedFleet
 from gpulens.exporter.sim.scenario_file import load_scenario
+from tests.support.sim_fleet import serve_fleet
 
 T = 1_790_000_000.0 - 1_790_000_000.0 % 60 + 12 * 3600  # an instant in virtual time
 
@@ -22,13 +21,7 @@ def test_scraping_every_node_of_the_fleet_stores_exactly_the_simulated_truth(tmp
     fleet = SimulatedFleet(load_scenario(None))
     db = tmp_path / "s.duckdb"
     with ExitStack() as stack:
-        urls = []
-        for node in fleet.node_names():
-            source = fleet.source(node)
-            handle = stack.enter_context(serve_in_thread(
-                ExporterSettings(listen="127.0.0.1:0"), device_source=source, allocation_source=source,
-                node=node, clock=lambda: T, background_cycle=False))
-            urls.append(f"{handle.url}/metrics")
+        urls = serve_fleet(stack, fleet, T)
         summary = scrape_once(str(db), urls, clock=lambda: T)
     assert summary.errors == []
     truth = fleet.history(T, T + 60, 60.0).frames()

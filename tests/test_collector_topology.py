@@ -12,10 +12,9 @@ from gpulens.collector.mapping import to_store_frames
 from gpulens.collector.prometheus import collect_range, metrics_for
 from gpulens.collector.scrape import scrape_once
 from gpulens.collector.store import Store
-from gpulens.exporter.server import serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
 from gpulens.exporter.sim.fleet import SimulatedFleet
 from gpulens.exporter.sim.scenario_file import load_scenario
+from tests.support.sim_fleet import serve_fleet
 from tests.support.synthetic_fleet import synthetic_frames
 from tests.test_collector_prometheus import STEP, FakePrometheus, _client, fake_prometheus
 
@@ -70,13 +69,7 @@ def test_scraping_the_simulated_fleet_stores_the_simulators_topology(tmp_path: P
     fleet = SimulatedFleet(load_scenario(None))
     db = tmp_path / "s.duckdb"
     with ExitStack() as stack:
-        urls = []
-        for node in fleet.node_names():
-            source = fleet.source(node)
-            handle = stack.enter_context(serve_in_thread(
-                ExporterSettings(listen="127.0.0.1:0"), device_source=source, allocation_source=source,
-                node=node, clock=lambda: T, background_cycle=False))
-            urls.append(f"{handle.url}/metrics")
+        urls = serve_fleet(stack, fleet, T)
         assert scrape_once(str(db), urls, clock=lambda: T).errors == []
     want = fleet.history(T, T + 60, 60.0).frames()["gpu_topology"].select(COLUMNS).sort("gpu_uuid")
     with Store(str(db)) as store:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.exporter import stop_process
 from tests.support.header_proxy import header_proxy, rewrite_head
 from tests.support.prometheus import free_port
 from tests.support.report_store import build_store
@@ -42,11 +43,7 @@ def app_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         _browse(f"http://127.0.0.1:{port}/", tmp / "warm-up")  # the first load warms imports and caches
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def test_a_request_without_the_proxys_headers_gets_no_access(app_port: int, tmp_path: Path) -> None:
@@ -59,7 +56,7 @@ def test_a_team_behind_the_proxy_sees_its_tenant_only(app_port: int, tmp_path: P
     headers = {"X-Forwarded-Email": "dev@example.com", "X-Forwarded-Groups": "team-nlp"}
     with header_proxy(app_port, headers) as url:
         shot = tmp_path / "scoped.png"
-        dom = _load_until(f"{url}/tenants", tmp_path, "Tenant: nlp", screenshot=shot, attempts=6)
+        dom = _load_until(f"{url}/tenants", tmp_path, "Tenant: nlp", screenshot=shot)
     assert "Showing tenant: nlp" in dom
     assert leaks(dom, "nlp") == []
     _keep(shot, "streamlit-tenant-scoped.png")
