@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,21 @@ class KubeConnection:
     cert: tuple[str, str] | None = None
 
 
+def _tls(connection: KubeConnection) -> bool | ssl.SSLContext:
+    """What httpx verifies the server with: a context holding the CA file and client certificate, or a bool."""
+    if isinstance(connection.verify, bool) and connection.cert is None:
+        return connection.verify
+    if connection.verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context = ssl.create_default_context(cafile=connection.verify if isinstance(connection.verify, str) else None)
+    if connection.cert is not None:
+        context.load_cert_chain(*connection.cert)
+    return context
+
+
 class KubernetesClient:
     """GET and server-side apply against one API server; one HTTP client reused."""
 
@@ -105,7 +121,7 @@ class KubernetesClient:
         try:
             self._client = httpx.Client(
                 base_url=connection.server.rstrip("/"), headers=dict(connection.headers),
-                verify=connection.verify, cert=connection.cert, timeout=timeout_s,
+                verify=_tls(connection), timeout=timeout_s,
             )
         except (OSError, ValueError, httpx.InvalidURL) as exc:  # CA or client certificate missing or unusable
             detail = getattr(exc, "strerror", None) or exc
