@@ -18,7 +18,7 @@ import polars as pl
 
 from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
 from gpulens.analytics.run_parameters import RunDescription, describe_run
-from gpulens.collector.store_errors import StoreMissing, store_error
+from gpulens.collector.store_errors import connect_store
 from gpulens.core.errors import UserError
 from gpulens.core.states import DeviceState
 
@@ -56,13 +56,7 @@ def skipped_by(run_id: str, summary_json: str | None, table: str) -> str | None:
 
 def open_store(db_path: str | Path) -> duckdb.DuckDBPyConnection:
     """Open the store read-only; a missing or unreadable file becomes a one-line ``UserError``."""
-    path = Path(db_path)
-    if not path.is_file():
-        raise StoreMissing(path)
-    try:
-        return duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as exc:
-        raise store_error(path, exc) from exc
+    return connect_store(db_path, read_only=True)
 
 
 class StoreReader:
