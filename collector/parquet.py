@@ -8,6 +8,7 @@ DuckDB views with the store's table names over such a directory, so analytics ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -69,10 +70,31 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
 def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path) -> duckdb.DuckDBPyRelation | None:
     """The one reader of a fact table's Parquet files: every ``folder/**/*.parquet``, Hive partition keys
     (``date=...``, ``day=...``) as columns, files of different column sets unified by name; None when the
-    folder holds no Parquet file. The path may be anything DuckDB reads (a local folder here)."""
+    folder holds no Parquet file. The path may be anything DuckDB reads (a local folder here).
+
+    Columns the store has and the files lack (files written before a column existed, e.g. an older
+    export without ``ecc_corrected_total``) read as typed NULLs: not measured, never zero."""
     if not folder.is_dir() or not any(folder.rglob("*.parquet")):
         return None
-    return con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
+    rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
+    have = set(rel.columns)
+    missing = [(name, kind) for name, kind in table_columns(folder.name) if name not in have]
+    if missing:
+        rel = rel.project(", ".join(["*", *(f'NULL::{kind} AS "{name}"' for name, kind in missing)]))
+    return rel
+
+
+@cache
+def table_columns(table: str) -> tuple[tuple[str, str], ...]:
+    """The store's columns of ``table`` (name, DuckDB type); empty for a name the store does not have."""
+    if table not in ALL_TABLES:
+        return ()
+    con = duckdb.connect()
+    try:
+        con.execute(f"CREATE TABLE shape ({ALL_TABLES[table]})")
+        return tuple((str(n), str(t)) for n, t, *_ in con.execute("DESCRIBE shape").fetchall())
+    finally:
+        con.close()
 
 
 def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]:
