@@ -64,6 +64,13 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     """Read device samples and allocations: ``an_kb``, ``an_hold``, ``an_known``, ``an_alloc``.
 
     ``threshold`` is the activity ratio below which a sample's held time is idle.
+
+    Each fact is aggregated once per device and bucket, without joining 10M allocation rows to 10M
+    samples: a holder whose times in a bucket are exactly the device's sample times there (same count,
+    same sum of time hashes) with one GE takes the bucket's class counts as they are (the usual case:
+    exporter and Prometheus write both at the same scrape or step). Only the buckets where a holder's
+    times differ (a pod that started or ended in the bucket, a missed sample, two pods of one holder)
+    join each allocation row to the device sample at its own time. Both give the same numbers.
     """
     params = bucket_params(window)
     con.execute(
@@ -76,58 +83,69 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     )
     row = con.execute("SELECT count(*) FROM an_gaps").fetchone()
     gap_filter = _GAP_FILTER if row is not None and row[0] else ""
-    # Devices missing from the inventory share the key NULL here; only the sample interval and the
-    # tenancy need them one by one, which the (rare) second passes below provide.
-    # Per sample: each allocation row takes the class of the device sample at its own time (0 idle,
-    # 1 active, 2 no finite reading). A row with no device sample at its time holds no measured time
-    # (that time is ``unknown``); it still says who held the device (``an_alloc``).
+    # Per device and bucket: samples, their class counts and the sum of their time hashes. Devices
+    # missing from the inventory keep their id (``ud``) for the sample interval; they are moved out below.
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE an_hold AS
-        WITH cls AS (
-            SELECT d.dk, s.ts,
-                   CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 2
-                             WHEN s.activity_ratio < $thr THEN 0 ELSE 1 END AS UTINYINT) AS c
-            FROM f_device_samples s JOIN an_dev d USING (device_id)
+        CREATE OR REPLACE TEMP TABLE an_kb AS
+        SELECT dk, ud, b, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
+               count(*) FILTER (WHERE c = 0) AS n_idle, count(*) FILTER (WHERE c = 1) AS n_active,
+               count(*) FILTER (WHERE c = 2) AS n_unmeasured,
+               count(*) FILTER (WHERE c < 2) AS n_activity,
+               avg(memory_used_bytes) AS memory_avg, sum(hash(ts)) AS ts_sig
+        FROM (
+            SELECT d.dk, CASE WHEN d.dk IS NULL THEN s.device_id END AS ud, {BUCKET_OF_TS} AS b, s.ts,
+                   s.memory_used_bytes, {_CLASS} AS c
+            FROM f_device_samples s LEFT JOIN an_dev d USING (device_id)
             WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         )
-        SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace,
-               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c IS NOT NULL), 0) AS ge_samples,
-               count(*) FILTER (WHERE c.c IS NOT NULL) AS samples,
-               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 0), 0) AS ge_idle,
-               count(*) FILTER (WHERE c.c = 0) AS samples_idle,
-               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 1), 0) AS ge_active,
-               count(*) FILTER (WHERE c.c = 1) AS samples_active,
-               coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 2), 0) AS ge_unmeasured,
-               count(*) FILTER (WHERE c.c = 2) AS samples_unmeasured
-        FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
-        LEFT JOIN cls c ON c.dk = d.dk AND c.ts = s.ts
-        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         GROUP BY ALL
         """,  # noqa: S608 - constant fragments; values are bound
         {**params, "thr": threshold},
     )
-    # The holders' sum per device and bucket rides along with the samples' aggregation (one hash
-    # table instead of a second aggregation and a join); buckets with holders but no samples get n = 0.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE an_kb_unlisted AS
+        SELECT ud AS device_id, b, n, first_ts, last_ts FROM an_kb WHERE dk IS NULL
+        """
+    )
+    con.execute("DELETE FROM an_kb WHERE dk IS NULL")
+    # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes.
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE an_kb AS
-        SELECT dk, b,
-               count(ts) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
-               count(activity_ratio) FILTER (WHERE isfinite(activity_ratio)) AS n_activity,
-               avg(memory_used_bytes) AS memory_avg, sum(ge_samples) AS ge_samples
-        FROM (
-            SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, s.activity_ratio, s.memory_used_bytes,
-                   NULL::DOUBLE AS ge_samples
-            FROM f_device_samples s LEFT JOIN an_dev d USING (device_id)
-            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-            UNION ALL
-            SELECT dk, b, NULL, NULL, NULL, ge_samples FROM an_hold WHERE dk IS NOT NULL
-        )
-        GROUP BY dk, b
+        CREATE OR REPLACE TEMP TABLE an_held AS
+        SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m, sum(s.gpu_equivalents) AS ge,
+               min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi, sum(hash(s.ts)) AS ts_sig
+        FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
+        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        GROUP BY ALL
         """,  # noqa: S608 - constant fragments; values are bound
         params,
     )
+    # A bucket is exact when each of its holders held at exactly the device's sample times with one GE.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE an_hold AS
+        WITH held AS (
+            SELECT h.*, coalesce(k.n, 0) AS n, coalesce(k.n_idle, 0) AS n_idle,
+                   coalesce(k.n_active, 0) AS n_active, coalesce(k.n_unmeasured, 0) AS n_unmeasured,
+                   bool_and(k.n IS NULL OR coalesce(h.m = k.n AND h.ts_sig = k.ts_sig AND h.ge_lo = h.ge_hi, false))
+                       OVER (PARTITION BY h.dk, h.b) AS exact  -- no sample in the bucket: nothing measured
+            FROM an_held h LEFT JOIN an_kb k USING (dk, b)
+            WHERE h.dk IS NOT NULL
+        )
+        SELECT dk, b, tenant, namespace, ge_lo * n AS ge_samples, n AS samples,
+               ge_lo * n_idle AS ge_idle, n_idle AS samples_idle,
+               ge_lo * n_active AS ge_active, n_active AS samples_active,
+               ge_lo * n_unmeasured AS ge_unmeasured, n_unmeasured AS samples_unmeasured, false AS joined
+        FROM held WHERE exact
+        UNION ALL
+        SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
+        """
+    )
+    row = con.execute("SELECT count(*) FROM an_hold WHERE joined").fetchone()
+    if row is not None and row[0]:
+        _join_per_sample(con, params, threshold, gap_filter)
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_known AS
@@ -139,21 +157,10 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         """
         CREATE OR REPLACE TEMP TABLE an_alloc AS
         SELECT d.device_id, h.tenant, h.namespace
-        FROM (SELECT DISTINCT dk, tenant, namespace FROM an_hold WHERE dk IS NOT NULL) h JOIN an_dev d USING (dk)
+        FROM (SELECT DISTINCT dk, tenant, namespace FROM an_held WHERE dk IS NOT NULL) h JOIN an_dev d USING (dk)
         """
     )
-    none = "" if _has_unlisted(con, "an_kb") else "LIMIT 0"
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE an_kb_unlisted AS
-        SELECT s.device_id, {BUCKET_OF_TS} AS b, count(*) AS n, min(s.ts) AS first_ts, max(s.ts) AS last_ts
-        FROM f_device_samples s ANTI JOIN an_dev d USING (device_id)
-        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-        GROUP BY ALL {none}
-        """,  # noqa: S608 - constant fragments; values are bound
-        params,
-    )
-    if _has_unlisted(con, "an_hold"):
+    if _has_unlisted(con, "an_held"):
         con.execute(
             f"""
             INSERT INTO an_alloc
@@ -163,8 +170,62 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
             """,  # noqa: S608 - constant fragments; values are bound
             {"start": window.start, "end": window.end},
         )
-    con.execute("DELETE FROM an_kb WHERE dk IS NULL")
-    con.execute("DELETE FROM an_hold WHERE dk IS NULL")
+    con.execute("DROP TABLE an_held")
+    # The holders' sum per device and bucket, for the device buckets.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE an_kb_held AS
+        SELECT k.*, h.ge_samples FROM an_kb k
+        LEFT JOIN (SELECT dk, b, sum(ge_samples) AS ge_samples FROM an_hold GROUP BY dk, b) h USING (dk, b)
+        """
+    )
+    con.execute("DROP TABLE an_kb")
+    con.execute("ALTER TABLE an_kb_held RENAME TO an_kb")
+
+
+_CLASS = """CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 2
+                     WHEN s.activity_ratio < $thr THEN 0 ELSE 1 END AS UTINYINT)"""
+"""SQL: the class of device sample ``s`` (0 idle, 1 active, 2 no finite reading; needs ``$thr``)."""
+
+
+def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], threshold: float,
+                     gap_filter: str) -> None:
+    """The holders of the buckets marked ``joined`` in ``an_hold``: each allocation row takes the class of
+    the device sample at its own time; a row with no device sample at its time holds no measured time
+    (that time is ``unknown``)."""
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE an_hold AS
+        WITH slow AS (SELECT DISTINCT dk, b FROM an_hold WHERE joined),
+        cls AS (
+            SELECT d.dk, s.ts, {_CLASS} AS c
+            FROM f_device_samples s JOIN an_dev d USING (device_id)
+            SEMI JOIN slow ON slow.dk = d.dk AND slow.b = {BUCKET_OF_TS}
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        ),
+        joined AS (
+            SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace,
+                   coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c IS NOT NULL), 0) AS ge_samples,
+                   count(*) FILTER (WHERE c.c IS NOT NULL) AS samples,
+                   coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 0), 0) AS ge_idle,
+                   count(*) FILTER (WHERE c.c = 0) AS samples_idle,
+                   coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 1), 0) AS ge_active,
+                   count(*) FILTER (WHERE c.c = 1) AS samples_active,
+                   coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 2), 0) AS ge_unmeasured,
+                   count(*) FILTER (WHERE c.c = 2) AS samples_unmeasured,
+                   true AS joined
+            FROM f_allocations s JOIN an_dev d USING (device_id)
+            SEMI JOIN slow ON slow.dk = d.dk AND slow.b = {BUCKET_OF_TS}
+            LEFT JOIN cls c ON c.dk = d.dk AND c.ts = s.ts
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            GROUP BY ALL
+        )
+        SELECT * FROM an_hold WHERE NOT joined
+        UNION ALL
+        SELECT * FROM joined
+        """,  # noqa: S608 - constant fragments; values are bound
+        {**params, "thr": threshold},
+    )
 
 
 def _has_unlisted(con: duckdb.DuckDBPyConnection, table: str) -> bool:

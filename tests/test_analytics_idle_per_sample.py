@@ -36,14 +36,15 @@ class Segment:
     minutes: int
     reading: str
     """``idle`` (0..4 % activity), ``busy`` (30..100 %), ``edge`` (exactly the threshold), ``nan``,
-    ``inf``, ``null`` (no activity field) or ``gap`` (the scrape failed: no sample, no holder)."""
+    ``inf``, ``null`` (no activity field), ``gap`` (the scrape failed: no sample, no holder) or ``orphan``
+    (the holder's row came but the device sample did not: not measured time)."""
     holder: str | None
 
 
 segment = st.builds(
     Segment,
     minutes=st.integers(1, 12),
-    reading=st.sampled_from(["idle", "idle", "idle", "busy", "busy", "edge", "nan", "inf", "null", "gap"]),
+    reading=st.sampled_from(["idle", "idle", "idle", "busy", "busy", "edge", "nan", "inf", "null", "gap", "orphan"]),
     holder=st.sampled_from([None, "chat", "chat", "embed", "batch"]),
 )
 trace = st.lists(segment, min_size=1, max_size=30)
@@ -85,6 +86,10 @@ def build(path: Path, traces: list[list[Segment]], offsets: list[int]) -> Held:
                 ts = T0 + timedelta(minutes=minute, seconds=offset)
                 minute += 1
                 if seg.reading == "gap":
+                    continue
+                if seg.reading == "orphan":
+                    if seg.holder is not None:
+                        f.alloc(device, seg.holder, start=ts, count=1, pod=f"{seg.holder}-{g}")
                     continue
                 activity = _activity(seg.reading, minute + i)
                 f.samples(device, start=ts, count=1, activity=activity)
@@ -174,3 +179,29 @@ def test_a_nan_or_infinite_activity_reading_is_unmeasured_never_active_or_idle(t
     ).fetchall()
     con.close()
     assert dict(samples) == {"allocated-unmeasured": 3, "allocated-active": 2}
+
+
+def test_a_holder_with_as_many_rows_as_samples_but_at_other_times_is_decided_row_by_row(tmp_path: Path) -> None:
+    """In one hour the device misses its sample at minute 10 (the holder's row is there) and the holder is
+    absent at minute 50 (the only idle sample): equal counts, different times. The holder held 58 measured
+    minutes, none idle; minute 10 is not measured and minute 50 is unallocated."""
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n0")
+    f.gpu("GPU-0", "n0")
+    for minute in range(60):
+        ts = T0 + timedelta(minutes=minute)
+        if minute != 10:
+            f.samples("GPU-0", start=ts, count=1, activity=0.01 if minute == 50 else 0.6)
+        if minute != 50:
+            f.alloc("GPU-0", "chat", start=ts, count=1)
+    f.close()
+    got = analyze(
+        path,
+        AnalysisSettings(window_seconds="1h", bucket_seconds="1h", end=T0 + timedelta(hours=1),
+                         sample_interval_seconds=60),
+    ).ge_hours_by_state
+    assert got["allocated-active"] == pytest.approx(58 / 60)
+    assert "allocated-idle" not in got
+    assert got["unallocated"] == pytest.approx(1 / 60)
+    assert got["unknown"] == pytest.approx(1 / 60)
