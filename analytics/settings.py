@@ -166,7 +166,8 @@ class AnalysisSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     window_seconds: int = 14 * 86400
-    bucket_seconds: int = 300
+    bucket_seconds: int = 3600
+    """Grain of the stored rows (device detail, fragmentation); idle is decided per sample, so it moves no idle figure."""
     end: datetime | None = None
     """Window end (exclusive, UTC); default: the bucket after the newest device sample."""
     activity_threshold: float = Field(0.05, ge=0, le=1)

@@ -64,7 +64,7 @@ def _fleet(path: Path, *, stranded: bool) -> None:
 
 
 def _settings(**kw: object) -> AnalysisSettings:
-    return AnalysisSettings.model_validate({"window_seconds": f"{HOURS}h", "end": END, **kw})
+    return AnalysisSettings.model_validate({"window_seconds": f"{HOURS}h", "bucket_seconds": "5m", "end": END, **kw})
 
 
 @pytest.fixture(scope="module")

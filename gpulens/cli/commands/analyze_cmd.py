@@ -32,7 +32,10 @@ def register(app: typer.Typer) -> None:
     def analyze(
         db: Annotated[Path, typer.Option("--db", help="The store (DuckDB file) to analyse.")] = Path("gpulens.duckdb"),
         window: Annotated[str, typer.Option(help="Length of the analysed window, e.g. 7d, 24h.")] = "14d",
-        bucket: Annotated[str, typer.Option(help="Time bucket; must divide a day (1m, 5m, 15m, 1h).")] = "5m",
+        bucket: Annotated[str, typer.Option(help=(
+            "Time bucket of the stored rows (per device and bucket; fragmentation per node and bucket); must "
+            "divide a day (1m, 5m, 15m, 1h). Idle is decided per sample, so the bucket moves no idle figure; "
+            "finer buckets give finer detail and cost more (5m: about 3x the time of 1h)."))] = "1h",
         end: Annotated[
             str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: just after the newest sample.")
         ] = None,
