@@ -28,7 +28,7 @@ class RunDescription:
     """``name value (default d)`` for every recorded parameter that differs from ``analyze``'s default."""
 
     def header(self) -> str:
-        """``Run <id>: window ... to ... UTC, 5 min buckets, activity threshold 0.05, prices: ...``."""
+        """``Run <id>: window ... to ... UTC, 1 h buckets, activity threshold 0.05, prices: ...``."""
         threshold = "–" if self.activity_threshold is None else f"{self.activity_threshold:g}"
         return (
             f"Run {self.run_id}: window {self.window_start:%Y-%m-%d %H:%M} to {self.window_end:%Y-%m-%d %H:%M} UTC, "

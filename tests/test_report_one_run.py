@@ -64,7 +64,7 @@ def _fleet(path: Path, *, stranded: bool) -> None:
 
 
 def _settings(**kw: object) -> AnalysisSettings:
-    return AnalysisSettings.model_validate({"window_seconds": f"{HOURS}h", "bucket_seconds": "5m", "end": END, **kw})
+    return AnalysisSettings.model_validate({"window_seconds": f"{HOURS}h", "end": END, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_the_report_header_names_the_run_window_bucket_threshold_and_price_sourc
     text = _text(write_report(store, tmp_path / "newest").read_text(encoding="utf-8"))
     newest = _runs(store)[0.0001]
     assert (
-        f"Run {newest}: window 2026-01-05 20:00 to 2026-01-06 04:00 UTC, 5 min buckets, activity threshold 0.0001, "
+        f"Run {newest}: window 2026-01-05 20:00 to 2026-01-06 04:00 UTC, 1 h buckets, activity threshold 0.0001, "
         "prices: store prices table + packaged defaults."
     ) in text
     assert "This run's parameters are not the defaults: activity threshold 0.0001 (default 0.05); window 8 h" in text
