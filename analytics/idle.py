@@ -66,11 +66,19 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     ``threshold`` is the activity ratio below which a sample's held time is idle.
 
     Each fact is aggregated once per device and bucket, without joining 10M allocation rows to 10M
-    samples: a holder whose times in a bucket are exactly the device's sample times there (same count,
-    same sum of time hashes) with one GE takes the bucket's class counts as they are (the usual case:
-    exporter and Prometheus write both at the same scrape or step). Only the buckets where a holder's
-    times differ (a pod that started or ended in the bucket, a missed sample, two pods of one holder)
-    join each allocation row to the device sample at its own time. Both give the same numbers.
+    samples, in three tiers that give the same numbers as the row-by-row join:
+
+    1. a holder whose rows in a bucket are k at each of the device's sample times there (k x the count,
+       k x the sum of the samples' time hashes; k = 2 for two pods of one tenant on a shared GPU) with
+       one GE takes k x the bucket's class counts (the usual case: exporter and Prometheus write both at
+       the same scrape or step);
+    2. in the other buckets, a holder whose rows are k at each sample time between its first and last
+       row (a pod that came or went inside the bucket) takes k x the class counts of those samples;
+    3. the rest (an allocation row without a sample at its time, a holder that left and came back inside
+       the bucket, a GE that changed) join each allocation row to the device sample at its own time.
+
+    A tier decides a bucket only when it decides every holder of it. Equal hash sums of different sets
+    of times are as unlikely as a 64-bit hash collision.
     """
     params = bucket_params(window)
     con.execute(
@@ -115,7 +123,8 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         f"""
         CREATE OR REPLACE TEMP TABLE an_held AS
         SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m, sum(s.gpu_equivalents) AS ge,
-               min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi, sum(hash(s.ts)) AS ts_sig
+               min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi, sum(hash(s.ts)) AS ts_sig,
+               min(s.ts) AS first_ts, max(s.ts) AS last_ts
         FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
         WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         GROUP BY ALL
@@ -129,22 +138,26 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         WITH held AS (
             SELECT h.*, coalesce(k.n, 0) AS n, coalesce(k.n_idle, 0) AS n_idle,
                    coalesce(k.n_active, 0) AS n_active, coalesce(k.n_unmeasured, 0) AS n_unmeasured,
-                   bool_and(k.n IS NULL OR coalesce(h.m = k.n AND h.ts_sig = k.ts_sig AND h.ge_lo = h.ge_hi, false))
+                   coalesce(h.m // k.n, 0) AS rows_per_sample,
+                   bool_and(k.n IS NULL OR coalesce(h.m % k.n = 0 AND h.ts_sig = h.m // k.n * k.ts_sig
+                                                    AND h.ge_lo = h.ge_hi, false))
                        OVER (PARTITION BY h.dk, h.b) AS exact  -- no sample in the bucket: nothing measured
             FROM an_held h LEFT JOIN an_kb k USING (dk, b)
             WHERE h.dk IS NOT NULL
         )
-        SELECT dk, b, tenant, namespace, ge_lo * n AS ge_samples, n AS samples,
-               ge_lo * n_idle AS ge_idle, n_idle AS samples_idle,
-               ge_lo * n_active AS ge_active, n_active AS samples_active,
-               ge_lo * n_unmeasured AS ge_unmeasured, n_unmeasured AS samples_unmeasured, false AS joined
+        SELECT dk, b, tenant, namespace, ge_lo * rows_per_sample * n AS ge_samples, rows_per_sample * n AS samples,
+               ge_lo * rows_per_sample * n_idle AS ge_idle, rows_per_sample * n_idle AS samples_idle,
+               ge_lo * rows_per_sample * n_active AS ge_active, rows_per_sample * n_active AS samples_active,
+               ge_lo * rows_per_sample * n_unmeasured AS ge_unmeasured,
+               rows_per_sample * n_unmeasured AS samples_unmeasured, false AS joined
         FROM held WHERE exact
         UNION ALL
         SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
         """
     )
-    row = con.execute("SELECT count(*) FROM an_hold WHERE joined").fetchone()
-    if row is not None and row[0]:
+    if _any_joined(con):
+        _cover_ranges(con, params, threshold, gap_filter)
+    if _any_joined(con):
         _join_per_sample(con, params, threshold, gap_filter)
     con.execute(
         """
@@ -186,6 +199,58 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
 _CLASS = """CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 2
                      WHEN s.activity_ratio < $thr THEN 0 ELSE 1 END AS UTINYINT)"""
 """SQL: the class of device sample ``s`` (0 idle, 1 active, 2 no finite reading; needs ``$thr``)."""
+
+
+def _any_joined(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute("SELECT count(*) FROM an_hold WHERE joined").fetchone()
+    return bool(row and row[0])
+
+
+def _cover_ranges(con: duckdb.DuckDBPyConnection, params: dict[str, object], threshold: float,
+                  gap_filter: str) -> None:
+    """The second tier, for buckets marked ``joined``: a holder whose times are exactly the device's sample
+    times between its first and last row (a pod that came or went inside the bucket) with one GE takes
+    the class counts of those samples. Buckets where every holder is such stay exact; the rest stay
+    marked for the row-by-row join."""
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE an_hold AS
+        WITH slow AS (
+            SELECT row_number() OVER () AS hid, h.*
+            FROM an_held h SEMI JOIN (SELECT DISTINCT dk, b FROM an_hold WHERE joined) j USING (dk, b)
+        ),
+        cover AS (
+            SELECT h.hid, count(*) AS n, sum(hash(s.ts)) AS sig,
+                   count(*) FILTER (WHERE s.c = 0) AS n_idle, count(*) FILTER (WHERE s.c = 1) AS n_active,
+                   count(*) FILTER (WHERE s.c = 2) AS n_unmeasured
+            FROM (
+                SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, {_CLASS} AS c
+                FROM f_device_samples s JOIN an_dev d USING (device_id)
+                WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            ) s
+            JOIN slow h ON h.dk = s.dk AND h.b = s.b AND s.ts BETWEEN h.first_ts AND h.last_ts
+            GROUP BY h.hid
+        ),
+        held AS (  -- no sample between its first and last row: the holder held no measured time
+            SELECT h.dk, h.b, h.tenant, h.namespace, h.ge_lo * coalesce(h.m // c.n, 0) AS ge_row,
+                   coalesce(h.m // c.n, 0) AS k, coalesce(c.n, 0) AS n,
+                   coalesce(c.n_idle, 0) AS n_idle, coalesce(c.n_active, 0) AS n_active,
+                   coalesce(c.n_unmeasured, 0) AS n_unmeasured,
+                   bool_and(c.n IS NULL OR coalesce(h.m % c.n = 0 AND h.ts_sig = h.m // c.n * c.sig
+                                                    AND h.ge_lo = h.ge_hi, false))
+                       OVER (PARTITION BY h.dk, h.b) AS exact
+            FROM slow h LEFT JOIN cover c USING (hid)
+        )
+        SELECT * FROM an_hold WHERE NOT joined
+        UNION ALL
+        SELECT dk, b, tenant, namespace, ge_row * n, k * n, ge_row * n_idle, k * n_idle, ge_row * n_active,
+               k * n_active, ge_row * n_unmeasured, k * n_unmeasured, false
+        FROM held WHERE exact
+        UNION ALL
+        SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
+        """,  # noqa: S608 - constant fragments; values are bound
+        {**params, "thr": threshold},
+    )
 
 
 def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], threshold: float,

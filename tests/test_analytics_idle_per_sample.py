@@ -205,3 +205,34 @@ def test_a_holder_with_as_many_rows_as_samples_but_at_other_times_is_decided_row
     assert "allocated-idle" not in got
     assert got["unallocated"] == pytest.approx(1 / 60)
     assert got["unknown"] == pytest.approx(1 / 60)
+
+
+@pytest.mark.parametrize(
+    ("second_pod_start", "second_pod_count"),
+    [(0, 60), (20, 40), (20, 30)],
+    ids=["two-pods-all-hour", "second-pod-arrives-at-20", "second-pod-leaves-at-50"],
+)
+def test_two_pods_of_one_tenant_on_a_shared_gpu_count_every_row_by_its_own_sample(
+    tmp_path: Path, second_pod_start: int, second_pod_count: int
+) -> None:
+    """Time-sliced GPU, one tenant, two pods of 0.5 GE: the first all hour, the second for part of it (or
+    all of it). Minutes 0-29 are idle, 30-59 busy. Each pod's rows take the class of the sample at their
+    own minute, whichever way the analysis gets there."""
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n0", mode="time-slicing")
+    f.gpu("GPU-0", "n0", mode="time-slicing", replicas=2)
+    f.samples("GPU-0", count=60, activity=lambda i: 0.01 if i < 30 else 0.7)
+    f.alloc("GPU-0", "chat", count=60, pod="a", ge=0.5)
+    f.alloc("GPU-0", "chat", start=T0 + timedelta(minutes=second_pod_start), count=second_pod_count, pod="b", ge=0.5)
+    f.close()
+    got = analyze(
+        path,
+        AnalysisSettings(window_seconds="1h", bucket_seconds="1h", end=T0 + timedelta(hours=1),
+                         sample_interval_seconds=60),
+    ).ge_hours_by_state
+    second = range(second_pod_start, second_pod_start + second_pod_count)
+    idle_minutes = 30 + sum(1 for m in second if m < 30)
+    active_minutes = 30 + sum(1 for m in second if m >= 30)
+    assert got["allocated-idle"] == pytest.approx(0.5 * idle_minutes / 60)
+    assert got["allocated-active"] == pytest.approx(0.5 * active_minutes / 60)
