@@ -99,70 +99,127 @@ class Trend:
         )
 
 
-def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules) -> TrendSignals:
-    """Per-hour rates of every GPU in ``an_dev`` over the window, in the finest bucket of the rules (aligned to
-    the window start)."""
+_CLOCK_DROPS = """
+WITH s AS (
+    SELECT gpu_uuid, floor(epoch(ts) / $tb)::BIGINT AS tb, sm_clock_hz AS clk, power_watts AS pw
+    FROM f_gpu_samples
+    WHERE ts >= $start AND ts < $end AND up IS NOT FALSE AND (sm_clock_hz IS NOT NULL OR power_watts IS NOT NULL)
+      AND gpu_uuid IN (SELECT gpu_uuid FROM an_gpu_buckets WHERE clock_samples > 0)
+), ref AS (
+    SELECT gpu_uuid, quantile_cont(clk, 0.95) AS clk95, quantile_cont(pw, 0.95) AS pw95 FROM s GROUP BY 1
+)
+SELECT gpu_uuid, tb, count(*) FILTER (WHERE clk < $drop * clk95 AND pw >= $power * pw95) AS slow
+FROM s JOIN ref USING (gpu_uuid) GROUP BY ALL
+"""
+"""Samples of a day part under load with the clock dropped, per GPU and bucket, against the GPU's 95th
+percentiles of clock and power over the same day (read only for GPUs with clock readings)."""
+
+PART_TRENDS_SELECT = """
+SELECT $part_id, b.gpu_uuid, TIMESTAMP '1970-01-01' + to_seconds(b.tb * $tb) AS bucket_start,
+       max(b.up_ts), max(b.up_ecc_corrected), max(b.up_pcie_replay), max(b.up_nvlink_crc), max(b.up_thermal),
+       sum(b.clock_samples), CASE WHEN sum(b.clock_samples) > 0 THEN coalesce(any_value(c.slow), 0) END
+FROM an_gpu_buckets b LEFT JOIN ({clock}) c USING (gpu_uuid, tb)
+WHERE b.up_ts IS NOT NULL
+GROUP BY b.gpu_uuid, b.tb
+"""
+"""``part_trend_buckets`` rows of one day part, rolled up from ``an_gpu_buckets`` (the part's one read)."""
+
+
+def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: EarlyWarningRules) -> None:
+    """Write one day part's early-warning buckets (``an_gpu_buckets`` holds its GPU samples, rolled up):
+    per GPU and bucket, the last time and counter maxima, and the clock drops under load, so the window
+    takes the rates between consecutive buckets across midnight."""
+    params: dict[str, object] = {"part_id": part_id, "tb": rules.finest_bucket_seconds()}
+    clocks = con.execute("SELECT count(*) FROM an_gpu_buckets WHERE clock_samples > 0").fetchone()
+    if clocks and clocks[0]:
+        clock = _CLOCK_DROPS
+        params |= {"start": window.start, "end": window.end, "drop": rules.clock_drop_ratio,
+                   "power": rules.clock_drop_power_ratio}
+    else:  # no clock readings in the day: no second read
+        clock = "SELECT NULL::VARCHAR AS gpu_uuid, NULL::BIGINT AS tb, 0 AS slow"
+    con.execute("INSERT INTO part_trend_buckets " + PART_TRENDS_SELECT.format(clock=clock), params)
+
+
+_EPOCH = datetime(1970, 1, 1)
+_COUNTERS = ("ecc_corrected_per_hour", "pcie_replays_per_hour", "nvlink_crc_per_hour", "thermal_seconds_per_hour")
+
+
+def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules,
+                   parts: list[str]) -> TrendSignals:
+    """Per-hour rates of every GPU in ``an_dev`` over the window, in the finest bucket of the rules (aligned
+    to the epoch), from the early-warning buckets of the window's day parts ``parts``: a counter's rate is
+    its rise since the GPU's previous bucket with readings (the day before's last, across midnight)."""
     rules = health.early_warning
     bucket = rules.finest_bucket_seconds()
     gpus = tuple(r[0] for r in con.execute("SELECT DISTINCT gpu_uuid FROM an_dev ORDER BY 1").fetchall())
-    buckets = max(1, -(-int((window.end - window.start).total_seconds()) // bucket))
-    index = {g: i for i, g in enumerate(gpus)}
+    origin = int((window.start - _EPOCH).total_seconds()) // bucket * bucket
+    start = _EPOCH + timedelta(seconds=origin)
+    buckets = max(1, -(-int((window.end - start).total_seconds()) // bucket))
     values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
-    params = {"start": window.start, "end": window.end, "drop": rules.clock_drop_ratio,
-              "power": rules.clock_drop_power_ratio, "bs": bucket}
     rows = con.execute(
         """
-        WITH s AS (
-            SELECT gpu_uuid, ts, floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bs)::BIGINT AS h,
-                   ecc_corrected_total AS ecc, pcie_replay_total AS pcie, nvlink_crc_errors_total AS crc,
-                   thermal_violation_seconds_total AS thermal, sm_clock_hz AS clk, power_watts AS pw
-            FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND up IS NOT FALSE
-        ), ref AS (
-            SELECT gpu_uuid, quantile_cont(clk, 0.95) AS clk95, quantile_cont(pw, 0.95) AS pw95 FROM s GROUP BY 1
-        ), b AS (
-            SELECT s.gpu_uuid, h, max(ts) AS ts, max(ecc) AS ecc, max(pcie) AS pcie, max(crc) AS crc,
-                   max(thermal) AS thermal, count(clk) FILTER (WHERE pw IS NOT NULL) AS n_clk,
-                   count(*) FILTER (WHERE clk < $drop * clk95 AND pw >= $power * pw95) AS slow
-            FROM s JOIN ref USING (gpu_uuid) GROUP BY ALL
-        ), d AS (
-            SELECT gpu_uuid, h, epoch(ts) - epoch(lag(ts) OVER w) AS dt,
-                   ecc - lag(ecc) OVER w AS ecc, pcie - lag(pcie) OVER w AS pcie, crc - lag(crc) OVER w AS crc,
-                   thermal - lag(thermal) OVER w AS thermal,
-                   CASE WHEN n_clk > 0 THEN 60.0 * slow / n_clk END AS slow
-            FROM b WINDOW w AS (PARTITION BY gpu_uuid ORDER BY h)
-        )
-        SELECT gpu_uuid, h,
-               CASE WHEN ecc >= 0 THEN ecc * 3600 / dt END, CASE WHEN pcie >= 0 THEN pcie * 3600 / dt END,
-               CASE WHEN crc >= 0 THEN crc * 3600 / dt END, CASE WHEN thermal >= 0 THEN thermal * 3600 / dt END,
-               slow
-        FROM d WHERE dt > 0 OR slow IS NOT NULL
+        WITH g AS (SELECT gpu_uuid, (row_number() OVER (ORDER BY gpu_uuid) - 1)::BIGINT AS i
+                   FROM (SELECT DISTINCT gpu_uuid FROM an_dev))
+        SELECT g.i, ((epoch(t.bucket_start) - $origin) // $bs)::BIGINT AS h, epoch(t.last_ts) AS ts,
+               coalesce(t.ecc_corrected_max::DOUBLE, 'nan'), coalesce(t.pcie_replay_max::DOUBLE, 'nan'),
+               coalesce(t.nvlink_crc_max::DOUBLE, 'nan'), coalesce(t.thermal_max, 'nan'),
+               CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples ELSE 'nan' END
+        FROM part_trend_buckets t JOIN g USING (gpu_uuid)
+        WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
         """,
-        params,
-    ).fetchall()
-    names = ("ecc_corrected_per_hour", "pcie_replays_per_hour", "nvlink_crc_per_hour", "thermal_seconds_per_hour",
-             "clock_drop_minutes_per_hour")
-    for gpu, h, *vals in rows:
-        i = index.get(gpu)
-        if i is None or not 0 <= h < buckets:
-            continue
-        for name, v in zip(names, vals, strict=True):
-            if v is not None:
-                values[name][i, int(h)] = float(v)
+        {"origin": origin, "bs": bucket, "parts": parts, "start": start, "end": window.end},
+    ).fetchnumpy()
+    i, h = rows["i"].astype(np.int64), rows["h"].astype(np.int64)
+    cols = [np.asarray(rows[k], dtype=float) for k in list(rows)[2:]]
+    _rates(values, (len(gpus), buckets), i, h, cols)
     xids = values["hardware_xids_per_hour"]
     xids[:, :] = 0.0  # a bucket without an XID event is a measured zero: events are reported when they happen
+    index = {g: n for n, g in enumerate(gpus)}
     warn = sorted(health.warn_xids)
-    for gpu, h, n in con.execute(
+    for gpu, b, n in con.execute(
         """
-        SELECT gpu_uuid, floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bs)::BIGINT AS h, sum(count)
+        SELECT gpu_uuid, ((epoch(ts) - $origin) // $bs)::BIGINT AS h, sum(count)
         FROM f_events WHERE kind = 'xid' AND ts >= $start AND ts < $end AND list_contains($warn, code)
         GROUP BY ALL
         """,
-        {"start": window.start, "end": window.end, "warn": warn, "bs": bucket},
+        {"origin": origin, "start": window.start, "end": window.end, "warn": warn, "bs": bucket},
     ).fetchall():
-        i = index.get(gpu)
-        if i is not None and 0 <= h < buckets:
-            xids[i, int(h)] = float(n) * HOUR / bucket
-    return TrendSignals(gpus, window.start, buckets, values, bucket)
+        row = index.get(gpu)
+        if row is not None and 0 <= b < buckets:
+            xids[row, int(b)] = float(n) * HOUR / bucket
+    return TrendSignals(gpus, start, buckets, values, bucket)
+
+
+def _rates(values: dict[str, np.ndarray], shape: tuple[int, int], i: np.ndarray, h: np.ndarray,
+           cols: list[np.ndarray]) -> None:
+    """Fill the rates from per-bucket rows (GPU ``i``, bucket ``h``; last time, counter maxima, clock-drop
+    minutes per hour): a counter's rate is its rise since the previous bucket with a row, per hour of
+    the time between their last samples (NaN where either maximum is unmeasured or the counter fell)."""
+    keep = (h >= 0) & (h < shape[1])
+    i, h = i[keep], h[keep]
+    ts, *counters, slow = (c[keep] for c in cols)
+    present = np.zeros(shape, dtype=bool)
+    present[i, h] = True
+    prev = np.full(shape, -1, dtype=np.int64)
+    prev[:, 1:] = np.maximum.accumulate(np.where(present, np.arange(shape[1]), -1), axis=1)[:, :-1]
+    has_prev = present & (prev >= 0)
+    at = np.maximum(prev, 0)
+
+    def dense(v: np.ndarray) -> np.ndarray:
+        out = np.full(shape, np.nan)
+        out[i, h] = v
+        return out
+
+    def rise(v: np.ndarray) -> np.ndarray:
+        x = dense(v)
+        return np.where(has_prev, x - np.take_along_axis(x, at, axis=1), np.nan)
+
+    dt = rise(ts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for name, v in zip(_COUNTERS, counters, strict=True):
+            d = rise(v)
+            values[name] = np.where((d >= 0) & (dt > 0), d * HOUR / dt, np.nan)
+    values["clock_drop_minutes_per_hour"] = dense(slow)
 
 
 def detect(signals: TrendSignals, rules: EarlyWarningRules, *, until: datetime | None = None) -> list[Trend]:

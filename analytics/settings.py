@@ -116,6 +116,8 @@ class EarlyWarningRules(BaseModel):
         odd = sorted(n for n, r in self.rules().items() if r.bucket_seconds % finest)
         if odd:
             raise ValueError(f"bucket_seconds of {odd} is not a multiple of the finest bucket ({finest}s)")
+        if 86400 % finest:
+            raise ValueError(f"the finest bucket ({finest}s) must divide a day: day parts are cut at UTC midnight")
         return self
 
     def finest_bucket_seconds(self) -> int:

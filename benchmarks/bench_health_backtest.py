@@ -33,10 +33,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb  # noqa: E402
 
 from gpulens.analytics import health  # noqa: E402
+from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
 from gpulens.analytics.facts import Window  # noqa: E402
+from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
 from gpulens.analytics.settings import HealthRules  # noqa: E402
 from gpulens.exporter.sim.fault_fleet import fault_fleet, known_faults  # noqa: E402
 from gpulens.exporter.sim.fleet import SimulatedFleet  # noqa: E402
+
+
+def _parts(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[str]:
+    """The window's health day parts as ``analyze`` keeps them (one per UTC day, clipped to the window;
+    a day seen whole by an earlier replay is reused), merged into ``an_health``."""
+    ids = []
+    for span in day_windows(window):
+        pid = f"{span.start:%Y%m%dT%H%M}-{span.end:%Y%m%dT%H%M}"
+        if not con.execute("SELECT count(*) FROM part_health WHERE part_id = ?", [pid]).fetchone()[0]:
+            health.insert_part_health(con, pid, span, rules)
+        ids.append(pid)
+    merge_parts(con, ids)
+    return ids
 
 
 def main() -> None:
@@ -59,6 +74,7 @@ def main() -> None:
     con.execute("CREATE TABLE f_gpu_samples AS SELECT * FROM gpu_samples")
     con.execute("CREATE TABLE f_events AS SELECT * FROM events")
     con.execute("CREATE TABLE an_dev AS SELECT gpu_uuid, node FROM gpus")
+    create_result_tables(con)
     uuid = {(r["node"], r["gpu_index"]): r["gpu_uuid"] for r in gpus.iter_rows(named=True)}
 
     truth = known_faults(scenario)
@@ -74,7 +90,7 @@ def main() -> None:
     end = start + timedelta(days=args.days)
     while cutoff <= end:
         window = Window(max(start, cutoff - timedelta(hours=args.window_hours)), cutoff, 300)
-        for g in health.assess(con, window, rules):
+        for g in health.assess(con, window, rules, _parts(con, window, rules)):
             k = failing.get(g.gpu_uuid)
             if k is not None and cutoff > start + timedelta(seconds=k.failure_rel):  # failed: known, not predicted
                 continue
