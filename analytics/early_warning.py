@@ -1,10 +1,16 @@
 """Early warning: per-GPU trends that precede hard failures, each with when it started and when it was seen.
 
-Per GPU and time bucket (from ``f_gpu_samples`` and ``f_events``): new correctable ECC errors, PCIe
-replays and NVLink CRC errors per hour, thermal-violation seconds per hour, minutes of clock drop under
-load per hour, and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each signal has its own bucket
-(``TrendRule.bucket_seconds``: 15 minutes for counter rates, an hour for sparse XIDs) and runs through a
-one-sided CUSUM, ``S = max(0, S + (x - k) * bucket_hours)``, with the allowance
+Per GPU and time bucket: new correctable ECC errors, PCIe replays and NVLink CRC errors per hour,
+thermal-violation seconds per hour, minutes of clock drop under load per hour (a sample below
+``clock_drop_ratio`` of the day's 95th-percentile clock while drawing at least ``clock_drop_power_ratio``
+of the day's 95th-percentile power), and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each day
+part stores, per GPU and finest bucket (aligned to the epoch, so a bucket never crosses midnight),
+the last sample time, the counters' maxima and the clock-drop counts (``part_trend_buckets``, one read
+of the day's ``f_gpu_samples``, two when it has clock readings); the window takes the rates between
+consecutive buckets over the merged rows (across midnight) and counts XIDs from ``f_events``.
+
+Each signal has its own bucket (``TrendRule.bucket_seconds``: 15 minutes for counter rates, an hour for
+sparse XIDs) and runs through a one-sided CUSUM, ``S = max(0, S + (x - k) * bucket_hours)``, with the allowance
 ``k = max(floor, factor x the GPU's own median)`` so a GPU that always runs a little high stays quiet.
 A trend is raised at the first bucket where ``S >= decision``, at least ``min_hours`` hours since the
 run-up began were above ``k``, and the mean of the trailing hour is at least ``growth`` times the mean
@@ -89,8 +95,12 @@ class Trend:
     ended: datetime | None
     """When the sum fell back to 0 (None: still rising or high at the window end)."""
 
-    def reason(self) -> str:
+    def reason(self, rules: EarlyWarningRules | None = None) -> str:
+        """The trend in words; with ``rules``, a clock-drop trend also says what counted as a drop."""
         what, unit = SIGNAL_WORDS[self.signal]
+        if rules is not None and self.signal == "clock_drop_minutes_per_hour":
+            what += (f" (below {rules.clock_drop_ratio * 100:g} % of the day's 95th-percentile clock while power is "
+                     f"at least {rules.clock_drop_power_ratio * 100:g} % of the day's 95th percentile)")
         latest = "not measured at the end" if self.latest is None else f"{self.latest:.4g}{unit} at the end"
         tail = f"; fell back at {self.ended:%Y-%m-%d %H:%M}" if self.ended else ""
         return (
@@ -99,45 +109,58 @@ class Trend:
         )
 
 
-_CLOCK_DROPS = """
-WITH s AS (
-    SELECT gpu_uuid, floor(epoch(ts) / $tb)::BIGINT AS tb, sm_clock_hz AS clk, power_watts AS pw
-    FROM f_gpu_samples
-    WHERE ts >= $start AND ts < $end AND up IS NOT FALSE AND (sm_clock_hz IS NOT NULL OR power_watts IS NOT NULL)
-      AND gpu_uuid IN (SELECT gpu_uuid FROM an_gpu_buckets WHERE clock_samples > 0)
-), ref AS (
-    SELECT gpu_uuid, quantile_cont(clk, 0.95) AS clk95, quantile_cont(pw, 0.95) AS pw95 FROM s GROUP BY 1
-)
-SELECT gpu_uuid, tb, count(*) FILTER (WHERE clk < $drop * clk95 AND pw >= $power * pw95) AS slow
-FROM s JOIN ref USING (gpu_uuid) GROUP BY ALL
+_CLOCK_REFERENCE = """
+CREATE OR REPLACE TEMP TABLE an_clock_ref AS
+SELECT gpu_uuid, quantile_cont(sm_clock_hz, 0.95) AS clk95, quantile_cont(power_watts, 0.95) AS pw95
+FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND up IS NOT FALSE
+GROUP BY gpu_uuid
+HAVING epoch(max(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NOT NULL))
+       - epoch(min(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NOT NULL)) >= $cover
 """
-"""Samples of a day part under load with the clock dropped, per GPU and bucket, against the GPU's 95th
-percentiles of clock and power over the same day (read only for GPUs with clock readings)."""
+"""Per GPU whose clock and power readings in the day part span at least ``clock_reference_seconds``: the
+95th percentiles of its SM clock and power over the day (a GPU without one has its clock drops unmeasured)."""
 
 PART_TRENDS_SELECT = """
-SELECT $part_id, b.gpu_uuid, TIMESTAMP '1970-01-01' + to_seconds(b.tb * $tb) AS bucket_start,
-       max(b.up_ts), max(b.up_ecc_corrected), max(b.up_pcie_replay), max(b.up_nvlink_crc), max(b.up_thermal),
-       sum(b.clock_samples), CASE WHEN sum(b.clock_samples) > 0 THEN coalesce(any_value(c.slow), 0) END
-FROM an_gpu_buckets b LEFT JOIN ({clock}) c USING (gpu_uuid, tb)
-WHERE b.up_ts IS NOT NULL
-GROUP BY b.gpu_uuid, b.tb
+SELECT $part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc, pcie, crc, thermal, n_clk, slow
+FROM (
+    SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, max(s.ts) AS last_ts, max(s.ecc_corrected_total) AS ecc,
+           max(s.pcie_replay_total) AS pcie, max(s.nvlink_crc_errors_total) AS crc,
+           max(s.thermal_violation_seconds_total) AS thermal,
+           count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz END) AS n_clk, {slow} AS slow
+    FROM f_gpu_samples s {join}
+    WHERE s.ts >= $start AND s.ts < $end AND s.up IS NOT FALSE
+    GROUP BY s.gpu_uuid, tb
+)
 """
-"""``part_trend_buckets`` rows of one day part, rolled up from ``an_gpu_buckets`` (the part's one read)."""
+"""``part_trend_buckets`` rows of one day part: per GPU and bucket (aligned to the epoch), from samples of
+an up GPU."""
+
+_SLOW = "count(CASE WHEN s.sm_clock_hz < $drop * r.clk95 AND s.power_watts >= $power * r.pw95 THEN 1 END)"
 
 
 def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: EarlyWarningRules) -> None:
-    """Write one day part's early-warning buckets (``an_gpu_buckets`` holds its GPU samples, rolled up):
-    per GPU and bucket, the last time and counter maxima, and the clock drops under load, so the window
-    takes the rates between consecutive buckets across midnight."""
-    params: dict[str, object] = {"part_id": part_id, "tb": rules.finest_bucket_seconds()}
-    clocks = con.execute("SELECT count(*) FROM an_gpu_buckets WHERE clock_samples > 0").fetchone()
+    """Write one day part's early-warning buckets: per GPU and bucket, the last time and the counter maxima
+    (the window takes the rates between consecutive buckets, across midnight) and the clock drops under
+    load against the day's 95th percentiles (read only when the day has clock readings)."""
+    span = {"start": window.start, "end": window.end}
+    params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
+    clocks = con.execute(
+        "SELECT count(sm_clock_hz) FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND power_watts IS NOT NULL",
+        span,
+    ).fetchone()
     if clocks and clocks[0]:
-        clock = _CLOCK_DROPS
-        params |= {"start": window.start, "end": window.end, "drop": rules.clock_drop_ratio,
-                   "power": rules.clock_drop_power_ratio}
-    else:  # no clock readings in the day: no second read
-        clock = "SELECT NULL::VARCHAR AS gpu_uuid, NULL::BIGINT AS tb, 0 AS slow"
-    con.execute("INSERT INTO part_trend_buckets " + PART_TRENDS_SELECT.format(clock=clock), params)
+        con.execute(_CLOCK_REFERENCE, {**span, "cover": rules.clock_reference_seconds})
+        sql = PART_TRENDS_SELECT.format(
+            slow=f"CASE WHEN any_value(r.gpu_uuid) IS NOT NULL THEN {_SLOW} END",
+            join="LEFT JOIN an_clock_ref r ON r.gpu_uuid = s.gpu_uuid",
+        )
+        params |= {"drop": rules.clock_drop_ratio, "power": rules.clock_drop_power_ratio}
+    else:  # no clock readings in the day: no reference to read
+        sql = PART_TRENDS_SELECT.format(slow="NULL::BIGINT", join="")
+    try:
+        con.execute("INSERT INTO part_trend_buckets " + sql, params)
+    finally:
+        con.execute("DROP TABLE IF EXISTS an_clock_ref")
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -163,7 +186,7 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
         SELECT g.i, ((epoch(t.bucket_start) - $origin) // $bs)::BIGINT AS h, epoch(t.last_ts) AS ts,
                coalesce(t.ecc_corrected_max::DOUBLE, 'nan'), coalesce(t.pcie_replay_max::DOUBLE, 'nan'),
                coalesce(t.nvlink_crc_max::DOUBLE, 'nan'), coalesce(t.thermal_max, 'nan'),
-               CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples ELSE 'nan' END
+               coalesce(CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END, 'nan')
         FROM part_trend_buckets t JOIN g USING (gpu_uuid)
         WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
         """,
@@ -256,6 +279,14 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
         warnings.simplefilter("ignore", RuntimeWarning)  # a GPU with no reading at all: median 0
         median = np.nan_to_num(np.nanmedian(x, axis=1), nan=0.0)
     k = np.maximum(rule.floor, rule.baseline_factor * median)
+    # the sum never exceeds the total excess over k: only GPUs whose total reaches the decision can raise
+    with np.errstate(invalid="ignore"):
+        excess = np.nansum(np.maximum(0.0, x - k[:, None]), axis=1) * dt_h
+    rows = np.nonzero(excess >= rule.decision * (1 - 1e-9))[0]
+    if len(rows) == 0:
+        return []
+    x, k, gpus, n_g = x[rows], k[rows], [signals.gpus[r] for r in rows], len(rows)
+    x0, measured_all = np.nan_to_num(x), ~np.isnan(x)
     s = np.zeros(n_g)
     run_start = np.full(n_g, -1)
     ref = np.full(n_g, np.nan)
@@ -265,18 +296,18 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
     ended = np.full(n_g, -1)
     peak_s = np.zeros(n_g)
     trailing_all = _trailing_means(x, per_hour)
+    trailing0 = np.nan_to_num(trailing_all)
     for h in range(end):
-        v = x[:, h]
-        measured = ~np.isnan(v)
-        nxt = np.where(measured, np.maximum(0.0, s + (np.nan_to_num(v) - k) * dt_h), s)
+        v, measured = x0[:, h], measured_all[:, h]
+        nxt = np.where(measured, np.maximum(0.0, s + (v - k) * dt_h), s)
         rising = measured & (nxt > 0) & (s == 0)
         run_start = np.where(rising, h, run_start)
-        above = np.where(rising, 0, above) + (measured & (np.nan_to_num(v) > k))
+        above = np.where(rising, 0, above) + (measured & (v > k))
         s = nxt
         trailing = trailing_all[:, h]
         # the reference level: the hour after the run-up's first (possibly partial) bucket, once it is complete
         ref = np.where(rising, np.nan, np.where(h - run_start == per_hour, trailing, ref))
-        grown = measured & ~np.isnan(ref) & (np.nan_to_num(trailing) >= rule.growth * np.nan_to_num(ref))
+        grown = measured & ~np.isnan(ref) & (trailing0[:, h] >= rule.growth * np.nan_to_num(ref))
         fire = (raised < 0) & (s >= rule.decision) & (above * dt_h >= rule.min_hours) & grown
         raised = np.where(fire, h, raised)
         started = np.where(fire, run_start, started)
@@ -292,7 +323,7 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
         run = row[started[i]:end]
         out.append(
             Trend(
-                gpu_uuid=signals.gpus[i], signal=name, started=signals.bucket_start(int(started[i])),
+                gpu_uuid=gpus[i], signal=name, started=signals.bucket_start(int(started[i])),
                 detected=signals.bucket_start(int(raised[i]) + 1), allowance=float(k[i]), latest=latest,
                 peak=float(np.nanmax(run)) if np.any(~np.isnan(run)) else 0.0, score=float(peak_s[i]),
                 hours_above=float(np.sum(run > k[i])) * dt_h,

@@ -110,45 +110,28 @@ def classify_xid(code: int, rules: HealthRules) -> str:
     return rules.unknown_xid_state if rules.unknown_xid_state != "ok" else "info"
 
 
-PART_SCAN = """
-CREATE OR REPLACE TEMP TABLE an_gpu_buckets AS
-SELECT gpu_uuid,
-       floor(epoch(ts) / $tb)::BIGINT AS tb,
-       floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bs)::BIGINT AS ab,
-       min(ts) AS ts_min, max(ts) AS ts_max,
-       min(ecc_uncorrected_total) AS ecc_min, max(ecc_uncorrected_total) AS ecc_max,
-       max(retired_pages_total) AS retired_max,
-       bool_or(remapped_rows_failure) AS remap_failed, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
-       bool_or(NOT up) AS lost, min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last,
-       min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
-       min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
-       max(ts) FILTER (WHERE up IS NOT FALSE) AS up_ts,
-       max(ecc_corrected_total) FILTER (WHERE up IS NOT FALSE) AS up_ecc_corrected,
-       max(pcie_replay_total) FILTER (WHERE up IS NOT FALSE) AS up_pcie_replay,
-       max(nvlink_crc_errors_total) FILTER (WHERE up IS NOT FALSE) AS up_nvlink_crc,
-       max(thermal_violation_seconds_total) FILTER (WHERE up IS NOT FALSE) AS up_thermal,
-       count(sm_clock_hz) FILTER (WHERE up IS NOT FALSE AND power_watts IS NOT NULL) AS clock_samples
-FROM f_gpu_samples WHERE ts >= $start AND ts < $end
-GROUP BY ALL
-"""
-"""The one read of a day part's GPU samples: per GPU, early-warning bucket (``tb``, aligned to the epoch)
-and analysis bucket (``ab``, aligned to the span start), what ``part_health`` and ``part_trend_buckets``
-are rolled up from."""
-
 PART_HEALTH_SELECT = """
 WITH per_gpu AS (
-    SELECT gpu_uuid, min(ecc_min) AS ecc_min, max(ecc_max) AS ecc_max, max(retired_max) AS retired_max,
-           bool_or(remap_failed) AS remap_failed, min(remap_ts) AS remap_ts,
-           bool_or(lost) AS lost, min(lost_first) AS lost_first, max(lost_last) AS lost_last,
-           min(thermal_min) AS thermal_min, max(thermal_max) AS thermal_max,
-           min(crc_min) AS crc_min, max(crc_max) AS crc_max, min(ts_min) AS first_ts, max(ts_max) AS last_ts
-    FROM an_gpu_buckets GROUP BY gpu_uuid
+    SELECT gpu_uuid,
+           min(ecc_uncorrected_total) AS ecc_min, max(ecc_uncorrected_total) AS ecc_max,
+           max(retired_pages_total) AS retired_max,
+           bool_or(remapped_rows_failure) AS remap_failed, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
+           bool_or(NOT up) AS lost, min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last,
+           min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
+           min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM f_gpu_samples WHERE ts >= $start AND ts < $end
+    GROUP BY gpu_uuid
 ),
 crc AS (  -- highest per-bucket NVLink CRC error rate (errors/s), only for GPUs whose counter moved
     SELECT gpu_uuid, max(rate) AS crc_rate FROM (
-        SELECT gpu_uuid, (max(crc_max) - min(crc_min)) / greatest(epoch(max(ts_max)) - epoch(min(ts_min)), 1) AS rate
-        FROM an_gpu_buckets WHERE gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
-        GROUP BY gpu_uuid, ab
+        SELECT gpu_uuid,
+               (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
+               / greatest(epoch(max(ts)) - epoch(min(ts)), 1) AS rate
+        FROM f_gpu_samples
+        WHERE ts >= $start AND ts < $end
+          AND gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
+        GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
     ) GROUP BY gpu_uuid
 )
 SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
@@ -158,15 +141,12 @@ SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
 
 
 def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: HealthRules) -> None:
-    """Write one day part's GPU health sums and early-warning buckets from one read of its GPU samples
-    (the caller holds the transaction)."""
-    con.execute(PART_SCAN, {"start": window.start, "end": window.end, "bs": window.bucket_seconds,
-                            "tb": rules.early_warning.finest_bucket_seconds()})
-    try:
-        con.execute("INSERT INTO part_health " + PART_HEALTH_SELECT, {"part_id": part_id})
-        early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
-    finally:
-        con.execute("DROP TABLE IF EXISTS an_gpu_buckets")
+    """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction)."""
+    con.execute(
+        "INSERT INTO part_health " + PART_HEALTH_SELECT,
+        {"part_id": part_id, "start": window.start, "end": window.end, "bs": window.bucket_seconds},
+    )
+    early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> list[GpuHealth]:
@@ -202,7 +182,8 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
     raised = early_warning.detect(signals, rules.early_warning)
     for t in early_warning.counting(raised, window, rules.early_warning):
         trends[t.gpu_uuid].append(
-            Evidence(f"trend_{t.signal}", round(t.peak, 3), round(t.allowance, 3), "watch", t.reason(), t.started,
+            Evidence(f"trend_{t.signal}", round(t.peak, 3), round(t.allowance, 3), "watch",
+                     t.reason(rules.early_warning), t.started,
                      t.detected)
         )
     out = []

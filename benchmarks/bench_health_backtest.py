@@ -47,7 +47,7 @@ def _parts(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
     ids = []
     for span in day_windows(window):
         pid = f"{span.start:%Y%m%dT%H%M}-{span.end:%Y%m%dT%H%M}"
-        if not con.execute("SELECT count(*) FROM part_health WHERE part_id = ?", [pid]).fetchone()[0]:
+        if con.execute("SELECT count(*) FROM part_health WHERE part_id = ?", [pid]).fetchone() == (0,):
             health.insert_part_health(con, pid, span, rules)
         ids.append(pid)
     merge_parts(con, ids)

@@ -4,7 +4,8 @@
   as one piece, and the rates the spec gives (a counter's rise since the GPU's previous bucket with
   readings, per hour between their last samples): across midnight, over gaps, NULL counters of older
   exporters, a lost GPU's samples and a window that starts mid-bucket;
-- clock drops under load are judged against the same day's 95th-percentile clock and power;
+- clock drops under load are judged against the same day's 95th-percentile clock and power, and only
+  where the day has at least 12 hours of clock readings (else unmeasured);
 - ``analyze`` raises the same trend, one that began before midnight and was raised after it, whether
   the window was analysed in one run or day by day (the first day's part reused).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 
 from gpulens.analytics import health
 from gpulens.analytics.day_parts import day_windows
-from gpulens.analytics.early_warning import TrendSignals, bucket_signals
+from gpulens.analytics.early_warning import Trend, TrendSignals, bucket_signals
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import create_result_tables
 from gpulens.analytics.run import analyze
@@ -34,11 +36,13 @@ from tests.support.analytics_fleet import Fleet
 RULES = HealthRules()
 QUARTER = 900
 MIDNIGHT = datetime(2026, 1, 6)
+Sample = tuple[datetime, str, bool, dict[str, float | None]]
+"""A GPU sample: time, GPU, up, readings (None: not sent)."""
 COUNTERS = {"ecc_corrected_total": "ecc_corrected_per_hour", "pcie_replay_total": "pcie_replays_per_hour",
             "nvlink_crc_errors_total": "nvlink_crc_per_hour", "thermal_violation_seconds_total": "thermal_seconds_per_hour"}
 
 
-def facts(samples: list[tuple[datetime, str, bool, dict[str, float | None]]]) -> duckdb.DuckDBPyConnection:
+def facts(samples: list[Sample]) -> duckdb.DuckDBPyConnection:
     """An in-memory store holding these GPU samples (time, GPU, up, readings) as ``f_gpu_samples``."""
     con = duckdb.connect()
     create_schema(con)
@@ -65,7 +69,7 @@ def signals(con: duckdb.DuckDBPyConnection, window: Window, spans: list[Window],
     return bucket_signals(con, window, RULES, ids)
 
 
-def spec_rates(samples: list[tuple[datetime, str, bool, dict[str, float | None]]], window: Window, gpus: list[str],
+def spec_rates(samples: list[Sample], window: Window, gpus: list[str],
                column: str) -> np.ndarray:
     """Per GPU and quarter hour (aligned to the epoch): the rise of ``column``'s maximum since the GPU's
     previous quarter hour with samples of an up GPU, per hour between the two quarter hours' last samples."""
@@ -92,7 +96,7 @@ def spec_rates(samples: list[tuple[datetime, str, bool, dict[str, float | None]]
 
 
 @st.composite
-def traces(draw: st.DrawFn) -> tuple[Window, list[tuple[datetime, str, bool, dict[str, float | None]]]]:
+def traces(draw: st.DrawFn) -> tuple[Window, list[Sample]]:
     """Two GPUs over a few hours around midnight: bursty counters (quiet minutes, then jumps), gaps,
     counters an older exporter did not send (NULL), a lost GPU's samples, a window starting mid-bucket."""
     start = MIDNIGHT - timedelta(minutes=draw(st.integers(30, 300)))
@@ -126,14 +130,14 @@ def test_counter_rates_from_day_parts_equal_the_rates_over_the_whole_window_and_
         np.testing.assert_allclose(by_day.values[name], spec_rates(samples, window, gpus, column), rtol=1e-9)
 
 
-def clocked(day_clock: dict[int, float], slow: range = range(0)) -> list[tuple[datetime, str, bool, dict[str, float | None]]]:
+def clocked(day_clock: dict[int, float], slow: range = range(0)) -> list[Sample]:
     """A GPU at full power every 5 minutes for two days, its SM clock per day; slow from ``slow``'s minutes of day 1."""
-    out: list[tuple[datetime, str, bool, dict[str, float | None]]] = []
+    out: list[Sample] = []
     for m in range(0, 2 * 1440, 5):
         day = m // 1440
         clock = 0.8e9 if day == 1 and m - 1440 in slow else day_clock[day]
-        out.append((MIDNIGHT - timedelta(days=1) + timedelta(minutes=m), "GPU-C", True,
-                    {"sm_clock_hz": clock, "power_watts": 600.0}))
+        readings: dict[str, float | None] = {"sm_clock_hz": clock, "power_watts": 600.0}
+        out.append((MIDNIGHT - timedelta(days=1) + timedelta(minutes=m), "GPU-C", True, readings))
     return out
 
 
@@ -145,11 +149,31 @@ def test_clock_drops_are_judged_against_the_same_days_95th_percentile() -> None:
     dip = signals(facts(clocked({0: 1.98e9, 1: 1.98e9}, range(600, 720))), window, day_windows(window), "p")
     drops = dip.values["clock_drop_minutes_per_hour"][0]
     assert np.all(drops[96 + 40:96 + 48] == 60.0) and np.sum(drops > 0) == 8
+    trend = Trend("GPU-C", "clock_drop_minutes_per_hour", MIDNIGHT, MIDNIGHT, 3.0, 60.0, 60.0, 90.0, 2.0, None)
+    assert "below 70 % of the day's 95th-percentile clock while power is at least 50 % of the day's 95th percentile" \
+        in trend.reason(RULES.early_warning)
+
+
+def test_a_day_with_less_than_12_hours_of_clock_readings_has_its_clock_drops_unmeasured() -> None:
+    """Today at 05:00: five hours of night, idle clocks at low power; its own 95th percentile of power is
+    the night's, against which an idle GPU would look throttled under load."""
+    night = [(MIDNIGHT + timedelta(minutes=m), "GPU-N", True,
+              {"sm_clock_hz": 1.98e9 if m % 60 < 30 else 0.35e9, "power_watts": 90.0 + m % 7})
+             for m in range(0, 300, 5)]
+    today = Window(MIDNIGHT, MIDNIGHT + timedelta(hours=5), 300)
+    drops = signals(facts(night), today, day_windows(today), "p").values["clock_drop_minutes_per_hour"]
+    assert np.all(np.isnan(drops))
+    short = HealthRules(early_warning=RULES.early_warning.model_copy(update={"clock_reference_seconds": 3600}))
+    con = facts(night)
+    health.insert_part_health(con, "p", today, short)
+    judged = bucket_signals(con, today, short, ["p"]).values["clock_drop_minutes_per_hour"]
+    assert np.nanmax(judged) > 0, "against the night's own percentiles the idle halves count as drops"
 
 
 def test_without_clock_readings_clock_drops_are_unmeasured_not_zero() -> None:
     window = Window(MIDNIGHT - timedelta(hours=2), MIDNIGHT + timedelta(hours=2), 300)
-    samples = [(window.start + timedelta(minutes=m), "GPU-D", True, {"power_watts": 600.0}) for m in range(240)]
+    power: dict[str, float | None] = {"power_watts": 600.0}
+    samples = [(window.start + timedelta(minutes=m), "GPU-D", True, power) for m in range(240)]
     drops = signals(facts(samples), window, day_windows(window), "p").values["clock_drop_minutes_per_hour"]
     assert np.all(np.isnan(drops))
 
@@ -176,7 +200,7 @@ def fleet(path: Path) -> None:
     f.close()
 
 
-def trends(path: Path, run_id: str) -> list[tuple[object, ...]]:
+def trends(path: Path, run_id: str) -> list[tuple[Any, ...]]:
     with duckdb.connect(str(path), read_only=True) as con:
         return con.execute(
             "SELECT gpu_uuid, state, trend_start_ts, warning_ts, evidence FROM health "
