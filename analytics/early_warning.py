@@ -183,18 +183,18 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
         """
         WITH g AS (SELECT gpu_uuid, (row_number() OVER (ORDER BY gpu_uuid) - 1)::BIGINT AS i
                    FROM (SELECT DISTINCT gpu_uuid FROM an_dev))
-        SELECT g.i, ((epoch(t.bucket_start) - $origin) // $bs)::BIGINT AS h, epoch(t.last_ts) AS ts,
-               coalesce(t.ecc_corrected_max::DOUBLE, 'nan'), coalesce(t.pcie_replay_max::DOUBLE, 'nan'),
-               coalesce(t.nvlink_crc_max::DOUBLE, 'nan'), coalesce(t.thermal_max, 'nan'),
-               coalesce(CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END, 'nan')
+        SELECT g.i, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
+               t.ecc_corrected_max, t.pcie_replay_max, t.nvlink_crc_max, t.thermal_max,
+               CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END AS slow
         FROM part_trend_buckets t JOIN g USING (gpu_uuid)
         WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
         """,
         {"origin": origin, "bs": bucket, "parts": parts, "start": start, "end": window.end},
     ).fetchnumpy()
-    i, h = rows["i"].astype(np.int64), rows["h"].astype(np.int64)
-    cols = [np.asarray(rows[k], dtype=float) for k in list(rows)[2:]]
-    _rates(values, (len(gpus), buckets), i, h, cols)
+    cols = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
+    cols[0] /= 1e6  # microseconds -> seconds
+    _rates(values, (len(gpus), buckets), np.asarray(rows["i"], dtype=np.int64), np.asarray(rows["h"], dtype=np.int64),
+           cols)
     xids = values["hardware_xids_per_hour"]
     xids[:, :] = 0.0  # a bucket without an XID event is a measured zero: events are reported when they happen
     index = {g: n for n, g in enumerate(gpus)}
@@ -215,33 +215,39 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
 
 def _rates(values: dict[str, np.ndarray], shape: tuple[int, int], i: np.ndarray, h: np.ndarray,
            cols: list[np.ndarray]) -> None:
-    """Fill the rates from per-bucket rows (GPU ``i``, bucket ``h``; last time, counter maxima, clock-drop
-    minutes per hour): a counter's rate is its rise since the previous bucket with a row, per hour of
-    the time between their last samples (NaN where either maximum is unmeasured or the counter fell)."""
+    """Fill the rates from per-bucket rows (GPU ``i``, bucket ``h``; last time in seconds, counter maxima,
+    clock-drop minutes per hour): a counter's rate is its rise since the GPU's previous bucket with a row,
+    per hour of the time between their last samples (NaN where either maximum is unmeasured or the
+    counter fell)."""
     keep = (h >= 0) & (h < shape[1])
     i, h = i[keep], h[keep]
-    ts, *counters, slow = (c[keep] for c in cols)
-    present = np.zeros(shape, dtype=bool)
-    present[i, h] = True
-    prev = np.full(shape, -1, dtype=np.int64)
-    prev[:, 1:] = np.maximum.accumulate(np.where(present, np.arange(shape[1]), -1), axis=1)[:, :-1]
-    has_prev = present & (prev >= 0)
-    at = np.maximum(prev, 0)
+    cols = [c[keep] for c in cols]
+    at = np.full(shape, -1, dtype=np.int64)
+    at[i, h] = np.arange(len(i))
+    order = at[at >= 0]  # the rows by GPU, then bucket
+    i, h = i[order], h[order]
+    ts, *counters, slow = (c[order] for c in cols)
+    follows = np.zeros(len(order), dtype=bool)
+    follows[1:] = i[1:] == i[:-1]
+
+    def rise(v: np.ndarray) -> np.ndarray:
+        out = np.full(len(v), np.nan)
+        out[1:] = v[1:] - v[:-1]
+        return out
 
     def dense(v: np.ndarray) -> np.ndarray:
         out = np.full(shape, np.nan)
         out[i, h] = v
         return out
 
-    def rise(v: np.ndarray) -> np.ndarray:
-        x = dense(v)
-        return np.where(has_prev, x - np.take_along_axis(x, at, axis=1), np.nan)
-
     dt = rise(ts)
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, v in zip(_COUNTERS, counters, strict=True):
+            if np.isnan(v).all():  # a counter no exporter sent: unmeasured throughout
+                values[name] = np.full(shape, np.nan)
+                continue
             d = rise(v)
-            values[name] = np.where((d >= 0) & (dt > 0), d * HOUR / dt, np.nan)
+            values[name] = dense(np.where(follows & (d >= 0) & (dt > 0), d * HOUR / dt, np.nan))
     values["clock_drop_minutes_per_hour"] = dense(slow)
 
 
