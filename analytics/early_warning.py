@@ -191,7 +191,7 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
         """,
         {"origin": origin, "bs": bucket, "parts": parts, "start": start, "end": window.end},
     ).fetchnumpy()
-    cols = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
+    cols: list[np.ndarray] = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
     cols[0] /= 1e6  # microseconds -> seconds
     _rates(values, (len(gpus), buckets), np.asarray(rows["i"], dtype=np.int64), np.asarray(rows["h"], dtype=np.int64),
            cols)
