@@ -169,27 +169,48 @@ _COUNTERS = ("ecc_corrected_per_hour", "pcie_replays_per_hour", "nvlink_crc_per_
 
 def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules,
                    parts: list[str]) -> TrendSignals:
-    """Per-hour rates of every GPU in ``an_dev`` over the window, in the finest bucket of the rules (aligned
-    to the epoch), from the early-warning buckets of the window's day parts ``parts``: a counter's rate is
-    its rise since the GPU's previous bucket with readings (the day before's last, across midnight)."""
+    """Per-hour rates over the window, in the finest bucket of the rules (aligned to the epoch), from the
+    early-warning buckets of the window's day parts ``parts``: a counter's rate is its rise since the GPU's
+    previous bucket with readings (the day before's last, across midnight).
+
+    Only GPUs of ``an_dev`` that can raise a trend are read: a counter moved, a clock dropped under load
+    or a warn-class XID came in the window. Every rate of any other GPU is zero or unmeasured, never above
+    an allowance, so it raises nothing.
+    """
     rules = health.early_warning
     bucket = rules.finest_bucket_seconds()
-    gpus = tuple(r[0] for r in con.execute("SELECT DISTINCT gpu_uuid FROM an_dev ORDER BY 1").fetchall())
     origin = int((window.start - _EPOCH).total_seconds()) // bucket * bucket
     start = _EPOCH + timedelta(seconds=origin)
     buckets = max(1, -(-int((window.end - start).total_seconds()) // bucket))
+    span = {"parts": parts, "start": start, "end": window.end}
+    events = {"start": window.start, "end": window.end, "warn": sorted(health.warn_xids)}
+    gpus = tuple(r[0] for r in con.execute(
+        """
+        SELECT gpu_uuid FROM part_trend_buckets
+        WHERE list_contains($parts, part_id) AND bucket_start >= $start AND bucket_start < $end
+        GROUP BY gpu_uuid
+        HAVING max(ecc_corrected_max) > min(ecc_corrected_max) OR max(pcie_replay_max) > min(pcie_replay_max)
+            OR max(nvlink_crc_max) > min(nvlink_crc_max) OR max(thermal_max) > min(thermal_max)
+            OR max(clock_drop_samples) > 0
+        INTERSECT SELECT gpu_uuid FROM an_dev
+        UNION SELECT gpu_uuid FROM f_events
+        WHERE kind = 'xid' AND ts >= $xstart AND ts < $xend AND list_contains($warn, code)
+              AND gpu_uuid IN (SELECT gpu_uuid FROM an_dev)
+        ORDER BY 1
+        """,
+        {**span, "xstart": events["start"], "xend": events["end"], "warn": events["warn"]},
+    ).fetchall())
     values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
     rows = con.execute(
         """
-        WITH g AS (SELECT gpu_uuid, (row_number() OVER (ORDER BY gpu_uuid) - 1)::BIGINT AS i
-                   FROM (SELECT DISTINCT gpu_uuid FROM an_dev))
+        WITH g AS (SELECT unnest($gpus) AS gpu_uuid, generate_subscripts($gpus, 1) - 1 AS i)
         SELECT g.i, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
                t.ecc_corrected_max, t.pcie_replay_max, t.nvlink_crc_max, t.thermal_max,
                CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END AS slow
         FROM part_trend_buckets t JOIN g USING (gpu_uuid)
         WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
         """,
-        {"origin": origin, "bs": bucket, "parts": parts, "start": start, "end": window.end},
+        {**span, "origin": origin, "bs": bucket, "gpus": list(gpus)},
     ).fetchnumpy()
     cols: list[np.ndarray] = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
     cols[0] /= 1e6  # microseconds -> seconds
@@ -198,14 +219,13 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
     xids = values["hardware_xids_per_hour"]
     xids[:, :] = 0.0  # a bucket without an XID event is a measured zero: events are reported when they happen
     index = {g: n for n, g in enumerate(gpus)}
-    warn = sorted(health.warn_xids)
     for gpu, b, n in con.execute(
         """
         SELECT gpu_uuid, ((epoch(ts) - $origin) // $bs)::BIGINT AS h, sum(count)
         FROM f_events WHERE kind = 'xid' AND ts >= $start AND ts < $end AND list_contains($warn, code)
         GROUP BY ALL
         """,
-        {"origin": origin, "start": window.start, "end": window.end, "warn": warn, "bs": bucket},
+        {**events, "origin": origin, "bs": bucket},
     ).fetchall():
         row = index.get(gpu)
         if row is not None and 0 <= b < buckets:

@@ -108,7 +108,7 @@ def traces(draw: st.DrawFn) -> tuple[Window, list[Sample]]:
         ts = start + timedelta(seconds=draw(st.integers(0, 120)))
         while ts < end:
             for c in totals:
-                totals[c] += draw(st.sampled_from([0, 0, 0, 1, 7, 250]))
+                totals[c] += draw(st.sampled_from([0, 0, 0, 0, 0, 1, 7, 250]))
             up = draw(st.integers(0, 30)) > 0
             readings = {c: (None if c in missing else v) for c, v in totals.items()}
             samples.append((ts, gpu, up, readings))
@@ -125,9 +125,19 @@ def test_counter_rates_from_day_parts_equal_the_rates_over_the_whole_window_and_
     whole = signals(con, window, [window], "whole")
     assert day_windows(window)[0].end == MIDNIGHT
     gpus = list(by_day.gpus)
+    left_out = sorted({gpu for _, gpu, _, _ in samples} - set(gpus))
+    assert whole.gpus == by_day.gpus
     for column, name in COUNTERS.items():
         np.testing.assert_array_equal(by_day.values[name], whole.values[name])
         np.testing.assert_allclose(by_day.values[name], spec_rates(samples, window, gpus, column), rtol=1e-9)
+        quiet = spec_rates(samples, window, left_out, column)
+        assert np.all(np.isnan(quiet) | (quiet == 0)), "only GPUs whose rates are all zero or unmeasured are left out"
+
+
+def part_clock_drops(con: duckdb.DuckDBPyConnection) -> set[tuple[int, int | None]]:
+    """Per stored day part: its samples with clock and power readings, and how many were clock drops."""
+    return set(con.execute("SELECT sum(clock_samples)::INT, sum(clock_drop_samples)::INT FROM part_trend_buckets "
+                           "GROUP BY part_id").fetchall())
 
 
 def clocked(day_clock: dict[int, float], slow: range = range(0)) -> list[Sample]:
@@ -143,9 +153,10 @@ def clocked(day_clock: dict[int, float], slow: range = range(0)) -> list[Sample]
 
 def test_clock_drops_are_judged_against_the_same_days_95th_percentile() -> None:
     window = Window(MIDNIGHT - timedelta(days=1), MIDNIGHT + timedelta(days=1), 300)
-    slower_day = signals(facts(clocked({0: 1.98e9, 1: 1.2e9})), window, day_windows(window), "p")
-    drops = slower_day.values["clock_drop_minutes_per_hour"][0]
-    assert np.all(drops == 0.0), "a day that runs slower all day is measured against its own clock, not yesterday's"
+    con = facts(clocked({0: 1.98e9, 1: 1.2e9}))
+    slower_day = signals(con, window, day_windows(window), "p")
+    assert part_clock_drops(con) == {(288, 0)}, "a day that runs slower all day is judged against its own clock"
+    assert slower_day.gpus == (), "a GPU whose clock never dropped (and no counter moved) cannot raise a trend"
     dip = signals(facts(clocked({0: 1.98e9, 1: 1.98e9}, range(600, 720))), window, day_windows(window), "p")
     drops = dip.values["clock_drop_minutes_per_hour"][0]
     assert np.all(drops[96 + 40:96 + 48] == 60.0) and np.sum(drops > 0) == 8
@@ -161,8 +172,9 @@ def test_a_day_with_less_than_12_hours_of_clock_readings_has_its_clock_drops_unm
               {"sm_clock_hz": 1.98e9 if m % 60 < 30 else 0.35e9, "power_watts": 90.0 + m % 7})
              for m in range(0, 300, 5)]
     today = Window(MIDNIGHT, MIDNIGHT + timedelta(hours=5), 300)
-    drops = signals(facts(night), today, day_windows(today), "p").values["clock_drop_minutes_per_hour"]
-    assert np.all(np.isnan(drops))
+    con = facts(night)
+    assert signals(con, today, day_windows(today), "p").gpus == ()
+    assert part_clock_drops(con) == {(60, None)}, "clock readings counted, drops unmeasured (no reference)"
     short = HealthRules(early_warning=RULES.early_warning.model_copy(update={"clock_reference_seconds": 3600}))
     con = facts(night)
     health.insert_part_health(con, "p", today, short)
@@ -174,8 +186,9 @@ def test_without_clock_readings_clock_drops_are_unmeasured_not_zero() -> None:
     window = Window(MIDNIGHT - timedelta(hours=2), MIDNIGHT + timedelta(hours=2), 300)
     power: dict[str, float | None] = {"power_watts": 600.0}
     samples = [(window.start + timedelta(minutes=m), "GPU-D", True, power) for m in range(240)]
-    drops = signals(facts(samples), window, day_windows(window), "p").values["clock_drop_minutes_per_hour"]
-    assert np.all(np.isnan(drops))
+    con = facts(samples)
+    assert signals(con, window, day_windows(window), "p").gpus == ()
+    assert part_clock_drops(con) == {(0, None)}, "no clock readings: no drops counted, none claimed"
 
 
 def fleet(path: Path) -> None:
