@@ -5,7 +5,8 @@ failure, sudden failures without precursors, healthy look-alikes), then replays 
 deployment would run it: every hour, over the trailing window, on data before that hour only. A GPU is
 *flagged* when it is a drain candidate (what ``gpulens remediate`` taints). A failing GPU counts from
 its first flag before its failure (and is not looked at after it); any flag on another GPU is a false
-alarm.
+alarm. Each run's window is cut into UTC-day parts as ``analyze`` does (``part_health``,
+``part_trend_buckets``); a day seen whole by an earlier run is reused.
 
 - precision = failing GPUs flagged before failing / all GPUs ever flagged
 - recall = failing GPUs flagged before failing / failing GPUs (sudden failures included)
