@@ -29,7 +29,7 @@ from gpulens.analytics.early_warning import Trend, TrendSignals, bucket_signals
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import create_result_tables
 from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings, HealthRules
+from gpulens.analytics.settings import AnalysisSettings, EarlyWarningRules, HealthRules
 from gpulens.collector.schema import create_schema
 from tests.support.analytics_fleet import Fleet
 
@@ -241,3 +241,9 @@ def test_a_trend_across_midnight_is_the_same_in_one_run_and_day_by_day(tmp_path:
     assert rising[:2] == ("RISING", "watch") and steady[1] == "ok"
     assert MIDNIGHT - timedelta(hours=2) <= rising[2] < MIDNIGHT < rising[3], "began before midnight, raised after"
     assert "correctable ECC errors rising since" in rising[4]
+
+
+def test_a_finest_bucket_that_does_not_divide_a_day_is_refused() -> None:
+    five_hours = {n: r.model_copy(update={"bucket_seconds": 5 * 3600}) for n, r in RULES.early_warning.rules().items()}
+    with pytest.raises(ValueError, match="must divide a day"):
+        EarlyWarningRules(**five_hours)
