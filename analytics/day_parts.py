@@ -30,6 +30,7 @@ import duckdb
 
 from gpulens.analytics.facts import Window, infer_spacing
 from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
+from gpulens.analytics.settings import EarlyWarningRules
 from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
 from gpulens.core.errors import UserError
 
@@ -188,7 +189,14 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 2}
+            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 3,
+            "trends": _trend_parameters(s.health.early_warning)}
+
+
+def _trend_parameters(rules: EarlyWarningRules) -> dict[str, object]:
+    """What a part's early-warning buckets depend on (``part_trend_buckets``)."""
+    return {"bucket": rules.finest_bucket_seconds(), "clock_drop_ratio": rules.clock_drop_ratio,
+            "clock_drop_power_ratio": rules.clock_drop_power_ratio, "clock_reference": rules.clock_reference_seconds}
 
 
 def _interval(spacings: list[float | None], window: Window) -> float:
@@ -270,7 +278,7 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
        "analysis_spacings",
        "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
-       "part_placements part_health")
+       "part_placements part_health part_trend_buckets")
 def _parts(s: RunState) -> dict[str, object]:
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
     merge_parts(s.con, ids)

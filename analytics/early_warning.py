@@ -1,10 +1,16 @@
 """Early warning: per-GPU trends that precede hard failures, each with when it started and when it was seen.
 
-Per GPU and time bucket (from ``f_gpu_samples`` and ``f_events``): new correctable ECC errors, PCIe
-replays and NVLink CRC errors per hour, thermal-violation seconds per hour, minutes of clock drop under
-load per hour, and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each signal has its own bucket
-(``TrendRule.bucket_seconds``: 15 minutes for counter rates, an hour for sparse XIDs) and runs through a
-one-sided CUSUM, ``S = max(0, S + (x - k) * bucket_hours)``, with the allowance
+Per GPU and time bucket: new correctable ECC errors, PCIe replays and NVLink CRC errors per hour,
+thermal-violation seconds per hour, minutes of clock drop under load per hour (a sample below
+``clock_drop_ratio`` of the day's 95th-percentile clock while drawing at least ``clock_drop_power_ratio``
+of the day's 95th-percentile power), and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each day
+part stores, per GPU and finest bucket (aligned to the epoch, so a bucket never crosses midnight),
+the last sample time, the counters' maxima and the clock-drop counts (``part_trend_buckets``, one read
+of the day's ``f_gpu_samples``, two when it has clock readings); the window takes the rates between
+consecutive buckets over the merged rows (across midnight) and counts XIDs from ``f_events``.
+
+Each signal has its own bucket (``TrendRule.bucket_seconds``: 15 minutes for counter rates, an hour for
+sparse XIDs) and runs through a one-sided CUSUM, ``S = max(0, S + (x - k) * bucket_hours)``, with the allowance
 ``k = max(floor, factor x the GPU's own median)`` so a GPU that always runs a little high stays quiet.
 A trend is raised at the first bucket where ``S >= decision``, at least ``min_hours`` hours since the
 run-up began were above ``k``, and the mean of the trailing hour is at least ``growth`` times the mean
@@ -89,8 +95,12 @@ class Trend:
     ended: datetime | None
     """When the sum fell back to 0 (None: still rising or high at the window end)."""
 
-    def reason(self) -> str:
+    def reason(self, rules: EarlyWarningRules | None = None) -> str:
+        """The trend in words; with ``rules``, a clock-drop trend also says what counted as a drop."""
         what, unit = SIGNAL_WORDS[self.signal]
+        if rules is not None and self.signal == "clock_drop_minutes_per_hour":
+            what += (f" (below {rules.clock_drop_ratio * 100:g} % of the day's 95th-percentile clock while power is "
+                     f"at least {rules.clock_drop_power_ratio * 100:g} % of the day's 95th percentile)")
         latest = "not measured at the end" if self.latest is None else f"{self.latest:.4g}{unit} at the end"
         tail = f"; fell back at {self.ended:%Y-%m-%d %H:%M}" if self.ended else ""
         return (
@@ -99,70 +109,166 @@ class Trend:
         )
 
 
-def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules) -> TrendSignals:
-    """Per-hour rates of every GPU in ``an_dev`` over the window, in the finest bucket of the rules (aligned to
-    the window start)."""
+_CLOCK_REFERENCE = """
+CREATE OR REPLACE TEMP TABLE an_clock_ref AS
+SELECT gpu_uuid, quantile_cont(sm_clock_hz, 0.95) AS clk95, quantile_cont(power_watts, 0.95) AS pw95
+FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND up IS NOT FALSE
+GROUP BY gpu_uuid
+HAVING epoch(max(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NOT NULL))
+       - epoch(min(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NOT NULL)) >= $cover
+"""
+"""Per GPU whose clock and power readings in the day part span at least ``clock_reference_seconds``: the
+95th percentiles of its SM clock and power over the day (a GPU without one has its clock drops unmeasured)."""
+
+PART_TRENDS_SELECT = """
+SELECT $part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc, pcie, crc, thermal, n_clk, slow
+FROM (
+    SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, max(s.ts) AS last_ts, max(s.ecc_corrected_total) AS ecc,
+           max(s.pcie_replay_total) AS pcie, max(s.nvlink_crc_errors_total) AS crc,
+           max(s.thermal_violation_seconds_total) AS thermal,
+           count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz END) AS n_clk, {slow} AS slow
+    FROM f_gpu_samples s {join}
+    WHERE s.ts >= $start AND s.ts < $end AND s.up IS NOT FALSE
+    GROUP BY s.gpu_uuid, tb
+)
+"""
+"""``part_trend_buckets`` rows of one day part: per GPU and bucket (aligned to the epoch), from samples of
+an up GPU."""
+
+_SLOW = "count(CASE WHEN s.sm_clock_hz < $drop * r.clk95 AND s.power_watts >= $power * r.pw95 THEN 1 END)"
+
+
+def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: EarlyWarningRules) -> None:
+    """Write one day part's early-warning buckets: per GPU and bucket, the last time and the counter maxima
+    (the window takes the rates between consecutive buckets, across midnight) and the clock drops under
+    load against the day's 95th percentiles (read only when the day has clock readings)."""
+    span = {"start": window.start, "end": window.end}
+    params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
+    clocks = con.execute(
+        "SELECT count(sm_clock_hz) FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND power_watts IS NOT NULL",
+        span,
+    ).fetchone()
+    if clocks and clocks[0]:
+        con.execute(_CLOCK_REFERENCE, {**span, "cover": rules.clock_reference_seconds})
+        sql = PART_TRENDS_SELECT.format(
+            slow=f"CASE WHEN any_value(r.gpu_uuid) IS NOT NULL THEN {_SLOW} END",
+            join="LEFT JOIN an_clock_ref r ON r.gpu_uuid = s.gpu_uuid",
+        )
+        params |= {"drop": rules.clock_drop_ratio, "power": rules.clock_drop_power_ratio}
+    else:  # no clock readings in the day: no reference to read
+        sql = PART_TRENDS_SELECT.format(slow="NULL::BIGINT", join="")
+    try:
+        con.execute("INSERT INTO part_trend_buckets " + sql, params)
+    finally:
+        con.execute("DROP TABLE IF EXISTS an_clock_ref")
+
+
+_EPOCH = datetime(1970, 1, 1)
+_COUNTERS = ("ecc_corrected_per_hour", "pcie_replays_per_hour", "nvlink_crc_per_hour", "thermal_seconds_per_hour")
+
+
+def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules,
+                   parts: list[str]) -> TrendSignals:
+    """Per-hour rates over the window, in the finest bucket of the rules (aligned to the epoch), from the
+    early-warning buckets of the window's day parts ``parts``: a counter's rate is its rise since the GPU's
+    previous bucket with readings (the day before's last, across midnight).
+
+    Only GPUs of ``an_dev`` that can raise a trend are read: a counter moved, a clock dropped under load
+    or a warn-class XID came in the window. Every rate of any other GPU is zero or unmeasured, never above
+    an allowance, so it raises nothing.
+    """
     rules = health.early_warning
     bucket = rules.finest_bucket_seconds()
-    gpus = tuple(r[0] for r in con.execute("SELECT DISTINCT gpu_uuid FROM an_dev ORDER BY 1").fetchall())
-    buckets = max(1, -(-int((window.end - window.start).total_seconds()) // bucket))
-    index = {g: i for i, g in enumerate(gpus)}
+    origin = int((window.start - _EPOCH).total_seconds()) // bucket * bucket
+    start = _EPOCH + timedelta(seconds=origin)
+    buckets = max(1, -(-int((window.end - start).total_seconds()) // bucket))
+    span = {"parts": parts, "start": start, "end": window.end}
+    events = {"start": window.start, "end": window.end, "warn": sorted(health.warn_xids)}
+    gpus = tuple(r[0] for r in con.execute(
+        """
+        SELECT gpu_uuid FROM part_trend_buckets
+        WHERE list_contains($parts, part_id) AND bucket_start >= $start AND bucket_start < $end
+        GROUP BY gpu_uuid
+        HAVING max(ecc_corrected_max) > min(ecc_corrected_max) OR max(pcie_replay_max) > min(pcie_replay_max)
+            OR max(nvlink_crc_max) > min(nvlink_crc_max) OR max(thermal_max) > min(thermal_max)
+            OR max(clock_drop_samples) > 0
+        INTERSECT SELECT gpu_uuid FROM an_dev
+        UNION SELECT gpu_uuid FROM f_events
+        WHERE kind = 'xid' AND ts >= $xstart AND ts < $xend AND list_contains($warn, code)
+              AND gpu_uuid IN (SELECT gpu_uuid FROM an_dev)
+        ORDER BY 1
+        """,
+        {**span, "xstart": events["start"], "xend": events["end"], "warn": events["warn"]},
+    ).fetchall())
     values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
-    params = {"start": window.start, "end": window.end, "drop": rules.clock_drop_ratio,
-              "power": rules.clock_drop_power_ratio, "bs": bucket}
     rows = con.execute(
         """
-        WITH s AS (
-            SELECT gpu_uuid, ts, floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bs)::BIGINT AS h,
-                   ecc_corrected_total AS ecc, pcie_replay_total AS pcie, nvlink_crc_errors_total AS crc,
-                   thermal_violation_seconds_total AS thermal, sm_clock_hz AS clk, power_watts AS pw
-            FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND up IS NOT FALSE
-        ), ref AS (
-            SELECT gpu_uuid, quantile_cont(clk, 0.95) AS clk95, quantile_cont(pw, 0.95) AS pw95 FROM s GROUP BY 1
-        ), b AS (
-            SELECT s.gpu_uuid, h, max(ts) AS ts, max(ecc) AS ecc, max(pcie) AS pcie, max(crc) AS crc,
-                   max(thermal) AS thermal, count(clk) FILTER (WHERE pw IS NOT NULL) AS n_clk,
-                   count(*) FILTER (WHERE clk < $drop * clk95 AND pw >= $power * pw95) AS slow
-            FROM s JOIN ref USING (gpu_uuid) GROUP BY ALL
-        ), d AS (
-            SELECT gpu_uuid, h, epoch(ts) - epoch(lag(ts) OVER w) AS dt,
-                   ecc - lag(ecc) OVER w AS ecc, pcie - lag(pcie) OVER w AS pcie, crc - lag(crc) OVER w AS crc,
-                   thermal - lag(thermal) OVER w AS thermal,
-                   CASE WHEN n_clk > 0 THEN 60.0 * slow / n_clk END AS slow
-            FROM b WINDOW w AS (PARTITION BY gpu_uuid ORDER BY h)
-        )
-        SELECT gpu_uuid, h,
-               CASE WHEN ecc >= 0 THEN ecc * 3600 / dt END, CASE WHEN pcie >= 0 THEN pcie * 3600 / dt END,
-               CASE WHEN crc >= 0 THEN crc * 3600 / dt END, CASE WHEN thermal >= 0 THEN thermal * 3600 / dt END,
-               slow
-        FROM d WHERE dt > 0 OR slow IS NOT NULL
+        WITH g AS (SELECT unnest($gpus) AS gpu_uuid, generate_subscripts($gpus, 1) - 1 AS i)
+        SELECT g.i, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
+               t.ecc_corrected_max, t.pcie_replay_max, t.nvlink_crc_max, t.thermal_max,
+               CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END AS slow
+        FROM part_trend_buckets t JOIN g USING (gpu_uuid)
+        WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
         """,
-        params,
-    ).fetchall()
-    names = ("ecc_corrected_per_hour", "pcie_replays_per_hour", "nvlink_crc_per_hour", "thermal_seconds_per_hour",
-             "clock_drop_minutes_per_hour")
-    for gpu, h, *vals in rows:
-        i = index.get(gpu)
-        if i is None or not 0 <= h < buckets:
-            continue
-        for name, v in zip(names, vals, strict=True):
-            if v is not None:
-                values[name][i, int(h)] = float(v)
+        {**span, "origin": origin, "bs": bucket, "gpus": list(gpus)},
+    ).fetchnumpy()
+    cols: list[np.ndarray] = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
+    cols[0] /= 1e6  # microseconds -> seconds
+    _rates(values, (len(gpus), buckets), np.asarray(rows["i"], dtype=np.int64), np.asarray(rows["h"], dtype=np.int64),
+           cols)
     xids = values["hardware_xids_per_hour"]
     xids[:, :] = 0.0  # a bucket without an XID event is a measured zero: events are reported when they happen
-    warn = sorted(health.warn_xids)
-    for gpu, h, n in con.execute(
+    index = {g: n for n, g in enumerate(gpus)}
+    for gpu, b, n in con.execute(
         """
-        SELECT gpu_uuid, floor((epoch(ts) - epoch($start::TIMESTAMP)) / $bs)::BIGINT AS h, sum(count)
+        SELECT gpu_uuid, ((epoch(ts) - $origin) // $bs)::BIGINT AS h, sum(count)
         FROM f_events WHERE kind = 'xid' AND ts >= $start AND ts < $end AND list_contains($warn, code)
         GROUP BY ALL
         """,
-        {"start": window.start, "end": window.end, "warn": warn, "bs": bucket},
+        {**events, "origin": origin, "bs": bucket},
     ).fetchall():
-        i = index.get(gpu)
-        if i is not None and 0 <= h < buckets:
-            xids[i, int(h)] = float(n) * HOUR / bucket
-    return TrendSignals(gpus, window.start, buckets, values, bucket)
+        row = index.get(gpu)
+        if row is not None and 0 <= b < buckets:
+            xids[row, int(b)] = float(n) * HOUR / bucket
+    return TrendSignals(gpus, start, buckets, values, bucket)
+
+
+def _rates(values: dict[str, np.ndarray], shape: tuple[int, int], i: np.ndarray, h: np.ndarray,
+           cols: list[np.ndarray]) -> None:
+    """Fill the rates from per-bucket rows (GPU ``i``, bucket ``h``; last time in seconds, counter maxima,
+    clock-drop minutes per hour): a counter's rate is its rise since the GPU's previous bucket with a row,
+    per hour of the time between their last samples (NaN where either maximum is unmeasured or the
+    counter fell)."""
+    keep = (h >= 0) & (h < shape[1])
+    i, h = i[keep], h[keep]
+    cols = [c[keep] for c in cols]
+    at = np.full(shape, -1, dtype=np.int64)
+    at[i, h] = np.arange(len(i))
+    order = at[at >= 0]  # the rows by GPU, then bucket
+    i, h = i[order], h[order]
+    ts, *counters, slow = (c[order] for c in cols)
+    follows = np.zeros(len(order), dtype=bool)
+    follows[1:] = i[1:] == i[:-1]
+
+    def rise(v: np.ndarray) -> np.ndarray:
+        out = np.full(len(v), np.nan)
+        out[1:] = v[1:] - v[:-1]
+        return out
+
+    def dense(v: np.ndarray) -> np.ndarray:
+        out = np.full(shape, np.nan)
+        out[i, h] = v
+        return out
+
+    dt = rise(ts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for name, v in zip(_COUNTERS, counters, strict=True):
+            if np.isnan(v).all():  # a counter no exporter sent: unmeasured throughout
+                values[name] = np.full(shape, np.nan)
+                continue
+            d = rise(v)
+            values[name] = dense(np.where(follows & (d >= 0) & (dt > 0), d * HOUR / dt, np.nan))
+    values["clock_drop_minutes_per_hour"] = dense(slow)
 
 
 def detect(signals: TrendSignals, rules: EarlyWarningRules, *, until: datetime | None = None) -> list[Trend]:
@@ -199,6 +305,14 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
         warnings.simplefilter("ignore", RuntimeWarning)  # a GPU with no reading at all: median 0
         median = np.nan_to_num(np.nanmedian(x, axis=1), nan=0.0)
     k = np.maximum(rule.floor, rule.baseline_factor * median)
+    # the sum never exceeds the total excess over k: only GPUs whose total reaches the decision can raise
+    with np.errstate(invalid="ignore"):
+        excess = np.nansum(np.maximum(0.0, x - k[:, None]), axis=1) * dt_h
+    rows = np.nonzero(excess >= rule.decision * (1 - 1e-9))[0]
+    if len(rows) == 0:
+        return []
+    x, k, gpus, n_g = x[rows], k[rows], [signals.gpus[r] for r in rows], len(rows)
+    x0, measured_all = np.nan_to_num(x), ~np.isnan(x)
     s = np.zeros(n_g)
     run_start = np.full(n_g, -1)
     ref = np.full(n_g, np.nan)
@@ -208,18 +322,18 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
     ended = np.full(n_g, -1)
     peak_s = np.zeros(n_g)
     trailing_all = _trailing_means(x, per_hour)
+    trailing0 = np.nan_to_num(trailing_all)
     for h in range(end):
-        v = x[:, h]
-        measured = ~np.isnan(v)
-        nxt = np.where(measured, np.maximum(0.0, s + (np.nan_to_num(v) - k) * dt_h), s)
+        v, measured = x0[:, h], measured_all[:, h]
+        nxt = np.where(measured, np.maximum(0.0, s + (v - k) * dt_h), s)
         rising = measured & (nxt > 0) & (s == 0)
         run_start = np.where(rising, h, run_start)
-        above = np.where(rising, 0, above) + (measured & (np.nan_to_num(v) > k))
+        above = np.where(rising, 0, above) + (measured & (v > k))
         s = nxt
         trailing = trailing_all[:, h]
         # the reference level: the hour after the run-up's first (possibly partial) bucket, once it is complete
         ref = np.where(rising, np.nan, np.where(h - run_start == per_hour, trailing, ref))
-        grown = measured & ~np.isnan(ref) & (np.nan_to_num(trailing) >= rule.growth * np.nan_to_num(ref))
+        grown = measured & ~np.isnan(ref) & (trailing0[:, h] >= rule.growth * np.nan_to_num(ref))
         fire = (raised < 0) & (s >= rule.decision) & (above * dt_h >= rule.min_hours) & grown
         raised = np.where(fire, h, raised)
         started = np.where(fire, run_start, started)
@@ -235,7 +349,7 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
         run = row[started[i]:end]
         out.append(
             Trend(
-                gpu_uuid=signals.gpus[i], signal=name, started=signals.bucket_start(int(started[i])),
+                gpu_uuid=gpus[i], signal=name, started=signals.bucket_start(int(started[i])),
                 detected=signals.bucket_start(int(raised[i]) + 1), allowance=float(k[i]), latest=latest,
                 peak=float(np.nanmax(run)) if np.any(~np.isnan(run)) else 0.0, score=float(peak_s[i]),
                 hours_above=float(np.sum(run > k[i])) * dt_h,

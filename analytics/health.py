@@ -140,16 +140,18 @@ SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
 (a counter's rise over the window is the largest maximum minus the smallest minimum of its days)."""
 
 
-def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
-    """Write one day part's GPU health sums (the caller holds the transaction)."""
+def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: HealthRules) -> None:
+    """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction)."""
     con.execute(
         "INSERT INTO part_health " + PART_HEALTH_SELECT,
         {"part_id": part_id, "start": window.start, "end": window.end, "bs": window.bucket_seconds},
     )
+    early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
 
 
-def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[GpuHealth]:
-    """Health of every GPU in the inventory over the window (``an_health``: the window's day parts, merged)."""
+def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> list[GpuHealth]:
+    """Health of every GPU in the inventory over the window (``an_health``: the window's day parts, merged;
+    ``parts``: their ids, whose early-warning buckets are read)."""
     params = {"start": window.start, "end": window.end}
     gpus = con.execute("SELECT DISTINCT gpu_uuid, node FROM an_dev ORDER BY ALL").fetchall()
     counters: dict[str, tuple] = {}
@@ -176,11 +178,12 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -
     ).fetchall():
         xids[gpu].append((int(code), int(count), first, last))
     trends: dict[str, list[Evidence]] = defaultdict(list)
-    signals = early_warning.bucket_signals(con, window, rules)
+    signals = early_warning.bucket_signals(con, window, rules, parts)
     raised = early_warning.detect(signals, rules.early_warning)
     for t in early_warning.counting(raised, window, rules.early_warning):
         trends[t.gpu_uuid].append(
-            Evidence(f"trend_{t.signal}", round(t.peak, 3), round(t.allowance, 3), "watch", t.reason(), t.started,
+            Evidence(f"trend_{t.signal}", round(t.peak, 3), round(t.allowance, 3), "watch",
+                     t.reason(rules.early_warning), t.started,
                      t.detected)
         )
     out = []

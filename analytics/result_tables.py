@@ -341,6 +341,18 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("last_ts", "TIMESTAMP NOT NULL", "Last sample."),
         _c("crc_rate", "DOUBLE", "Highest per-bucket NVLink CRC error rate (errors/s); NULL when the counter did not move."),
     ],
+    "part_trend_buckets": [
+        PART_KEY,
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples (up) in the bucket."),
+        _c("bucket_start", "TIMESTAMP NOT NULL", "Start of the finest early-warning bucket (aligned to the epoch; 15 min by default)."),
+        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample of the GPU in the bucket (rates run from one bucket's last sample to the next)."),
+        _c("ecc_corrected_max", "BIGINT", "Largest correctable ECC total (NULL: not measured)."),
+        _c("pcie_replay_max", "BIGINT", "Largest PCIe replay total."),
+        _c("nvlink_crc_max", "BIGINT", "Largest NVLink CRC error total."),
+        _c("thermal_max", "DOUBLE", "Largest thermal-violation seconds total."),
+        _c("clock_samples", "BIGINT NOT NULL", "Samples with both an SM clock and a power reading."),
+        _c("clock_drop_samples", "BIGINT", "Of those, samples below clock_drop_ratio of the day's 95th-percentile clock while drawing at least clock_drop_power_ratio of the day's 95th-percentile power (NULL: none measured)."),
+    ],
     "part_fleet": [
         PART_KEY,
         _c("day", "DATE NOT NULL", "UTC day."),
@@ -351,7 +363,8 @@ PART_TABLES: dict[str, list[Column]] = {
 }
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
-PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health")
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health",
+             "part_trend_buckets")
 """What a day part stores for the window-level stages, beside its result rows."""
 
 RESULT_TABLES = (

@@ -104,9 +104,14 @@ class EarlyWarningRules(BaseModel):
         floor=0.1, baseline_factor=0.0, decision=1.8, min_hours=2, growth=1.0, bucket_seconds=3600
     )
     clock_drop_ratio: float = Field(0.7, gt=0, lt=1)
-    """A sample's SM clock below this share of the GPU's 95th percentile, while drawing at least
-    ``clock_drop_power_ratio`` of its 95th-percentile power, counts as a clock drop under load."""
+    """A sample's SM clock below this share of the GPU's 95th percentile over the same UTC day (the day
+    part's span), while drawing at least ``clock_drop_power_ratio`` of that day's 95th-percentile power,
+    counts as a clock drop under load."""
     clock_drop_power_ratio: float = Field(0.5, gt=0, lt=1)
+    clock_reference_seconds: int = Field(12 * 3600, ge=0, le=86400)
+    """The day's clock and power readings of a GPU must span at least this long for its 95th percentiles to be
+    a reference: with less (the first hours of today, a window starting late in a day) its clock drops are
+    unmeasured, not judged against a night's idle power."""
     quiet_seconds: int = Field(6 * 3600, ge=0)
     """A trend that fell back (its sum returned to 0) longer than this before the window end no longer counts."""
 
@@ -116,6 +121,8 @@ class EarlyWarningRules(BaseModel):
         odd = sorted(n for n, r in self.rules().items() if r.bucket_seconds % finest)
         if odd:
             raise ValueError(f"bucket_seconds of {odd} is not a multiple of the finest bucket ({finest}s)")
+        if 86400 % finest:
+            raise ValueError(f"the finest bucket ({finest}s) must divide a day: day parts are cut at UTC midnight")
         return self
 
     def finest_bucket_seconds(self) -> int:

@@ -107,9 +107,9 @@ def _placements_seen(s: RunState) -> None:
     insert_seen(s.con, s.run_id, s.window)
 
 
-@stage("GPU health seen", "f_gpu_samples", "part_health")
+@stage("GPU health seen", "f_gpu_samples", "an_clock_ref part_health part_trend_buckets")
 def _health_seen(s: RunState) -> None:
-    health.insert_part_health(s.con, s.run_id, s.window)
+    health.insert_part_health(s.con, s.run_id, s.window, s.settings.health)
 
 
 PART_WRITE: tuple[Stage, ...] = (
@@ -118,9 +118,10 @@ PART_WRITE: tuple[Stage, ...] = (
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
-@stage("health", "an_dev an_health f_events", "value:health")
+@stage("health", "an_dev an_health part_trend_buckets value:parts f_events", "value:health")
 def _health(s: RunState) -> dict[str, object]:
-    return {"value:health": health.assess(s.con, s.window, s.settings.health)}
+    parts: list[str] = s.value("parts")  # type: ignore[assignment]
+    return {"value:health": health.assess(s.con, s.window, s.settings.health, parts)}
 
 
 @stage("isolation risk",

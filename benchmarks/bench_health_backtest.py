@@ -5,7 +5,8 @@ failure, sudden failures without precursors, healthy look-alikes), then replays 
 deployment would run it: every hour, over the trailing window, on data before that hour only. A GPU is
 *flagged* when it is a drain candidate (what ``gpulens remediate`` taints). A failing GPU counts from
 its first flag before its failure (and is not looked at after it); any flag on another GPU is a false
-alarm.
+alarm. Each run's window is cut into UTC-day parts as ``analyze`` does (``part_health``,
+``part_trend_buckets``); a day seen whole by an earlier run is reused.
 
 - precision = failing GPUs flagged before failing / all GPUs ever flagged
 - recall = failing GPUs flagged before failing / failing GPUs (sudden failures included)
@@ -33,10 +34,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb  # noqa: E402
 
 from gpulens.analytics import health  # noqa: E402
+from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
 from gpulens.analytics.facts import Window  # noqa: E402
+from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
 from gpulens.analytics.settings import HealthRules  # noqa: E402
 from gpulens.exporter.sim.fault_fleet import fault_fleet, known_faults  # noqa: E402
 from gpulens.exporter.sim.fleet import SimulatedFleet  # noqa: E402
+
+
+def _parts(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[str]:
+    """The window's health day parts as ``analyze`` keeps them (one per UTC day, clipped to the window;
+    a day seen whole by an earlier replay is reused), merged into ``an_health``."""
+    ids = []
+    for span in day_windows(window):
+        pid = f"{span.start:%Y%m%dT%H%M}-{span.end:%Y%m%dT%H%M}"
+        if con.execute("SELECT count(*) FROM part_health WHERE part_id = ?", [pid]).fetchone() == (0,):
+            health.insert_part_health(con, pid, span, rules)
+        ids.append(pid)
+    merge_parts(con, ids)
+    return ids
 
 
 def main() -> None:
@@ -59,6 +75,7 @@ def main() -> None:
     con.execute("CREATE TABLE f_gpu_samples AS SELECT * FROM gpu_samples")
     con.execute("CREATE TABLE f_events AS SELECT * FROM events")
     con.execute("CREATE TABLE an_dev AS SELECT gpu_uuid, node FROM gpus")
+    create_result_tables(con)
     uuid = {(r["node"], r["gpu_index"]): r["gpu_uuid"] for r in gpus.iter_rows(named=True)}
 
     truth = known_faults(scenario)
@@ -74,7 +91,7 @@ def main() -> None:
     end = start + timedelta(days=args.days)
     while cutoff <= end:
         window = Window(max(start, cutoff - timedelta(hours=args.window_hours)), cutoff, 300)
-        for g in health.assess(con, window, rules):
+        for g in health.assess(con, window, rules, _parts(con, window, rules)):
             k = failing.get(g.gpu_uuid)
             if k is not None and cutoff > start + timedelta(seconds=k.failure_rel):  # failed: known, not predicted
                 continue
