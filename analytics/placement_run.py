@@ -110,10 +110,18 @@ a AS (
     WHERE a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
       AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
 ),
+multi AS (  -- owners that can hold a multi-device placement: a gang kind, or a pod with 2+ GPUs
+    SELECT namespace, kind, wname FROM (
+        SELECT namespace, kind, wname, pod, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu_pod
+        FROM a GROUP BY ALL
+    )
+    GROUP BY ALL HAVING bool_or(multi_gpu_pod) OR list_contains($gang_kinds, kind)
+),
 per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
     SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
            count(*) AS pairs, sum(ge) AS ge
-    FROM a GROUP BY namespace, kind, wname, ts
+    FROM a SEMI JOIN multi USING (namespace, kind, wname)
+    GROUP BY namespace, kind, wname, ts
 ),
 groups AS (
     SELECT namespace, kind, wname, any_value(tenant) AS tenant, sig_key, count(*) AS samples, sum(ge) AS ge_samples,
@@ -127,13 +135,17 @@ FROM groups g JOIN a ON a.namespace = g.namespace AND a.kind = g.kind AND a.wnam
 GROUP BY ALL
 """
 """A day part's placements (``part_placements``): per workload and distinct (pod, GPU) set, its samples,
-GE-samples, first and last time in the span."""
+GE-samples, first and last time in the span. Only owners that can be multi-device (a gang kind of the
+topology settings, or a pod holding 2+ GPUs) are listed: a Deployment of 200 single-GPU pods changes its
+set at every pod restart and is never a multi-device workload (:func:`is_multi_device`)."""
 
 
-def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, settings: TopologySettings) -> None:
     """Write the placements one day part saw (the caller holds the transaction)."""
-    con.execute("INSERT INTO part_placements " + SEEN_SELECT, {"part_id": part_id, "start": window.start,
-                                                                "end": window.end, "group_kinds": sorted(GROUP_KINDS)})
+    con.execute("INSERT INTO part_placements " + SEEN_SELECT, {
+        "part_id": part_id, "start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS),
+        "gang_kinds": sorted(settings.gang_kinds),
+    })
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:

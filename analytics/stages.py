@@ -104,7 +104,7 @@ def _part_sums(s: RunState) -> None:
 
 @stage("placements seen", "f_allocations f_pod_snapshots devices", "part_placements")
 def _placements_seen(s: RunState) -> None:
-    insert_seen(s.con, s.run_id, s.window)
+    insert_seen(s.con, s.run_id, s.window, s.settings.topology)
 
 
 @stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_tb part_health part_trend_buckets")

@@ -29,7 +29,7 @@ END = 1_780_000_200.0
 def analysed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("placement") / "fleet.duckdb"
     backfill_simulated(str(db), start=END - 86400, end=END, step=300)
-    analyze(db, AnalysisSettings(window_seconds="1d"))
+    analyze(db, AnalysisSettings(window_seconds="1d", bucket_seconds="5m"))
     return db
 
 

@@ -25,7 +25,7 @@ END = 1_780_000_200.0
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("placement-page") / "fleet.duckdb"
     backfill_simulated(str(db), start=END - 86400, end=END, step=300)
-    analyze(db, AnalysisSettings(window_seconds="1d"))
+    analyze(db, AnalysisSettings(window_seconds="1d", bucket_seconds="5m"))
     return db
 
 
