@@ -257,7 +257,17 @@ def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], 
                      gap_filter: str) -> None:
     """The holders of the buckets marked ``joined`` in ``an_hold``: each allocation row takes the class of
     the device sample at its own time; a row with no device sample at its time holds no measured time
-    (that time is ``unknown``)."""
+    (that time is ``unknown``). When few devices have such buckets, the facts are read for those devices
+    only (their ids as bound values, which the scan filters on before any join)."""
+    devices = [r[0] for r in con.execute(
+        "SELECT DISTINCT d.device_id FROM an_hold h JOIN an_dev d USING (dk) WHERE h.joined ORDER BY 1"
+    ).fetchall()]
+    only = ""
+    bound: dict[str, object] = {}
+    if len(devices) <= _FEW_DEVICES:
+        bound = {f"dev{i}": d for i, d in enumerate(devices)}
+        only = f"AND s.device_id IN ({', '.join(f'${k}' for k in bound)})"
+    gap_filter = f"{only} {gap_filter}"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_hold AS
@@ -289,8 +299,12 @@ def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], 
         UNION ALL
         SELECT * FROM joined
         """,  # noqa: S608 - constant fragments; values are bound
-        {**params, "thr": threshold},
+        {**params, "thr": threshold, **bound},
     )
+
+
+_FEW_DEVICES = 2000
+"""At most this many devices in the row-by-row buckets: read their facts by device id."""
 
 
 def _has_unlisted(con: duckdb.DuckDBPyConnection, table: str) -> bool:

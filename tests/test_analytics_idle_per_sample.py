@@ -181,10 +181,14 @@ def test_a_nan_or_infinite_activity_reading_is_unmeasured_never_active_or_idle(t
     assert dict(samples) == {"allocated-unmeasured": 3, "allocated-active": 2}
 
 
-def test_a_holder_with_as_many_rows_as_samples_but_at_other_times_is_decided_row_by_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize("few_devices", [2000, 0], ids=["read-by-device-id", "read-every-device"])
+def test_a_holder_with_as_many_rows_as_samples_but_at_other_times_is_decided_row_by_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, few_devices: int
+) -> None:
     """In one hour the device misses its sample at minute 10 (the holder's row is there) and the holder is
     absent at minute 50 (the only idle sample): equal counts, different times. The holder held 58 measured
     minutes, none idle; minute 10 is not measured and minute 50 is unallocated."""
+    monkeypatch.setattr("gpulens.analytics.idle._FEW_DEVICES", few_devices)
     path = tmp_path / "store.duckdb"
     f = Fleet(path)
     f.node("n0")
