@@ -120,64 +120,47 @@ HAVING epoch(max(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NO
 """Per GPU whose clock and power readings in the day part span at least ``clock_reference_seconds``: the
 95th percentiles of its SM clock and power over the day (a GPU without one has its clock drops unmeasured)."""
 
-GPU_BUCKETS = """
-CREATE OR REPLACE TEMP TABLE an_gpu_tb AS
-SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, s.up IS NOT FALSE AS up_ok,
-       min(s.ts) AS first_ts, max(s.ts) AS last_ts, bool_or(NOT s.up) AS lost,
-       min(s.ecc_uncorrected_total) AS ecc_min, max(s.ecc_uncorrected_total) AS ecc_max,
-       max(s.retired_pages_total) AS retired_max, bool_or(s.remapped_rows_failure) AS remap_failed,
-       min(CASE WHEN s.remapped_rows_failure THEN s.ts END) AS remap_ts,
-       min(s.thermal_violation_seconds_total) AS thermal_min, max(s.thermal_violation_seconds_total) AS thermal_max,
-       min(s.nvlink_crc_errors_total) AS crc_min, max(s.nvlink_crc_errors_total) AS crc_max,
-       max(s.ecc_corrected_total) AS ecc_corrected_max, max(s.pcie_replay_total) AS pcie_max,
-       count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz END) AS n_clk, {slow} AS slow
-FROM f_gpu_samples s {join}
-WHERE s.ts >= $start AND s.ts < $end
-GROUP BY ALL
-"""
-"""The day's one read of GPU samples (``an_gpu_tb``): per GPU, finest early-warning bucket (aligned to the
-epoch) and whether the GPU was up (``up IS NOT FALSE``), what the trends and the day's health sums need."""
-
 PART_TRENDS_SELECT = """
-SELECT $part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc_corrected_max, pcie_max,
-       crc_max, thermal_max, n_clk, slow
-FROM an_gpu_tb WHERE up_ok
+SELECT $part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc, pcie, crc, thermal, n_clk, slow
+FROM (
+    SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, max(s.ts) AS last_ts, max(s.ecc_corrected_total) AS ecc,
+           max(s.pcie_replay_total) AS pcie, max(s.nvlink_crc_errors_total) AS crc,
+           max(s.thermal_violation_seconds_total) AS thermal,
+           count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz END) AS n_clk, {slow} AS slow
+    FROM f_gpu_samples s {join}
+    WHERE s.ts >= $start AND s.ts < $end AND s.up IS NOT FALSE
+    GROUP BY s.gpu_uuid, tb
+)
 """
-"""``part_trend_buckets`` rows of one day part: per GPU and bucket, from samples of an up GPU."""
+"""``part_trend_buckets`` rows of one day part: per GPU and bucket (aligned to the epoch), from samples of
+an up GPU."""
 
 _SLOW = "count(CASE WHEN s.sm_clock_hz < $drop * r.clk95 AND s.power_watts >= $power * r.pw95 THEN 1 END)"
 
 
-def read_gpu_buckets(con: duckdb.DuckDBPyConnection, window: Window, rules: EarlyWarningRules) -> None:
-    """``an_gpu_tb`` for one day part: the clock drops under load are counted against the day's 95th
-    percentiles (read only when the day has clock readings)."""
+def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: EarlyWarningRules) -> None:
+    """Write one day part's early-warning buckets: per GPU and bucket, the last time and the counter maxima
+    (the window takes the rates between consecutive buckets, across midnight) and the clock drops under
+    load against the day's 95th percentiles (read only when the day has clock readings)."""
     span = {"start": window.start, "end": window.end}
-    params: dict[str, object] = {**span, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
+    params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
     clocks = con.execute(
         "SELECT count(sm_clock_hz) FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND power_watts IS NOT NULL",
         span,
     ).fetchone()
     if clocks and clocks[0]:
         con.execute(_CLOCK_REFERENCE, {**span, "cover": rules.clock_reference_seconds})
-        sql = GPU_BUCKETS.format(
+        sql = PART_TRENDS_SELECT.format(
             slow=f"CASE WHEN any_value(r.gpu_uuid) IS NOT NULL THEN {_SLOW} END",
             join="LEFT JOIN an_clock_ref r ON r.gpu_uuid = s.gpu_uuid",
         )
         params |= {"drop": rules.clock_drop_ratio, "power": rules.clock_drop_power_ratio}
     else:  # no clock readings in the day: no reference to read
-        sql = GPU_BUCKETS.format(slow="NULL::BIGINT", join="")
+        sql = PART_TRENDS_SELECT.format(slow="NULL::BIGINT", join="")
     try:
-        con.execute(sql, params)
+        con.execute("INSERT INTO part_trend_buckets " + sql, params)
     finally:
         con.execute("DROP TABLE IF EXISTS an_clock_ref")
-
-
-def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, rules: EarlyWarningRules) -> None:
-    """Write one day part's early-warning buckets from ``an_gpu_tb``: per GPU and bucket, the last time and
-    the counter maxima (the window takes the rates between consecutive buckets, across midnight) and the
-    clock drops under load."""
-    con.execute("INSERT INTO part_trend_buckets " + PART_TRENDS_SELECT,
-                {"part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000})
 
 
 _EPOCH = datetime(1970, 1, 1)

@@ -112,60 +112,41 @@ def classify_xid(code: int, rules: HealthRules) -> str:
 
 PART_HEALTH_SELECT = """
 WITH per_gpu AS (
-    SELECT gpu_uuid, min(ecc_min) AS ecc_min, max(ecc_max) AS ecc_max, max(retired_max) AS retired_max,
-           bool_or(remap_failed) AS remap_failed, min(remap_ts) AS remap_ts,
-           bool_or(lost) AS lost, min(first_ts) FILTER (WHERE NOT up_ok) AS lost_first,
-           max(last_ts) FILTER (WHERE NOT up_ok) AS lost_last,
-           min(thermal_min) AS thermal_min, max(thermal_max) AS thermal_max,
-           min(crc_min) AS crc_min, max(crc_max) AS crc_max, min(first_ts) AS first_ts, max(last_ts) AS last_ts
-    FROM an_gpu_tb GROUP BY gpu_uuid
+    SELECT gpu_uuid,
+           min(ecc_uncorrected_total) AS ecc_min, max(ecc_uncorrected_total) AS ecc_max,
+           max(retired_pages_total) AS retired_max,
+           bool_or(remapped_rows_failure) AS remap_failed, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
+           bool_or(NOT up) AS lost, min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last,
+           min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
+           min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM f_gpu_samples WHERE ts >= $start AND ts < $end
+    GROUP BY gpu_uuid
 ),
 crc AS (  -- highest per-bucket NVLink CRC error rate (errors/s), only for GPUs whose counter moved
-    SELECT gpu_uuid, max(rate) AS crc_rate FROM ({crc_buckets}) GROUP BY gpu_uuid
+    SELECT gpu_uuid, max(rate) AS crc_rate FROM (
+        SELECT gpu_uuid,
+               (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
+               / greatest(epoch(max(ts)) - epoch(min(ts)), 1) AS rate
+        FROM f_gpu_samples
+        WHERE ts >= $start AND ts < $end
+          AND gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
+        GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
+    ) GROUP BY gpu_uuid
 )
 SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
 """
 """``part_health`` rows of one day part: per GPU, the counters' minima and maxima and the signals' times
-(a counter's rise over the window is the largest maximum minus the smallest minimum of its days), from
-the day's GPU buckets ``an_gpu_tb``."""
-
-_CRC_FROM_BUCKETS = """
-SELECT gpu_uuid, (max(crc_max) - min(crc_min)) / greatest(epoch(max(last_ts)) - epoch(min(first_ts)), 1) AS rate
-FROM an_gpu_tb WHERE gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
-GROUP BY gpu_uuid, tb * $tb_us // $bs_us
-"""
-"""Per analysis bucket from the GPU buckets (the analysis bucket is a multiple of the early-warning one)."""
-
-_CRC_FROM_SAMPLES = """
-SELECT gpu_uuid,
-       (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total)) / greatest(epoch(max(ts)) - epoch(min(ts)), 1)
-           AS rate
-FROM f_gpu_samples
-WHERE ts >= $start AND ts < $end AND gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
-GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
-"""
-"""Per analysis bucket from the samples of the GPUs whose counter moved (a bucket finer than the
-early-warning one)."""
+(a counter's rise over the window is the largest maximum minus the smallest minimum of its days)."""
 
 
 def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: HealthRules) -> None:
-    """Write one day part's GPU health sums and its early-warning buckets from one read of the day's GPU
-    samples (the caller holds the transaction)."""
-    ew = rules.early_warning
-    tb = ew.finest_bucket_seconds()
-    early_warning.read_gpu_buckets(con, window, ew)
-    try:
-        bs = window.bucket_seconds
-        from_buckets = bs % tb == 0
-        con.execute(
-            "INSERT INTO part_health " + PART_HEALTH_SELECT.replace(
-                "{crc_buckets}", _CRC_FROM_BUCKETS if from_buckets else _CRC_FROM_SAMPLES),
-            {"part_id": part_id, "tb_us": tb * 1_000_000, "bs_us": bs * 1_000_000} if from_buckets else
-            {"part_id": part_id, "start": window.start, "end": window.end, "bs": bs},
-        )
-        early_warning.insert_part_trends(con, part_id, ew)
-    finally:
-        con.execute("DROP TABLE IF EXISTS an_gpu_tb")
+    """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction)."""
+    con.execute(
+        "INSERT INTO part_health " + PART_HEALTH_SELECT,
+        {"part_id": part_id, "start": window.start, "end": window.end, "bs": window.bucket_seconds},
+    )
+    early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> list[GpuHealth]:

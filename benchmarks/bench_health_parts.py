@@ -71,17 +71,21 @@ def main() -> None:
         rules = HealthRules()
         window = Window(START, START + timedelta(days=args.days), 3600)
         ids: list[str] = []
-        seen = {"health part (one read of the day's GPU samples)": [0.0, 0.0]}
+        seen = {"part_health": [0.0, 0.0], "part_trend_buckets": [0.0, 0.0]}
         for span in day_windows(window):
             pid = f"{span.start:%Y-%m-%d}"
+            params = {"part_id": pid, "start": span.start, "end": span.end, "bs": span.bucket_seconds}
             con.execute("BEGIN TRANSACTION")
             t0, c0 = time.perf_counter(), _cpu()
-            health.insert_part_health(con, pid, span, rules)
+            con.execute("INSERT INTO part_health " + health.PART_HEALTH_SELECT, params)
             t1, c1 = time.perf_counter(), _cpu()
+            early_warning.insert_part_trends(con, pid, span, rules.early_warning)
+            t2, c2 = time.perf_counter(), _cpu()
             con.execute("COMMIT")
-            for cost in seen.values():
-                cost[0] += t1 - t0
-                cost[1] += c1 - c0
+            seen["part_health"][0] += t1 - t0
+            seen["part_health"][1] += c1 - c0
+            seen["part_trend_buckets"][0] += t2 - t1
+            seen["part_trend_buckets"][1] += c2 - c1
             ids.append(pid)
         rows = con.execute("SELECT count(*) FROM part_trend_buckets").fetchone()
         merge_parts(con, ids)
