@@ -123,7 +123,7 @@ WITH per_gpu AS (
     FROM f_gpu_samples WHERE ts >= $start AND ts < $end
     GROUP BY gpu_uuid
 ),
-crc AS (  -- highest per-bucket NVLink CRC error rate (errors/s), only for GPUs whose counter moved
+crc AS (  -- highest 5-minute NVLink CRC error rate (errors/s), only for GPUs whose counter moved
     SELECT gpu_uuid, max(rate) AS crc_rate FROM (
         SELECT gpu_uuid,
                (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
@@ -140,11 +140,16 @@ SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
 (a counter's rise over the window is the largest maximum minus the smallest minimum of its days)."""
 
 
+CRC_RATE_SECONDS = 300
+"""The NVLink CRC error rate is measured over 5-minute spans whatever the analysis bucket (an hourly mean
+would hide a burst that the rule, 100+ errors/s, is about)."""
+
+
 def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: HealthRules) -> None:
     """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction)."""
     con.execute(
         "INSERT INTO part_health " + PART_HEALTH_SELECT,
-        {"part_id": part_id, "start": window.start, "end": window.end, "bs": window.bucket_seconds},
+        {"part_id": part_id, "start": window.start, "end": window.end, "bs": CRC_RATE_SECONDS},
     )
     early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
 

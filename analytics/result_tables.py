@@ -339,7 +339,7 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("crc_max", "BIGINT", "Largest NVLink CRC error total."),
         _c("first_ts", "TIMESTAMP NOT NULL", "First sample."),
         _c("last_ts", "TIMESTAMP NOT NULL", "Last sample."),
-        _c("crc_rate", "DOUBLE", "Highest per-bucket NVLink CRC error rate (errors/s); NULL when the counter did not move."),
+        _c("crc_rate", "DOUBLE", "Highest NVLink CRC error rate over 5 minutes (errors/s); NULL when the counter did not move."),
     ],
     "part_trend_buckets": [
         PART_KEY,
