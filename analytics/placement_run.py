@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
+import pyarrow as pa
 
 from gpulens.analytics.facts import Window
 from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
@@ -96,44 +97,85 @@ def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> 
     return out
 
 
-SEEN_SELECT = """
-WITH gangs AS (  -- the collector's pod inventory names LeaderWorkerSet / pod-group jobs the owner chain splits
+_GANGS = """
     SELECT namespace, pod, arg_max(workload_kind, ts) AS gkind, arg_max(workload_name, ts) AS gname
     FROM f_pod_snapshots WHERE ts < $end AND list_contains($group_kinds, workload_kind) GROUP BY namespace, pod
-),
-a AS (
-    SELECT a.ts, a.namespace, coalesce(g.gkind, a.workload_kind, 'Pod') AS kind,
-           coalesce(g.gname, a.workload_name, a.pod) AS wname,
-           a.tenant, a.pod, a.gpu_uuid, a.gpu_equivalents AS ge
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id
-    LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod
-    WHERE a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
-      AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
-),
+"""
+"""Pods the collector's pod inventory names as part of a LeaderWorkerSet / pod-group job the owner chain splits."""
+
+_OWNER = ("coalesce(g.gkind, a.workload_kind, 'Pod') AS kind, coalesce(g.gname, a.workload_name, a.pod) AS wname",
+          "LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod")
+_OWNER_NO_GANGS = ("coalesce(a.workload_kind, 'Pod') AS kind, coalesce(a.workload_name, a.pod) AS wname", "")
+
+_EXCLUSIVE_GPU = """
+    a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
+    AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
+"""
+"""Allocation rows of the span that hold a whole GPU exclusively (joined to ``devices d``)."""
+
+SEEN_GROUPS = """
+WITH gangs AS ({gangs}),
 per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
-    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
-           count(*) AS pairs, sum(ge) AS ge
-    FROM a GROUP BY namespace, kind, wname, ts
-),
-groups AS (
-    SELECT namespace, kind, wname, any_value(tenant) AS tenant, sig_key, count(*) AS samples, sum(ge) AS ge_samples,
-           min(ts) AS first_ts, max(ts) AS last_ts
-    FROM per_ts WHERE pairs >= 2
-    GROUP BY namespace, kind, wname, sig_key
+    SELECT a.namespace, {owner}, a.ts, any_value(a.tenant) AS tenant, sum(hash(a.pod, a.gpu_uuid)) AS sig_key,
+           count(*) AS pairs, sum(a.gpu_equivalents) AS ge
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE {exclusive}
+    GROUP BY ALL
 )
-SELECT $part_id, g.namespace, g.kind, g.wname, g.tenant,  -- the (pod, GPU) list, at one sample time of each
-       list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig, g.samples, g.ge_samples, g.first_ts, g.last_ts
-FROM groups g JOIN a ON a.namespace = g.namespace AND a.kind = g.kind AND a.wname = g.wname AND a.ts = g.first_ts
+SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples, sum(ge) AS ge_samples,
+       min(ts) AS first_ts, max(ts) AS last_ts
+FROM per_ts WHERE pairs >= 2
+GROUP BY namespace, kind, wname, sig_key
+"""
+"""Per workload and distinct (pod, GPU) set of the span: its samples, GE-samples, first and last time."""
+
+SEEN_PAIRS = """
+WITH gangs AS ({gangs})
+SELECT a.namespace, {owner}, a.ts, list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig
+FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+WHERE {exclusive} AND list_contains($firsts, a.ts)
 GROUP BY ALL
 """
-"""A day part's placements (``part_placements``): per workload and distinct (pod, GPU) set, its samples,
-GE-samples, first and last time in the span."""
+"""The sorted (pod, GPU) list of every workload at the given sample times (each placement's first)."""
+
+
+def seen(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[object, ...]]:
+    """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
+
+    Two passes over the span's allocation rows: one aggregation per workload and sample time finds
+    the distinct placements (keyed by a sum of hashes), then only the rows at each placement's first
+    sample time are read again to list its (pod, GPU) pairs. Without pods of LeaderWorkerSet /
+    pod-group jobs in the inventory, the owner is the allocation row's own (no join per row).
+    """
+    p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
+    gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
+    owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
+    sql = {"gangs": _GANGS, "owner": owner, "join": join, "exclusive": _EXCLUSIVE_GPU}
+    groups = con.execute(SEEN_GROUPS.format(**sql), p).fetchall()
+    if not groups:
+        return []
+    firsts = sorted({g[6] for g in groups})
+    pairs = {(ns, kind, wname, ts): sig for ns, kind, wname, ts, sig in
+             con.execute(SEEN_PAIRS.format(**sql), {**p, "firsts": firsts}).fetchall()}
+    return [(ns, kind, wname, tenant, pairs[(ns, kind, wname, first)], samples, ge, first, last)
+            for ns, kind, wname, tenant, samples, ge, first, last in groups]
 
 
 def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
-    """Write the placements one day part saw (the caller holds the transaction)."""
-    con.execute("INSERT INTO part_placements " + SEEN_SELECT, {"part_id": part_id, "start": window.start,
-                                                                "end": window.end, "group_kinds": sorted(GROUP_KINDS)})
+    """Write the placements one day part saw to ``part_placements`` (the caller holds the transaction)."""
+    rows = seen(con, window)
+    if not rows:
+        return
+    names = ("namespace", "kind", "wname", "tenant", "sig", "samples", "ge_samples", "first_ts", "last_ts")
+    types = (pa.string(), pa.string(), pa.string(), pa.string(), pa.list_(pa.string()), pa.int64(), pa.float64(),
+             pa.timestamp("us"), pa.timestamp("us"))
+    table = pa.table({n: pa.array([r[i] for r in rows], type=t) for i, (n, t) in enumerate(zip(names, types, strict=True))})
+    con.register("seen_placements", table)
+    try:
+        con.execute(f"INSERT INTO part_placements SELECT $part_id, {', '.join(names)} FROM seen_placements",  # noqa: S608
+                    {"part_id": part_id})  # constant column names; values bound
+    finally:
+        con.unregister("seen_placements")
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:

@@ -36,19 +36,18 @@ from gpulens.analytics import isolation  # noqa: E402
 from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
 from gpulens.analytics.facts import Window, bind_facts, resolve_window  # noqa: E402
 from gpulens.analytics.inventory import build_inventory, register_catalog  # noqa: E402
-from gpulens.analytics.placement_run import SEEN_SELECT, assess, insert_placement  # noqa: E402
+from gpulens.analytics.placement_run import assess, insert_placement, seen  # noqa: E402
 from gpulens.analytics.prices import load_price_book  # noqa: E402
 from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
 from gpulens.analytics.run import analyze  # noqa: E402
 from gpulens.analytics.settings import AnalysisSettings  # noqa: E402
 from gpulens.collector.schema import create_schema  # noqa: E402
-from gpulens.exporter.tenancy.gangs import GROUP_KINDS  # noqa: E402
 
 FLOOR = """
-SELECT count(*) FROM (
-SELECT namespace, workload_kind, workload_name, ts, any_value(tenant), sum(hash(pod, gpu_uuid)), count(*),
-       sum(gpu_equivalents)
-FROM f_allocations WHERE ts >= $start AND ts < $end GROUP BY ALL)
+SELECT count(*), max(t), sum(k), sum(n), sum(g) FROM (  -- every aggregate consumed, one row back
+    SELECT namespace, workload_kind, workload_name, ts, any_value(tenant) AS t, sum(hash(pod, gpu_uuid)) AS k,
+           count(*) AS n, sum(gpu_equivalents) AS g
+    FROM f_allocations WHERE ts >= $start AND ts < $end GROUP BY ALL)
 """
 
 
@@ -67,6 +66,13 @@ def best(fn: Callable[[], object], repeat: int) -> tuple[float, float, object]:
         if wall < out[0]:
             out = (wall, cpu, value)
     return out
+
+
+def one(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> object:
+    """The first value of the first row."""
+    row = con.execute(sql, params or []).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def rows_hash(rows: list[tuple[object, ...]]) -> str:
@@ -120,20 +126,18 @@ def measure(store: Path, settings: AnalysisSettings, repeat: int) -> dict[str, o
         p = {"start": day.start, "end": day.end}
         w, c, _ = best(lambda p=p: con.execute(FLOOR, p).fetchall(), repeat)  # type: ignore[misc]
         floor_w, floor_c = floor_w + w, floor_c + c
-        q = {**p, "part_id": "bench", "group_kinds": sorted(GROUP_KINDS)}
-        w, c, rows = best(lambda q=q: con.execute(SEEN_SELECT, q).fetchall(), repeat)  # type: ignore[misc]
+        w, c, rows = best(lambda day=day: seen(con, day), repeat)  # type: ignore[misc]
         seen_w, seen_c = seen_w + w, seen_c + c
-        seen_rows += rows  # type: ignore[arg-type]
+        seen_rows += [("bench", *r) for r in rows]  # type: ignore[attr-defined]
     n = len(day_windows(window))
     out["days"] = n
     out["floor_s_per_day"], out["floor_cpu_per_day"] = floor_w / n, floor_c / n
     out["seen_s_per_day"], out["seen_cpu_per_day"] = seen_w / n, seen_c / n
     out["part_placements_rows"], out["part_placements_hash"] = len(seen_rows), rows_hash(seen_rows)
-    run = con.execute("SELECT run_id FROM analysis_runs ORDER BY created_at DESC LIMIT 1").fetchone()
-    ids = [r[0] for r in con.execute("SELECT part_id FROM analysis_run_parts WHERE run_id = ?", [run[0]]).fetchall()]
+    run = one(con, "SELECT run_id FROM analysis_runs ORDER BY created_at DESC LIMIT 1")
+    ids = [r[0] for r in con.execute("SELECT part_id FROM analysis_run_parts WHERE run_id = ?", [run]).fetchall()]
     merge_parts(con, ids)
-    interval = float(con.execute("SELECT sample_interval_seconds FROM analysis_runs WHERE run_id = ?",
-                                 [run[0]]).fetchone()[0])
+    interval = float(one(con, "SELECT sample_interval_seconds FROM analysis_runs WHERE run_id = ?", [run]))  # type: ignore[arg-type]
     w, c, found = best(lambda: assess(con, window, interval, settings.topology), repeat)
     out["placement_s"], out["placement_cpu"] = w, c
     w, c, risks = best(lambda: isolation.assess(con, window, settings.risk, settings.health), repeat)
@@ -144,7 +148,7 @@ def measure(store: Path, settings: AnalysisSettings, repeat: int) -> dict[str, o
     insert_placement(con, "bench", window, *found)  # type: ignore[misc]
     isolation.insert_risk(con, "bench", window, risks)  # type: ignore[arg-type]
     for t in ("placement", "topology_stranded", "isolation_risk"):
-        out[f"{t}_rows"] = con.execute(f"SELECT count(*) FROM {t} WHERE run_id = 'bench'").fetchone()[0]  # noqa: S608
+        out[f"{t}_rows"] = one(con, f"SELECT count(*) FROM {t} WHERE run_id = 'bench'")  # noqa: S608
         out[f"{t}_hash"] = table_hash(con, f"SELECT * EXCLUDE (run_id) FROM {t} WHERE run_id = 'bench'")  # noqa: S608
     con.execute("ROLLBACK")
     con.close()
