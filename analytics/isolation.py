@@ -82,35 +82,41 @@ def assess(
     con: duckdb.DuckDBPyConnection, window: Window, weights: RiskWeights, health_rules: HealthRules
 ) -> list[Risk]:
     """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device."""
-    con.execute("CREATE OR REPLACE TEMP TABLE an_tenancy AS SELECT DISTINCT device_id, tenant, namespace FROM an_alloc")
     gpus = _gpus(con, window, health_rules)
-    layers = _layers(con, window)
+    layers = {t: _Named.of(t, la) for t, la in _layers(con, window).items()}
     by_place: dict[str, set[str]] = defaultdict(set)
     for g in gpus.values():
         by_place[f"node:{g.node}"] |= g.tenants
         if g.domain:
             by_place[f"nvlink:{g.domain}"] |= g.tenants
+    near: dict[tuple[str, str | None], set[str]] = {}  # the same for every GPU of a node
     risks: list[Risk] = []
     # A tenant's row is its worst GPU: the first GPU (in order) of highest score. A GPU's own terms are
     # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so the
     # scores are added from the two point lists, in the terms' order (the same float sums as the rows),
-    # and only the winner's terms are written out.
+    # and only the winner's terms are written out. A score depends only on the GPU's points summed (in
+    # order) and on the tenant, so it is worked out once per distinct pair of those.
     worst: dict[str, tuple[float, _Gpu, set[str]]] = {}
     own: dict[str, list[float]] = {}
+    scores: dict[tuple[float, str], float] = {}
     for g in gpus.values():
-        neighbours = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
-        risks.append(
-            Risk("device", g.gpu_uuid, g.node, None, g.mode,
-                 capped(_device_terms(g, None, neighbours, layers, weights)))
-        )
+        place = (g.node, g.domain)
+        if place not in near:
+            near[place] = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
+        neighbours = near[place]
+        terms = _device_terms(g, None, neighbours, layers, weights)
+        risks.append(Risk("device", g.gpu_uuid, g.node, None, g.mode, capped(terms)))
         if not g.tenants:
             continue
-        gpu_points = [t.points for t in _device_terms(g, min(g.tenants), neighbours, {}, weights)
-                      if t.term not in LAYER_TERMS]
-        for tenant in sorted(g.tenants):
-            if tenant not in own:
-                own[tenant] = [t.points for t in _layer_terms([layers.get(tenant, _EMPTY)], [tenant], weights)]
-            score = _capped_score([*gpu_points, *own[tenant]])
+        # the GPU's own points: its row's terms less the layer terms (the same for each of its tenants)
+        gpu_sum = sum(t.points for t in terms if t.term not in LAYER_TERMS)
+        for tenant in g.tenants:  # any order: each tenant keeps the first GPU (in GPU order) of its highest score
+            key = (gpu_sum, tenant)
+            score = scores.get(key)
+            if score is None:
+                if tenant not in own:
+                    own[tenant] = [t.points for t in _layer_terms([tenant], layers, weights)]
+                score = scores[key] = _capped_score(gpu_sum, own[tenant])
             if tenant not in worst or score > worst[tenant][0]:
                 worst[tenant] = (score, g, neighbours)
     for tenant in sorted(worst):
@@ -126,14 +132,15 @@ LAYER_TERMS = frozenset(
 """Terms of the tenant's own missing layers (the rest of a GPU row's terms belong to the GPU)."""
 
 
-def _capped_score(points: list[float]) -> float:
-    """The score of terms with these points, as ``Risk.score`` adds them up (a cap term past 100)."""
-    total = sum(points)
-    return sum([*points, 100 - total]) if total > 100 else total
+def _capped_score(first: float, points: list[float]) -> float:
+    """The score of terms whose first points add up to ``first`` and whose last are ``points``, as
+    ``Risk.score`` adds them up, left to right (a cap term past 100)."""
+    total = sum(points, first)
+    return total + (100 - total) if total > 100 else total
 
 
 def _device_terms(
-    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Layers], w: RiskWeights
+    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Named], w: RiskWeights
 ) -> list[Term]:
     others = sorted(g.tenants - {tenant}) if tenant else sorted(g.tenants)[1:] if g.tenants else []
     near = sorted(neighbours - g.tenants)
@@ -160,15 +167,30 @@ def _device_terms(
                  f"{g.faults} fault event(s) (XID {codes}) on a GPU shared by {len(g.tenants)} tenants")
         )
     subjects = [tenant] if tenant else sorted(g.tenants)
-    terms += _layer_terms([layers.get(t, _EMPTY) for t in subjects], subjects, w)
+    terms += _layer_terms(subjects, layers, w)
     return terms
 
 
-def _layer_terms(of: list[_Layers], subjects: list[str], w: RiskWeights) -> list[Term]:
-    """Missing tenancy layers, told apart from layers the inventory never collected."""
+@dataclass(frozen=True)
+class _Named:
+    """One tenant's layers with the names its terms list (``tenant/namespace``), formatted once."""
+
+    layers: _Layers
+    without_policy: tuple[str, ...]
+    not_collected: tuple[str, ...]
+
+    @classmethod
+    def of(cls, tenant: str, la: _Layers) -> _Named:
+        return cls(la, tuple(f"{tenant}/{ns}" for ns in la.namespaces_without_policy),
+                   tuple(f"{tenant}/{ns}" for ns in la.namespaces_not_collected))
+
+
+def _layer_terms(subjects: list[str], layers: dict[str, _Named], w: RiskWeights) -> list[Term]:
+    """Missing tenancy layers of ``subjects``, told apart from layers the inventory never collected."""
     terms = []
-    no_policy = sorted({f"{t}/{ns}" for t, la in zip(subjects, of, strict=True) for ns in la.namespaces_without_policy})
-    unknown = sorted({f"{t}/{ns}" for t, la in zip(subjects, of, strict=True) for ns in la.namespaces_not_collected})
+    of = [layers.get(t, _EMPTY) for t in subjects]
+    no_policy = sorted({name for la in of for name in la.without_policy})
+    unknown = sorted({name for la in of for name in la.not_collected})
     if no_policy:
         terms.append(
             Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
@@ -179,8 +201,8 @@ def _layer_terms(of: list[_Layers], subjects: list[str], w: RiskWeights) -> list
                  f"NetworkPolicies not collected for namespace(s) {_names(unknown)}: {COLLECT_HINT}; "
                  "weighed as missing until known")
         )
-    exposed = [t for t, la in zip(subjects, of, strict=True) if not la.isolated and la.pools_collected]
-    blind = [t for t, la in zip(subjects, of, strict=True) if not la.isolated and not la.pools_collected]
+    exposed = [t for t, la in zip(subjects, of, strict=True) if not la.layers.isolated and la.layers.pools_collected]
+    blind = [t for t, la in zip(subjects, of, strict=True) if not la.layers.isolated and not la.layers.pools_collected]
     if exposed:
         terms.append(
             Term("no_dedicated_pool_or_vcluster", w.no_dedicated_pool_or_vcluster,
@@ -195,7 +217,7 @@ def _layer_terms(of: list[_Layers], subjects: list[str], w: RiskWeights) -> list
     return terms
 
 
-_EMPTY = _Layers((), False, (), False)
+_EMPTY = _Named(_Layers((), False, (), False), (), ())
 
 
 def _names(items: list[str], most: int = 5) -> str:
@@ -204,11 +226,11 @@ def _names(items: list[str], most: int = 5) -> str:
 
 
 def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> dict[str, _Gpu]:
-    tenants: dict[str, set[str]] = defaultdict(set)
-    for gpu, tenant in con.execute(
-        "SELECT DISTINCT d.gpu_uuid, a.tenant FROM an_tenancy a JOIN an_dev d USING (device_id)"
-    ).fetchall():
-        tenants[gpu].add(tenant)
+    tenants: dict[str, frozenset[str]] = {
+        gpu: frozenset(held) for gpu, held in con.execute(
+            "SELECT d.gpu_uuid, list(a.tenant) FROM an_alloc a JOIN an_dev d USING (device_id) GROUP BY ALL"
+        ).fetchall()
+    }
     faults: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for gpu, code, count in con.execute(
         """
@@ -237,7 +259,7 @@ def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) ->
         blind = mode in ("time-slicing", "mps") or (mode == "mig" and bool(unmeasured))
         counted = [(c, n) for c, n in faults.get(gpu, []) if not (mode == "mig" and c in rules.application_xids)]
         out[gpu] = _Gpu(
-            gpu, node, mode, domain, blind, frozenset(tenants.get(gpu, set())),
+            gpu, node, mode, domain, blind, tenants.get(gpu, frozenset()),
             sum(n for _, n in counted), tuple(c for c, _ in counted),
         )
     return out
@@ -256,7 +278,7 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
     inventory = bool(collected and collected[0])
     rows = con.execute(
         """
-        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_tenancy),
+        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_alloc),
         latest AS (
             SELECT namespace, arg_max(network_policies, ts) AS policies, arg_max(virtual_cluster, ts) AS vcluster,
                    true AS seen
@@ -264,7 +286,7 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
         ),
         placed AS (
             SELECT a.tenant, bool_and(n.dedicated_tenant IS NOT DISTINCT FROM a.tenant) AS on_own_nodes
-            FROM (SELECT DISTINCT tenant, device_id FROM an_tenancy) a
+            FROM (SELECT DISTINCT tenant, device_id FROM an_alloc) a
             JOIN an_dev d USING (device_id) LEFT JOIN nodes n ON n.node = d.node
             GROUP BY a.tenant
         )
