@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
 from operator import attrgetter
+from typing import cast
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def _domains(keys: set[str | None]) -> tuple[str, ...] | None:
     """Sorted distinct keys; None when one is unknown."""
     if None in keys:
         return None
-    return tuple(sorted(keys))  # type: ignore[type-var]
+    return tuple(sorted(cast("set[str]", keys)))
 
 
 class FleetShapes:
