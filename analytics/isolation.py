@@ -61,6 +61,8 @@ class _Gpu:
     tenants: frozenset[str]
     faults: int
     fault_codes: tuple[int, ...]
+    ordered: tuple[str, ...] = ()
+    """``tenants``, sorted."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,13 @@ def assess(
     worst: dict[str, tuple[float, _Gpu, set[str]]] = {}
     own: dict[str, list[float]] = {}
     scores: dict[tuple[float, str], float] = {}
+    memo: dict[tuple[str, ...], list[Term]] = {}
     for g in gpus.values():
         place = (g.node, g.domain)
         if place not in near:
             near[place] = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
         neighbours = near[place]
-        terms = _device_terms(g, None, neighbours, layers, weights)
+        terms = _device_terms(g, None, neighbours, layers, weights, memo)
         risks.append(Risk("device", g.gpu_uuid, g.node, None, g.mode, capped(terms)))
         if not g.tenants:
             continue
@@ -140,9 +143,12 @@ def _capped_score(first: float, points: list[float]) -> float:
 
 
 def _device_terms(
-    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Named], w: RiskWeights
+    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Named], w: RiskWeights,
+    memo: dict[tuple[str, ...], list[Term]] | None = None,
 ) -> list[Term]:
-    others = sorted(g.tenants - {tenant}) if tenant else sorted(g.tenants)[1:] if g.tenants else []
+    """The terms of a GPU's row (``tenant`` None) or of a tenant's row on it; ``memo`` keeps the layer terms
+    per set of subjects (many GPUs have the same tenants)."""
+    others = [t for t in g.ordered if t != tenant] if tenant else list(g.ordered[1:])
     near = sorted(neighbours - g.tenants)
     terms = [Term("sharing_mode", w.mode_base(g.mode), f"sharing mode {g.mode}")]
     if others:
@@ -166,9 +172,12 @@ def _device_terms(
             Term("shared_faults", min(w.shared_fault_max, w.per_shared_fault * g.faults),
                  f"{g.faults} fault event(s) (XID {codes}) on a GPU shared by {len(g.tenants)} tenants")
         )
-    subjects = [tenant] if tenant else sorted(g.tenants)
-    terms += _layer_terms(subjects, layers, w)
-    return terms
+    subjects = (tenant,) if tenant else g.ordered
+    if memo is None:
+        return terms + _layer_terms(list(subjects), layers, w)
+    if subjects not in memo:
+        memo[subjects] = _layer_terms(list(subjects), layers, w)
+    return terms + memo[subjects]
 
 
 @dataclass(frozen=True)
@@ -189,8 +198,8 @@ def _layer_terms(subjects: list[str], layers: dict[str, _Named], w: RiskWeights)
     """Missing tenancy layers of ``subjects``, told apart from layers the inventory never collected."""
     terms = []
     of = [layers.get(t, _EMPTY) for t in subjects]
-    no_policy = sorted({name for la in of for name in la.without_policy})
-    unknown = sorted({name for la in of for name in la.not_collected})
+    no_policy = sorted(set().union(*[la.without_policy for la in of]))
+    unknown = sorted(set().union(*[la.not_collected for la in of]))
     if no_policy:
         terms.append(
             Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
@@ -258,9 +267,10 @@ def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) ->
         mode = mode or "exclusive"
         blind = mode in ("time-slicing", "mps") or (mode == "mig" and bool(unmeasured))
         counted = [(c, n) for c, n in faults.get(gpu, []) if not (mode == "mig" and c in rules.application_xids)]
+        held = tenants.get(gpu, frozenset())
         out[gpu] = _Gpu(
-            gpu, node, mode, domain, blind, tenants.get(gpu, frozenset()),
-            sum(n for _, n in counted), tuple(c for c, _ in counted),
+            gpu, node, mode, domain, blind, held, sum(n for _, n in counted), tuple(c for c, _ in counted),
+            tuple(sorted(held)),
         )
     return out
 

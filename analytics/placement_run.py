@@ -13,7 +13,7 @@ Stranded by topology is measured at the newest GPU sample of the window (``topol
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,9 +30,11 @@ from gpulens.exporter.tenancy.gangs import GROUP_KINDS
 
 @dataclass(frozen=True)
 class Placement:
-    """One distinct placement of one workload: pod -> GPUs, how long and how much it was held."""
+    """One distinct placement of one workload: its GPUs (grouped by pod), how long and how much it was held."""
 
-    pods: dict[str, tuple[str, ...]]
+    gpus: tuple[str, ...]
+    pod_sizes: tuple[int, ...]
+    """GPUs of each pod, in the order of ``gpus``."""
     samples: int
     ge_hours: float
     first_ts: datetime
@@ -133,7 +135,7 @@ SEEN_PAIRS = """
 WITH gangs AS ({gangs})
 SELECT a.namespace, {owner}, a.ts, list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig
 FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-WHERE {exclusive} AND list_contains($firsts, a.ts)
+WHERE {exclusive} AND list_position($firsts, a.ts) IS NOT NULL  -- a filter on ts alone: read before the other columns
 GROUP BY ALL
 """
 """The sorted (pod, GPU) list of every workload at the given sample times (each placement's first)."""
@@ -197,22 +199,20 @@ def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) ->
     for (ns, kind, wname, sig), (tenant, samples, ge_samples, first, last) in sorted(
         merged.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[1][1], kv[0][3])
     ):
-        pods: dict[str, list[str]] = defaultdict(list)
-        for item in sig:
-            pod, _, gpu = str(item).rpartition("|")
-            pods[pod].append(gpu)
         tenant_key = keys.setdefault((ns, kind, wname), str(tenant))
+        # 'pod|gpu' split at the last |; the list is sorted, so a pod's pairs are adjacent (they share the
+        # prefix 'pod|'): the GPUs come grouped by pod, and counting the pods in order gives each pod's size
+        pods, _, gpus = zip(*(str(item).rpartition("|") for item in sig), strict=True)
         out[(tenant_key, ns, kind, wname)].append(
-            Placement({p: tuple(g) for p, g in pods.items()}, int(samples), float(ge_samples) * interval / 3600.0,
-                      first, last)
+            Placement(tuple(gpus), tuple(Counter(pods).values()), int(samples),
+                      float(ge_samples) * interval / 3600.0, first, last)
         )
     return out
 
 
 def is_multi_device(kind: str, placement: Placement, settings: TopologySettings) -> bool:
     """A gang owner with 2+ GPUs in all, or any pod holding 2+ GPUs."""
-    devices = sum(len(g) for g in placement.pods.values())
-    return devices >= 2 and (kind in settings.gang_kinds or max(len(g) for g in placement.pods.values()) >= 2)
+    return len(placement.gpus) >= 2 and (kind in settings.gang_kinds or max(placement.pod_sizes) >= 2)
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
@@ -227,7 +227,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         main = placements[0]
         if not is_multi_device(kind, main, settings):
             continue
-        gpus = [g for gs in main.pods.values() for g in gs]
+        gpus = list(main.gpus)
         held = [places[g] for g in gpus if g in places]
         if len(held) != len(gpus):
             continue  # a GPU the dimensions do not describe: no claim about this workload
@@ -236,23 +236,22 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         if key not in fleets:  # domain sizes of these models, worked out once for every workload on them
             fleets[key] = FleetShapes([p for p in places.values() if p.gpu_model in models])
         fleet = fleets[key]
-        pod_sizes = [len(g) for g in main.pods.values()]
+        pod_sizes = list(main.pod_sizes)
         for model in models:
             shapes[model].update(pod_sizes)
             jobs[model].add(len(gpus))
         score = distance_score(held)
         affected: dict[str, float] = defaultdict(float)
         for other in placements:
-            other_gpus = [places.get(g) for gs in other.pods.values() for g in gs]
-            if any(p is None for p in other_gpus):
+            if not all(map(places.__contains__, other.gpus)):
                 continue
-            for s in spread([p for p in other_gpus if p is not None], [len(g) for g in other.pods.values()], fleet):
+            for s in spread(list(map(places.__getitem__, other.gpus)), list(other.pod_sizes), fleet):
                 if s.excess > 0:
                     affected[s.level] += other.ge_hours
         total = sum(p.ge_hours for p in placements)
         for s in spread(held, pod_sizes, fleet):
             findings.append(Finding(
-                tenant, ns, kind, wname, "+".join(models), len(main.pods), len(gpus), len({p.node for p in held}),
+                tenant, ns, kind, wname, "+".join(models), len(main.pod_sizes), len(gpus), len({p.node for p in held}),
                 s, score, total, affected.get(s.level, 0.0), len(placements),
                 min(p.first_ts for p in placements), max(p.last_ts for p in placements),
             ))
