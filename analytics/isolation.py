@@ -188,18 +188,24 @@ class _Named:
     without_policy: tuple[str, ...]
     not_collected: tuple[str, ...]
 
+    exposed: bool
+    """Neither a dedicated pool nor a virtual cluster, as collected."""
+    blind: bool
+    """No isolation layer known, and the inventory that would show one was not collected."""
+
     @classmethod
     def of(cls, tenant: str, la: _Layers) -> _Named:
         return cls(la, tuple(f"{tenant}/{ns}" for ns in la.namespaces_without_policy),
-                   tuple(f"{tenant}/{ns}" for ns in la.namespaces_not_collected))
+                   tuple(f"{tenant}/{ns}" for ns in la.namespaces_not_collected),
+                   not la.isolated and la.pools_collected, not la.isolated and not la.pools_collected)
 
 
 def _layer_terms(subjects: list[str], layers: dict[str, _Named], w: RiskWeights) -> list[Term]:
     """Missing tenancy layers of ``subjects``, told apart from layers the inventory never collected."""
     terms = []
     of = [layers.get(t, _EMPTY) for t in subjects]
-    no_policy = sorted(set().union(*[la.without_policy for la in of]))
-    unknown = sorted(set().union(*[la.not_collected for la in of]))
+    no_policy = sorted(set().union(*[la.without_policy for la in of if la.without_policy]))
+    unknown = sorted(set().union(*[la.not_collected for la in of if la.not_collected]))
     if no_policy:
         terms.append(
             Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
@@ -210,8 +216,8 @@ def _layer_terms(subjects: list[str], layers: dict[str, _Named], w: RiskWeights)
                  f"NetworkPolicies not collected for namespace(s) {_names(unknown)}: {COLLECT_HINT}; "
                  "weighed as missing until known")
         )
-    exposed = [t for t, la in zip(subjects, of, strict=True) if not la.layers.isolated and la.layers.pools_collected]
-    blind = [t for t, la in zip(subjects, of, strict=True) if not la.layers.isolated and not la.layers.pools_collected]
+    exposed = [t for t, la in zip(subjects, of, strict=True) if la.exposed]
+    blind = [t for t, la in zip(subjects, of, strict=True) if la.blind]
     if exposed:
         terms.append(
             Term("no_dedicated_pool_or_vcluster", w.no_dedicated_pool_or_vcluster,
@@ -226,7 +232,7 @@ def _layer_terms(subjects: list[str], layers: dict[str, _Named], w: RiskWeights)
     return terms
 
 
-_EMPTY = _Named(_Layers((), False, (), False), (), ())
+_EMPTY = _Named.of("", _Layers((), False, (), False))
 
 
 def _names(items: list[str], most: int = 5) -> str:
