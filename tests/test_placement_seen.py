@@ -1,0 +1,143 @@
+"""The placements a day part sees are exactly the distinct (pod, GPU) sets each workload held.
+
+``placements seen`` reads allocation rows in two passes (a key per workload and sample time, then
+only the first sample time of each placement listed), so these tests state what it must return in
+plain Python and check it against hypothesis-built days shaped like real ones: bursty holdings that
+change minute to minute, missing minutes, a row reported twice, rows without a sharing mode (the
+device's own counts), MIG and time-sliced devices and unknown devices (never a whole exclusive GPU),
+pods of a LeaderWorkerSet the pod inventory names (one workload, though their owner chain splits
+them). And the fleet's newest GPU sample (where stranded-by-topology is measured) is found whether or
+not the window's last day has samples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta
+
+import duckdb
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulens.analytics.facts import Window, bind_facts
+from gpulens.analytics.placement_run import seen
+from gpulens.analytics.topology_stranded import fleet_newest
+from gpulens.collector.schema import create_schema
+
+START = datetime(2026, 3, 2)
+END = START + timedelta(days=1)
+
+DEVICES = [  # device_id, gpu_uuid, kind, sharing_mode
+    *[(f"GPU-{i}", f"GPU-{i}", "gpu", "exclusive") for i in range(6)],
+    ("GPU-6", "GPU-6", "gpu", None),  # no mode recorded: exclusive unless the row says otherwise
+    ("GPU-7", "GPU-7", "gpu", "time-slicing"),
+    ("MIG-0", "GPU-8", "mig", "exclusive"),
+]
+UNKNOWN = ("GPU-X", "GPU-X")  # in allocation rows, not in the inventory
+WORKLOADS = [("ns-a", "Job", "train"), ("ns-a", "StatefulSet", "lws-0"), ("ns-b", None, None)]
+
+row = st.tuples(
+    st.integers(0, 29),  # minute of the day
+    st.integers(0, len(WORKLOADS) - 1),
+    st.integers(0, 2),  # pod of that workload
+    st.sampled_from([*[d[0] for d in DEVICES], UNKNOWN[0]]),
+    st.sampled_from([None, "exclusive", "time-slicing"]),
+    st.sampled_from([1.0, 0.5]),
+)
+
+
+def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_schema(con)
+    for device, gpu, kind, mode in DEVICES:
+        con.execute("INSERT INTO devices (device_id, gpu_uuid, node, kind, profile, gpu_equivalents, sharing_mode) "
+                    "VALUES (?, ?, 'n1', ?, 'gpu', 1.0, ?)", [device, gpu, kind, mode])
+    gpu_of = {d[0]: d[1] for d in DEVICES} | {UNKNOWN[0]: UNKNOWN[1]}
+    for minute, w, pod, device, mode, ge in rows:
+        ns, kind, name = WORKLOADS[w]
+        con.execute(
+            "INSERT INTO allocations VALUES (?, 'n1', ?, ?, ?, ?, 'main', ?, ?, ?, ?, ?, 'test')",
+            [START + timedelta(minutes=minute), gpu_of[device], device, ns, f"{name or 'bare'}-{pod}", f"t-{ns}",
+             mode, ge, kind, name],
+        )
+    if gang:  # the inventory names the StatefulSet's pods as one LeaderWorkerSet (newest snapshot wins)
+        for pod in range(3):
+            for ts, kind in ((START - timedelta(hours=1), "Job"), (START, "LeaderWorkerSet")):
+                con.execute("INSERT INTO pod_snapshots (ts, namespace, pod, workload_kind, workload_name, source) "
+                            "VALUES (?, 'ns-a', ?, ?, 'llm', 'test')", [ts, f"lws-0-{pod}", kind])
+    bind_facts(con, None, temporary=True)
+    return con
+
+
+def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool) -> list[tuple[object, ...]]:
+    """The definition, in plain Python: per workload, each distinct multiset of (pod, GPU) pairs it held at
+    a sample time (two pairs or more), with its samples, GE-samples, first and last time, and its pairs."""
+    modes = {d[0]: (d[2], d[3]) for d in DEVICES}
+    gpu_of = {d[0]: d[1] for d in DEVICES}
+    at: dict[tuple[str, str, str, datetime], list[tuple[str, str, float]]] = defaultdict(list)
+    for minute, w, pod, device, mode, ge in rows:
+        if device not in modes or modes[device][0] != "gpu" or (mode or modes[device][1] or "exclusive") != "exclusive":
+            continue
+        ns, kind, name = WORKLOADS[w]
+        pod_name = f"{name or 'bare'}-{pod}"
+        owner = ("LeaderWorkerSet", "llm") if gang and name == "lws-0" else (kind or "Pod", name or pod_name)
+        at[(ns, *owner, START + timedelta(minutes=minute))].append((pod_name, gpu_of[device], ge))
+    groups: dict[tuple[object, ...], list[tuple[datetime, list[tuple[str, str, float]]]]] = defaultdict(list)
+    for (ns, kind, name, ts), held in at.items():
+        if len(held) >= 2:
+            groups[(ns, kind, name, frozenset(Counter((p, g) for p, g, _ in held).items()))].append((ts, held))
+    out = []
+    for (ns, kind, name, _), times in groups.items():
+        times.sort()
+        first = times[0][1]
+        sig = sorted({f"{p}|{g}" for p, g, _ in first})
+        out.append((ns, kind, name, f"t-{ns}", sig, len(times), sum(ge for _, held in times for _, _, ge in held),
+                    times[0][0], times[-1][0]))
+    return sorted(out, key=repr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(row, max_size=80), gang=st.booleans())
+def test_each_workloads_distinct_placements_are_seen_once_with_their_pairs(
+    rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
+) -> None:
+    con = _store(rows, gang)
+    try:
+        got = sorted(seen(con, Window(START, END, 300)), key=repr)
+    finally:
+        con.close()
+    assert got == _expected(rows, gang)
+
+
+def test_a_day_without_allocations_sees_no_placement() -> None:
+    con = _store([], gang=False)
+    try:
+        assert seen(con, Window(START, END, 300)) == []
+    finally:
+        con.close()
+
+
+def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_schema(con)
+    for ts in times:
+        con.execute("INSERT INTO gpu_samples (ts, node, gpu_uuid, up, source) VALUES (?, 'n1', 'GPU-0', true, 't')",
+                    [ts])
+    bind_facts(con, None, temporary=True)
+    return con
+
+
+def test_the_fleets_newest_sample_is_found_in_the_last_day_or_earlier_in_the_window() -> None:
+    window = Window(START, START + timedelta(days=3), 300)
+    cases = {
+        "last day": ([START + timedelta(hours=5), START + timedelta(days=2, hours=7)], START + timedelta(days=2, hours=7)),
+        "only the first day": ([START + timedelta(hours=1), START + timedelta(hours=9)], START + timedelta(hours=9)),
+        "after the window only": ([START + timedelta(days=3, minutes=1)], None),
+        "none": ([], None),
+    }
+    for name, (times, newest) in cases.items():
+        con = _with_gpu_samples(times)
+        try:
+            assert fleet_newest(con, window) == newest, name
+        finally:
+            con.close()
