@@ -94,14 +94,15 @@ def assess(
     near: dict[tuple[str, str | None], set[str]] = {}  # the same for every GPU of a node
     risks: list[Risk] = []
     # A tenant's row is its worst GPU: the first GPU (in order) of highest score. A GPU's own terms are
-    # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so the
-    # scores are added from the two point lists, in the terms' order (the same float sums as the rows),
-    # and only the winner's terms are written out. A score depends only on the GPU's points summed (in
-    # order) and on the tenant, so it is worked out once per distinct pair of those.
-    worst: dict[str, tuple[float, _Gpu, set[str]]] = {}
-    own: dict[str, list[float]] = {}
-    scores: dict[tuple[float, str], float] = {}
+    # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so a
+    # score depends only on the GPU's points summed (in the terms' order) and on the tenant: the same
+    # float sums as the rows. Per distinct GPU sum, the first GPU of each tenant is kept (set operations,
+    # no loop over GPU x tenant pairs); per tenant, its highest score over those sums wins, the earliest
+    # GPU among equal scores, and only the winner's terms are written out.
+    order: list[tuple[_Gpu, set[str]]] = []
+    first: dict[float, dict[str, int]] = defaultdict(dict)  # GPU sum -> tenant -> its first GPU with it
     memo: dict[tuple[str, ...], list[Term]] = {}
+    memo_own: dict[str, list[float]] = {}  # a tenant's own layer points
     for g in gpus.values():
         place = (g.node, g.domain)
         if place not in near:
@@ -113,17 +114,20 @@ def assess(
             continue
         # the GPU's own points: its row's terms less the layer terms (the same for each of its tenants)
         gpu_sum = sum(t.points for t in terms if t.term not in LAYER_TERMS)
-        for tenant in g.tenants:  # any order: each tenant keeps the first GPU (in GPU order) of its highest score
-            key = (gpu_sum, tenant)
-            score = scores.get(key)
-            if score is None:
-                if tenant not in own:
-                    own[tenant] = [t.points for t in _layer_terms([tenant], layers, weights)]
-                score = scores[key] = _capped_score(gpu_sum, own[tenant])
-            if tenant not in worst or score > worst[tenant][0]:
-                worst[tenant] = (score, g, neighbours)
+        seen = first[gpu_sum]
+        seen.update(dict.fromkeys(g.tenants.difference(seen), len(order)))
+        order.append((g, neighbours))
+    worst: dict[str, tuple[float, int]] = {}
+    for gpu_sum, tenants in first.items():
+        for tenant, index in tenants.items():
+            if tenant not in memo_own:
+                memo_own[tenant] = [t.points for t in _layer_terms([tenant], layers, weights)]
+            score = _capped_score(gpu_sum, memo_own[tenant])
+            best = worst.get(tenant)
+            if best is None or score > best[0] or (score == best[0] and index < best[1]):
+                worst[tenant] = (score, index)
     for tenant in sorted(worst):
-        _, g, neighbours = worst[tenant]
+        g, neighbours = order[worst[tenant][1]]
         risks.append(Risk("tenant", g.gpu_uuid, g.node, tenant, g.mode,
                           capped(_device_terms(g, tenant, neighbours, layers, weights))))
     return risks
