@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
 import duckdb
 
@@ -85,7 +86,7 @@ def assess(
 ) -> list[Risk]:
     """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device."""
     gpus = _gpus(con, window, health_rules)
-    layers = {t: _Named.of(t, la) for t, la in _layers(con, window).items()}
+    layers = _Tenancy.of(_layers(con, window))
     by_place: dict[str, set[str]] = defaultdict(set)
     for g in gpus.values():
         by_place[f"node:{g.node}"] |= g.tenants
@@ -147,7 +148,7 @@ def _capped_score(first: float, points: list[float]) -> float:
 
 
 def _device_terms(
-    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Named], w: RiskWeights,
+    g: _Gpu, tenant: str | None, neighbours: set[str], layers: _Tenancy, w: RiskWeights,
     memo: dict[tuple[str, ...], list[Term]] | None = None,
 ) -> list[Term]:
     """The terms of a GPU's row (``tenant`` None) or of a tenant's row on it; ``memo`` keeps the layer terms
@@ -185,58 +186,62 @@ def _device_terms(
 
 
 @dataclass(frozen=True)
-class _Named:
-    """One tenant's layers with the names its terms list (``tenant/namespace``), formatted once."""
+class _Tenancy:
+    """Every tenant's layers, indexed for the layer terms of many GPUs: the names the terms list
+    (``tenant/namespace``) formatted once, tenants grouped by what they lack, so a GPU's terms come from
+    set intersections with its tenants (no loop over them)."""
 
-    layers: _Layers
-    without_policy: tuple[str, ...]
-    not_collected: tuple[str, ...]
-
-    exposed: bool
+    without_policy: dict[str, tuple[str, ...]]
+    not_collected: dict[str, tuple[str, ...]]
+    exposed: frozenset[str]
     """Neither a dedicated pool nor a virtual cluster, as collected."""
-    blind: bool
+    blind: frozenset[str]
     """No isolation layer known, and the inventory that would show one was not collected."""
+    known: frozenset[str]
 
     @classmethod
-    def of(cls, tenant: str, la: _Layers) -> _Named:
-        return cls(la, tuple(f"{tenant}/{ns}" for ns in la.namespaces_without_policy),
-                   tuple(f"{tenant}/{ns}" for ns in la.namespaces_not_collected),
-                   not la.isolated and la.pools_collected, not la.isolated and not la.pools_collected)
+    def of(cls, layers: dict[str, _Layers]) -> _Tenancy:
+        return cls(
+            {t: tuple(f"{t}/{ns}" for ns in la.namespaces_without_policy)
+             for t, la in layers.items() if la.namespaces_without_policy},
+            {t: tuple(f"{t}/{ns}" for ns in la.namespaces_not_collected)
+             for t, la in layers.items() if la.namespaces_not_collected},
+            frozenset(t for t, la in layers.items() if not la.isolated and la.pools_collected),
+            frozenset(t for t, la in layers.items() if not la.isolated and not la.pools_collected),
+            frozenset(layers),
+        )
 
 
-def _layer_terms(subjects: list[str], layers: dict[str, _Named], w: RiskWeights) -> list[Term]:
-    """Missing tenancy layers of ``subjects``, told apart from layers the inventory never collected."""
+def _layer_terms(subjects: list[str], tenancy: _Tenancy, w: RiskWeights) -> list[Term]:
+    """Missing tenancy layers of ``subjects`` (sorted), told apart from layers the inventory never collected.
+    A tenant the inventory does not list has no known layer and was not collected."""
     terms = []
-    of = [layers.get(t, _EMPTY) for t in subjects]
-    no_policy = sorted(set().union(*[la.without_policy for la in of if la.without_policy]))
-    unknown = sorted(set().union(*[la.not_collected for la in of if la.not_collected]))
+    no_policy = sorted(set(chain.from_iterable(map(tenancy.without_policy.__getitem__,
+                                                   tenancy.without_policy.keys() & subjects))))
     if no_policy:
         terms.append(
             Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
         )
-    elif unknown:
+    elif unknown := sorted(set(chain.from_iterable(map(tenancy.not_collected.__getitem__,
+                                                       tenancy.not_collected.keys() & subjects)))):
         terms.append(
             Term("network_policy_not_collected", w.no_network_policy,
                  f"NetworkPolicies not collected for namespace(s) {_names(unknown)}: {COLLECT_HINT}; "
                  "weighed as missing until known")
         )
-    exposed = [t for t, la in zip(subjects, of, strict=True) if la.exposed]
-    blind = [t for t, la in zip(subjects, of, strict=True) if la.blind]
+    exposed = sorted(tenancy.exposed.intersection(subjects))
     if exposed:
         terms.append(
             Term("no_dedicated_pool_or_vcluster", w.no_dedicated_pool_or_vcluster,
                  f"neither a dedicated pool nor a virtual cluster: {_names(exposed)}")
         )
-    elif blind:
+    elif blind := sorted(tenancy.blind.intersection(subjects).union(set(subjects).difference(tenancy.known))):
         terms.append(
             Term("dedicated_pool_not_collected", w.no_dedicated_pool_or_vcluster,
                  f"node pools and virtual clusters not collected for {_names(blind)}: {COLLECT_HINT}; "
                  "weighed as missing until known")
         )
     return terms
-
-
-_EMPTY = _Named.of("", _Layers((), False, (), False))
 
 
 def _names(items: list[str], most: int = 5) -> str:
