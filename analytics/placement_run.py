@@ -132,22 +132,28 @@ GROUP BY namespace, kind, wname, sig_key
 """Per workload and distinct (pod, GPU) set of the span: its samples, GE-samples, first and last time."""
 
 SEEN_PAIRS = """
-WITH gangs AS ({gangs})
-SELECT a.namespace, {owner}, a.ts, list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig
-FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-WHERE {exclusive} AND list_position($firsts, a.ts) IS NOT NULL  -- a filter on ts alone: read before the other columns
+WITH gangs AS ({gangs}),
+wanted AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname, unnest($firsts) AS ts),
+rows AS (
+    SELECT a.namespace, {owner}, a.ts, a.pod, a.gpu_uuid
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE {exclusive} AND list_position($times, a.ts) IS NOT NULL  -- on ts alone: read before the other columns
+)
+SELECT r.namespace, r.kind, r.wname, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
+FROM rows r SEMI JOIN wanted w ON w.namespace = r.namespace AND w.kind = r.kind AND w.wname = r.wname AND w.ts = r.ts
 GROUP BY ALL
 """
-"""The sorted (pod, GPU) list of every workload at the given sample times (each placement's first)."""
+"""The sorted (pod, GPU) list of each workload at the given sample times (each of its placements' first)."""
 
 
 def seen(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[object, ...]]:
     """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
 
     Two passes over the span's allocation rows: one aggregation per workload and sample time finds
-    the distinct placements (keyed by a sum of hashes), then only the rows at each placement's first
-    sample time are read again to list its (pod, GPU) pairs. Without pods of LeaderWorkerSet /
-    pod-group jobs in the inventory, the owner is the allocation row's own (no join per row).
+    the distinct placements (keyed by a sum of hashes), then only the rows of each placement's workload
+    at its first sample time are read again to list its (pod, GPU) pairs. Without pods of
+    LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join
+    per row).
     """
     p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
@@ -156,9 +162,10 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[object, .
     groups = con.execute(SEEN_GROUPS.format(**sql), p).fetchall()
     if not groups:
         return []
-    firsts = sorted({g[6] for g in groups})
+    wanted = {"ns": [g[0] for g in groups], "kinds": [g[1] for g in groups], "names": [g[2] for g in groups],
+              "firsts": [g[6] for g in groups], "times": sorted({g[6] for g in groups})}
     pairs = {(ns, kind, wname, ts): sig for ns, kind, wname, ts, sig in
-             con.execute(SEEN_PAIRS.format(**sql), {**p, "firsts": firsts}).fetchall()}
+             con.execute(SEEN_PAIRS.format(**sql), {**p, **wanted}).fetchall()}
     return [(ns, kind, wname, tenant, pairs[(ns, kind, wname, first)], samples, ge, first, last)
             for ns, kind, wname, tenant, samples, ge, first, last in groups]
 
