@@ -124,7 +124,8 @@ per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list bui
     WHERE {exclusive}
     GROUP BY ALL
 )
-SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples, sum(ge) AS ge_samples,
+SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples,
+       sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
        min(ts) AS first_ts, max(ts) AS last_ts
 FROM per_ts WHERE pairs >= 2
 GROUP BY namespace, kind, wname, sig_key

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,6 +77,8 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = 
 
 
 def rows_hash(rows: list[tuple[object, ...]]) -> str:
+    """Hash of the rows in any order (a DECIMAL read as the DOUBLE it is stored as)."""
+    rows = [tuple(float(v) if isinstance(v, Decimal) else v for v in r) for r in rows]
     return hashlib.sha256(repr(sorted(rows, key=repr)).encode()).hexdigest()[:16]
 
 

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import duckdb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpulens.analytics.facts import Window, bind_facts
-from gpulens.analytics.placement_run import seen
+from gpulens.analytics.placement_run import insert_seen, seen
+from gpulens.analytics.result_tables import create_result_tables
 from gpulens.analytics.topology_stranded import fleet_newest
 from gpulens.collector.schema import create_schema
 
@@ -115,6 +117,31 @@ def test_a_day_without_allocations_sees_no_placement() -> None:
         assert seen(con, Window(START, END, 300)) == []
     finally:
         con.close()
+
+
+def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_as_numbers(tmp_path: Path) -> None:
+    """Parquet written by other tools may hold GPU-equivalents as DECIMAL (a literal 0.5 in SQL is one):
+    the stored GE-samples are the same numbers as from the store's DOUBLE column."""
+    rows = [(m, 0, p, f"GPU-{p}", "exclusive", 0.5) for m in range(3) for p in range(2)]
+    store = _store(rows, gang=False)
+    create_result_tables(store)
+    folder = tmp_path / "facts" / "allocations" / f"day={START.date()}"
+    folder.mkdir(parents=True)
+    copy = "COPY (SELECT * REPLACE (CAST(gpu_equivalents AS DECIMAL(3, 1)) AS gpu_equivalents) FROM allocations) TO "
+    store.execute(copy + f"'{folder / 'part-0.parquet'}' (FORMAT parquet)")
+    try:
+        insert_seen(store, "from-store", Window(START, END, 300))
+        bind_facts(store, tmp_path / "facts", temporary=True)
+        assert store.execute("SELECT typeof(gpu_equivalents) FROM f_allocations LIMIT 1").fetchone() == ("DECIMAL(3,1)",)
+        insert_seen(store, "from-parquet", Window(START, END, 300))
+        got = store.execute(
+            "SELECT part_id, namespace, kind, wname, sig, samples, ge_samples FROM part_placements ORDER BY part_id"
+        ).fetchall()
+    finally:
+        store.close()
+    pairs = ["train-0|GPU-0", "train-1|GPU-1"]
+    assert got == [("from-parquet", "ns-a", "Job", "train", pairs, 3, 3.0),
+                   ("from-store", "ns-a", "Job", "train", pairs, 3, 3.0)]
 
 
 def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
