@@ -62,7 +62,7 @@ class _Gpu:
     tenants: frozenset[str]
     faults: int
     fault_codes: tuple[int, ...]
-    ordered: tuple[str, ...] = ()
+    ordered: tuple[str, ...]
     """``tenants``, sorted."""
 
 

@@ -90,6 +90,8 @@ def place_keys(node: str, numa: int | None, nvlink: str | None, labels: Mapping[
 
 def domains_spanned(places: Sequence[GpuPlace], level: str) -> tuple[str, ...] | None:
     """Sorted distinct domains of ``level`` holding ``places``; None when any GPU's key is unknown."""
+    if level not in _INDEX:
+        return _domains({p.key(level) for p in places})
     return _domains({p.chain[_INDEX[level]] for p in places})
 
 
