@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
 import duckdb
 
@@ -61,6 +62,8 @@ class _Gpu:
     tenants: frozenset[str]
     faults: int
     fault_codes: tuple[int, ...]
+    ordered: tuple[str, ...]
+    """``tenants``, sorted."""
 
 
 @dataclass(frozen=True)
@@ -82,39 +85,50 @@ def assess(
     con: duckdb.DuckDBPyConnection, window: Window, weights: RiskWeights, health_rules: HealthRules
 ) -> list[Risk]:
     """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device."""
-    con.execute("CREATE OR REPLACE TEMP TABLE an_tenancy AS SELECT DISTINCT device_id, tenant, namespace FROM an_alloc")
     gpus = _gpus(con, window, health_rules)
-    layers = _layers(con, window)
+    layers = _Tenancy.of(_layers(con, window))
     by_place: dict[str, set[str]] = defaultdict(set)
     for g in gpus.values():
         by_place[f"node:{g.node}"] |= g.tenants
         if g.domain:
             by_place[f"nvlink:{g.domain}"] |= g.tenants
+    near: dict[tuple[str, str | None], set[str]] = {}  # the same for every GPU of a node
     risks: list[Risk] = []
     # A tenant's row is its worst GPU: the first GPU (in order) of highest score. A GPU's own terms are
-    # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so the
-    # scores are added from the two point lists, in the terms' order (the same float sums as the rows),
-    # and only the winner's terms are written out.
-    worst: dict[str, tuple[float, _Gpu, set[str]]] = {}
-    own: dict[str, list[float]] = {}
+    # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so a
+    # score depends only on the GPU's points summed (in the terms' order) and on the tenant: the same
+    # float sums as the rows. Per distinct GPU sum, the first GPU of each tenant is kept (set operations,
+    # no loop over GPU x tenant pairs); per tenant, its highest score over those sums wins, the earliest
+    # GPU among equal scores, and only the winner's terms are written out.
+    order: list[tuple[_Gpu, set[str]]] = []
+    first: dict[float, dict[str, int]] = defaultdict(dict)  # GPU sum -> tenant -> its first GPU with it
+    memo: dict[tuple[str, ...], list[Term]] = {}
+    memo_own: dict[str, list[float]] = {}  # a tenant's own layer points
     for g in gpus.values():
-        neighbours = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
-        risks.append(
-            Risk("device", g.gpu_uuid, g.node, None, g.mode,
-                 capped(_device_terms(g, None, neighbours, layers, weights)))
-        )
+        place = (g.node, g.domain)
+        if place not in near:
+            near[place] = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else set())
+        neighbours = near[place]
+        terms = _device_terms(g, None, neighbours, layers, weights, memo)
+        risks.append(Risk("device", g.gpu_uuid, g.node, None, g.mode, capped(terms)))
         if not g.tenants:
             continue
-        gpu_points = [t.points for t in _device_terms(g, min(g.tenants), neighbours, {}, weights)
-                      if t.term not in LAYER_TERMS]
-        for tenant in sorted(g.tenants):
-            if tenant not in own:
-                own[tenant] = [t.points for t in _layer_terms([layers.get(tenant, _EMPTY)], [tenant], weights)]
-            score = _capped_score([*gpu_points, *own[tenant]])
-            if tenant not in worst or score > worst[tenant][0]:
-                worst[tenant] = (score, g, neighbours)
+        # the GPU's own points: its row's terms less the layer terms (the same for each of its tenants)
+        gpu_sum = sum(t.points for t in terms if t.term not in LAYER_TERMS)
+        seen = first[gpu_sum]
+        seen.update(dict.fromkeys(g.tenants.difference(seen), len(order)))
+        order.append((g, neighbours))
+    worst: dict[str, tuple[float, int]] = {}
+    for gpu_sum, tenants in first.items():
+        for tenant, index in tenants.items():
+            if tenant not in memo_own:
+                memo_own[tenant] = [t.points for t in _layer_terms([tenant], layers, weights)]
+            score = _capped_score(gpu_sum, memo_own[tenant])
+            best = worst.get(tenant)
+            if best is None or score > best[0] or (score == best[0] and index < best[1]):
+                worst[tenant] = (score, index)
     for tenant in sorted(worst):
-        _, g, neighbours = worst[tenant]
+        g, neighbours = order[worst[tenant][1]]
         risks.append(Risk("tenant", g.gpu_uuid, g.node, tenant, g.mode,
                           capped(_device_terms(g, tenant, neighbours, layers, weights))))
     return risks
@@ -126,16 +140,20 @@ LAYER_TERMS = frozenset(
 """Terms of the tenant's own missing layers (the rest of a GPU row's terms belong to the GPU)."""
 
 
-def _capped_score(points: list[float]) -> float:
-    """The score of terms with these points, as ``Risk.score`` adds them up (a cap term past 100)."""
-    total = sum(points)
-    return sum([*points, 100 - total]) if total > 100 else total
+def _capped_score(first: float, points: list[float]) -> float:
+    """The score of terms whose first points add up to ``first`` and whose last are ``points``, as
+    ``Risk.score`` adds them up, left to right (a cap term past 100)."""
+    total = sum(points, first)
+    return total + (100 - total) if total > 100 else total
 
 
 def _device_terms(
-    g: _Gpu, tenant: str | None, neighbours: set[str], layers: dict[str, _Layers], w: RiskWeights
+    g: _Gpu, tenant: str | None, neighbours: set[str], layers: _Tenancy, w: RiskWeights,
+    memo: dict[tuple[str, ...], list[Term]] | None = None,
 ) -> list[Term]:
-    others = sorted(g.tenants - {tenant}) if tenant else sorted(g.tenants)[1:] if g.tenants else []
+    """The terms of a GPU's row (``tenant`` None) or of a tenant's row on it; ``memo`` keeps the layer terms
+    per set of subjects (many GPUs have the same tenants)."""
+    others = [t for t in g.ordered if t != tenant] if tenant else list(g.ordered[1:])
     near = sorted(neighbours - g.tenants)
     terms = [Term("sharing_mode", w.mode_base(g.mode), f"sharing mode {g.mode}")]
     if others:
@@ -159,34 +177,65 @@ def _device_terms(
             Term("shared_faults", min(w.shared_fault_max, w.per_shared_fault * g.faults),
                  f"{g.faults} fault event(s) (XID {codes}) on a GPU shared by {len(g.tenants)} tenants")
         )
-    subjects = [tenant] if tenant else sorted(g.tenants)
-    terms += _layer_terms([layers.get(t, _EMPTY) for t in subjects], subjects, w)
-    return terms
+    subjects = (tenant,) if tenant else g.ordered
+    if memo is None:
+        return terms + _layer_terms(list(subjects), layers, w)
+    if subjects not in memo:
+        memo[subjects] = _layer_terms(list(subjects), layers, w)
+    return terms + memo[subjects]
 
 
-def _layer_terms(of: list[_Layers], subjects: list[str], w: RiskWeights) -> list[Term]:
-    """Missing tenancy layers, told apart from layers the inventory never collected."""
+@dataclass(frozen=True)
+class _Tenancy:
+    """Every tenant's layers, indexed for the layer terms of many GPUs: the names the terms list
+    (``tenant/namespace``) formatted once, tenants grouped by what they lack, so a GPU's terms come from
+    set intersections with its tenants (no loop over them)."""
+
+    without_policy: dict[str, tuple[str, ...]]
+    not_collected: dict[str, tuple[str, ...]]
+    exposed: frozenset[str]
+    """Neither a dedicated pool nor a virtual cluster, as collected."""
+    blind: frozenset[str]
+    """No isolation layer known, and the inventory that would show one was not collected."""
+    known: frozenset[str]
+
+    @classmethod
+    def of(cls, layers: dict[str, _Layers]) -> _Tenancy:
+        return cls(
+            {t: tuple(f"{t}/{ns}" for ns in la.namespaces_without_policy)
+             for t, la in layers.items() if la.namespaces_without_policy},
+            {t: tuple(f"{t}/{ns}" for ns in la.namespaces_not_collected)
+             for t, la in layers.items() if la.namespaces_not_collected},
+            frozenset(t for t, la in layers.items() if not la.isolated and la.pools_collected),
+            frozenset(t for t, la in layers.items() if not la.isolated and not la.pools_collected),
+            frozenset(layers),
+        )
+
+
+def _layer_terms(subjects: list[str], tenancy: _Tenancy, w: RiskWeights) -> list[Term]:
+    """Missing tenancy layers of ``subjects`` (sorted), told apart from layers the inventory never collected.
+    A tenant the inventory does not list has no known layer and was not collected."""
     terms = []
-    no_policy = sorted({f"{t}/{ns}" for t, la in zip(subjects, of, strict=True) for ns in la.namespaces_without_policy})
-    unknown = sorted({f"{t}/{ns}" for t, la in zip(subjects, of, strict=True) for ns in la.namespaces_not_collected})
+    no_policy = sorted(set(chain.from_iterable(map(tenancy.without_policy.__getitem__,
+                                                   tenancy.without_policy.keys() & subjects))))
     if no_policy:
         terms.append(
             Term("no_network_policy", w.no_network_policy, f"no NetworkPolicy in namespace(s) {_names(no_policy)}")
         )
-    elif unknown:
+    elif unknown := sorted(set(chain.from_iterable(map(tenancy.not_collected.__getitem__,
+                                                       tenancy.not_collected.keys() & subjects)))):
         terms.append(
             Term("network_policy_not_collected", w.no_network_policy,
                  f"NetworkPolicies not collected for namespace(s) {_names(unknown)}: {COLLECT_HINT}; "
                  "weighed as missing until known")
         )
-    exposed = [t for t, la in zip(subjects, of, strict=True) if not la.isolated and la.pools_collected]
-    blind = [t for t, la in zip(subjects, of, strict=True) if not la.isolated and not la.pools_collected]
+    exposed = sorted(tenancy.exposed.intersection(subjects))
     if exposed:
         terms.append(
             Term("no_dedicated_pool_or_vcluster", w.no_dedicated_pool_or_vcluster,
                  f"neither a dedicated pool nor a virtual cluster: {_names(exposed)}")
         )
-    elif blind:
+    elif blind := sorted(tenancy.blind.intersection(subjects).union(set(subjects).difference(tenancy.known))):
         terms.append(
             Term("dedicated_pool_not_collected", w.no_dedicated_pool_or_vcluster,
                  f"node pools and virtual clusters not collected for {_names(blind)}: {COLLECT_HINT}; "
@@ -195,20 +244,17 @@ def _layer_terms(of: list[_Layers], subjects: list[str], w: RiskWeights) -> list
     return terms
 
 
-_EMPTY = _Layers((), False, (), False)
-
-
 def _names(items: list[str], most: int = 5) -> str:
     shown = ", ".join(items[:most])
     return shown + (f" (+{len(items) - most} more)" if len(items) > most else "")
 
 
 def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> dict[str, _Gpu]:
-    tenants: dict[str, set[str]] = defaultdict(set)
-    for gpu, tenant in con.execute(
-        "SELECT DISTINCT d.gpu_uuid, a.tenant FROM an_tenancy a JOIN an_dev d USING (device_id)"
-    ).fetchall():
-        tenants[gpu].add(tenant)
+    tenants: dict[str, frozenset[str]] = {
+        gpu: frozenset(held) for gpu, held in con.execute(
+            "SELECT d.gpu_uuid, list(a.tenant) FROM an_alloc a JOIN an_dev d USING (device_id) GROUP BY ALL"
+        ).fetchall()
+    }
     faults: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for gpu, code, count in con.execute(
         """
@@ -236,9 +282,10 @@ def _gpus(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) ->
         mode = mode or "exclusive"
         blind = mode in ("time-slicing", "mps") or (mode == "mig" and bool(unmeasured))
         counted = [(c, n) for c, n in faults.get(gpu, []) if not (mode == "mig" and c in rules.application_xids)]
+        held = tenants.get(gpu, frozenset())
         out[gpu] = _Gpu(
-            gpu, node, mode, domain, blind, frozenset(tenants.get(gpu, set())),
-            sum(n for _, n in counted), tuple(c for c, _ in counted),
+            gpu, node, mode, domain, blind, held, sum(n for _, n in counted), tuple(c for c, _ in counted),
+            tuple(sorted(held)),
         )
     return out
 
@@ -256,7 +303,7 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
     inventory = bool(collected and collected[0])
     rows = con.execute(
         """
-        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_tenancy),
+        WITH used AS (SELECT DISTINCT tenant, namespace FROM an_alloc),
         latest AS (
             SELECT namespace, arg_max(network_policies, ts) AS policies, arg_max(virtual_cluster, ts) AS vcluster,
                    true AS seen
@@ -264,7 +311,7 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
         ),
         placed AS (
             SELECT a.tenant, bool_and(n.dedicated_tenant IS NOT DISTINCT FROM a.tenant) AS on_own_nodes
-            FROM (SELECT DISTINCT tenant, device_id FROM an_tenancy) a
+            FROM (SELECT DISTINCT tenant, device_id FROM an_alloc) a
             JOIN an_dev d USING (device_id) LEFT JOIN nodes n ON n.node = d.node
             GROUP BY a.tenant
         )

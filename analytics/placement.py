@@ -22,9 +22,14 @@ workload that holds it: no figure is given for it, never a guess.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
+from operator import attrgetter
+from typing import cast
 
 import numpy as np
 
@@ -34,6 +39,8 @@ INTRA_NODE = frozenset({"nvlink", "numa"})
 HOPS = {"nvlink": 1, "numa": 2, "node": 3, "rack": 4, "block": 5, "zone": 6}
 FAR = 7
 """Hops of a pair that shares no known level."""
+_CHAIN = attrgetter("chain")
+_INDEX = {level: i for i, level in enumerate(LEVELS)}
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,11 @@ class GpuPlace:
 
     def key(self, level: str) -> str | None:
         return self.keys.get(level)
+
+    @cached_property
+    def chain(self) -> tuple[str | None, ...]:
+        """Its keys at every level, in ``LEVELS`` order."""
+        return tuple(self.keys.get(level) for level in LEVELS)
 
 
 @dataclass(frozen=True)
@@ -78,10 +90,16 @@ def place_keys(node: str, numa: int | None, nvlink: str | None, labels: Mapping[
 
 def domains_spanned(places: Sequence[GpuPlace], level: str) -> tuple[str, ...] | None:
     """Sorted distinct domains of ``level`` holding ``places``; None when any GPU's key is unknown."""
-    keys = [p.key(level) for p in places]
-    if any(k is None for k in keys):
+    if level not in _INDEX:
+        return _domains({p.key(level) for p in places})
+    return _domains({p.chain[_INDEX[level]] for p in places})
+
+
+def _domains(keys: set[str | None]) -> tuple[str, ...] | None:
+    """Sorted distinct keys; None when one is unknown."""
+    if None in keys:
         return None
-    return tuple(sorted({k for k in keys if k is not None}))
+    return tuple(sorted(cast("set[str]", keys)))
 
 
 class FleetShapes:
@@ -91,6 +109,8 @@ class FleetShapes:
         self._fleet = list(fleet)
         self._largest: dict[str, int | None] = {}
         self._capacity: dict[tuple[str, int], list[int]] = {}
+        self._reach: dict[tuple[str, int], list[int]] = {}
+        self._node_domain: dict[str, dict[str, str | None]] = {}
         self._per_node = Counter(p.node for p in self._fleet)
 
     def largest(self, level: str) -> int | None:
@@ -104,7 +124,9 @@ class FleetShapes:
         """Pods of ``smallest`` GPUs each domain of ``level`` can hold (a pod never straddles nodes), largest first."""
         key = (level, smallest)
         if key not in self._capacity:
-            node_domain = {p.node: p.key(level) for p in self._fleet}
+            if level not in self._node_domain:
+                self._node_domain[level] = {p.node: p.key(level) for p in self._fleet}
+            node_domain = self._node_domain[level]
             capacity: Counter[str] = Counter()
             for node, gpus in self._per_node.items():
                 domain = node_domain[node]
@@ -112,6 +134,13 @@ class FleetShapes:
                     capacity[domain] += gpus // smallest
             self._capacity[key] = sorted(capacity.values(), reverse=True)
         return self._capacity[key]
+
+    def reach(self, level: str, smallest: int) -> list[int]:
+        """Running totals of :meth:`capacities`: pods the k largest domains hold, k = 1, 2, ..."""
+        key = (level, smallest)
+        if key not in self._reach:
+            self._reach[key] = list(accumulate(self.capacities(level, smallest)))
+        return self._reach[key]
 
 
 def min_domains(
@@ -124,15 +153,11 @@ def min_domains(
     if level in INTRA_NODE:
         largest = shapes.largest(level)
         return None if largest is None else math.ceil(devices / largest)
-    need, used = len(pod_sizes), 0
-    for held in shapes.capacities(level, max(1, min(pod_sizes))):
-        if need <= 0:
-            break
-        need -= held
-        used += 1
-    if need > 0:
+    reach = shapes.reach(level, max(1, min(pod_sizes)))  # the largest domains first, until every pod fits
+    used = bisect_left(reach, len(pod_sizes))
+    if used == len(reach):
         return None  # the fleet as described cannot hold the workload at all: no claim
-    return max(used, 1)
+    return used + 1
 
 
 def pair_hops(places: Sequence[GpuPlace]) -> np.ndarray:
@@ -162,8 +187,9 @@ def spread(
     if not isinstance(fleet, FleetShapes):
         fleet = FleetShapes(fleet)
     out = []
-    for level in LEVELS:
-        used = domains_spanned(places, level)
+    columns = list(zip(*map(_CHAIN, places), strict=True)) if places else [() for _ in LEVELS]  # per level, C loops
+    for level, column in zip(LEVELS, columns, strict=True):
+        used = _domains(set(column)) if places else None
         if used is None:
             continue
         least = min_domains(level, len(places), pod_sizes, fleet)

@@ -13,11 +13,12 @@ Stranded by topology is measured at the newest GPU sample of the window (``topol
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
+import pyarrow as pa
 
 from gpulens.analytics.facts import Window
 from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
@@ -29,9 +30,11 @@ from gpulens.exporter.tenancy.gangs import GROUP_KINDS
 
 @dataclass(frozen=True)
 class Placement:
-    """One distinct placement of one workload: pod -> GPUs, how long and how much it was held."""
+    """One distinct placement of one workload: its GPUs (grouped by pod), how long and how much it was held."""
 
-    pods: dict[str, tuple[str, ...]]
+    gpus: tuple[str, ...]
+    pod_sizes: tuple[int, ...]
+    """GPUs of each pod, in the order of ``gpus``."""
     samples: int
     ge_hours: float
     first_ts: datetime
@@ -96,56 +99,101 @@ def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> 
     return out
 
 
-SEEN_SELECT = """
-WITH gangs AS (  -- the collector's pod inventory names LeaderWorkerSet / pod-group jobs the owner chain splits
+_GANGS = """
     SELECT namespace, pod, arg_max(workload_kind, ts) AS gkind, arg_max(workload_name, ts) AS gname
     FROM f_pod_snapshots WHERE ts < $end AND list_contains($group_kinds, workload_kind) GROUP BY namespace, pod
-),
-a AS (
-    SELECT a.ts, a.namespace, coalesce(g.gkind, a.workload_kind, 'Pod') AS kind,
-           coalesce(g.gname, a.workload_name, a.pod) AS wname,
-           a.tenant, a.pod, a.gpu_uuid, a.gpu_equivalents AS ge
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id
-    LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod
-    WHERE a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
-      AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
+"""
+"""Pods the collector's pod inventory names as part of a LeaderWorkerSet / pod-group job the owner chain splits."""
+
+_OWNER = ("coalesce(g.gkind, a.workload_kind, 'Pod') AS kind, coalesce(g.gname, a.workload_name, a.pod) AS wname",
+          "LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod")
+_OWNER_NO_GANGS = ("coalesce(a.workload_kind, 'Pod') AS kind, coalesce(a.workload_name, a.pod) AS wname", "")
+
+_EXCLUSIVE_GPU = """
+    a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
+    AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
+"""
+"""Allocation rows of the span that hold a whole GPU exclusively (joined to ``devices d``)."""
+
+SEEN_GROUPS = """
+WITH gangs AS ({gangs}),
+per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
+    SELECT a.namespace, {owner}, a.ts, any_value(a.tenant) AS tenant, sum(hash(a.pod, a.gpu_uuid)) AS sig_key,
+           count(*) AS pairs, count(DISTINCT a.pod) AS pods, sum(a.gpu_equivalents) AS ge
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE {exclusive}
+    GROUP BY ALL
 ),
 multi AS (  -- owners that can hold a multi-device placement: a gang kind, or a pod with 2+ GPUs
-    SELECT namespace, kind, wname FROM (
-        SELECT namespace, kind, wname, pod, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu_pod
-        FROM a GROUP BY ALL
-    )
-    GROUP BY ALL HAVING bool_or(multi_gpu_pod) OR list_contains($gang_kinds, kind)
-),
-per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
-    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
-           count(*) AS pairs, sum(ge) AS ge
-    FROM a SEMI JOIN multi USING (namespace, kind, wname)
-    GROUP BY namespace, kind, wname, ts
-),
-groups AS (
-    SELECT namespace, kind, wname, any_value(tenant) AS tenant, sig_key, count(*) AS samples, sum(ge) AS ge_samples,
-           min(ts) AS first_ts, max(ts) AS last_ts
-    FROM per_ts WHERE pairs >= 2
-    GROUP BY namespace, kind, wname, sig_key
+    SELECT namespace, kind, wname FROM per_ts
+    GROUP BY ALL HAVING bool_or(pairs > pods) OR list_contains($gang_kinds, kind)
 )
-SELECT $part_id, g.namespace, g.kind, g.wname, g.tenant,  -- the (pod, GPU) list, at one sample time of each
-       list_sort(list_distinct(list(a.pod || '|' || a.gpu_uuid))) AS sig, g.samples, g.ge_samples, g.first_ts, g.last_ts
-FROM groups g JOIN a ON a.namespace = g.namespace AND a.kind = g.kind AND a.wname = g.wname AND a.ts = g.first_ts
+SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples,
+       sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
+       min(ts) AS first_ts, max(ts) AS last_ts
+FROM per_ts SEMI JOIN multi USING (namespace, kind, wname)
+WHERE pairs >= 2
+GROUP BY namespace, kind, wname, sig_key
+"""
+"""Per workload and distinct (pod, GPU) set of the span: its samples, GE-samples, first and last time. Only
+owners that can be multi-device (a gang kind of the topology settings, or a pod holding 2+ GPUs) are
+listed: a Deployment of 200 single-GPU pods changes its set at every pod restart and is never a
+multi-device workload (:func:`is_multi_device`)."""
+
+SEEN_PAIRS = """
+WITH gangs AS ({gangs}),
+wanted AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname, unnest($firsts) AS ts),
+rows AS (
+    SELECT a.namespace, {owner}, a.ts, a.pod, a.gpu_uuid
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE {exclusive} AND list_position($times, a.ts) IS NOT NULL  -- on ts alone: read before the other columns
+)
+SELECT r.namespace, r.kind, r.wname, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
+FROM rows r SEMI JOIN wanted w ON w.namespace = r.namespace AND w.kind = r.kind AND w.wname = r.wname AND w.ts = r.ts
 GROUP BY ALL
 """
-"""A day part's placements (``part_placements``): per workload and distinct (pod, GPU) set, its samples,
-GE-samples, first and last time in the span. Only owners that can be multi-device (a gang kind of the
-topology settings, or a pod holding 2+ GPUs) are listed: a Deployment of 200 single-GPU pods changes its
-set at every pod restart and is never a multi-device workload (:func:`is_multi_device`)."""
+"""The sorted (pod, GPU) list of each workload at the given sample times (each of its placements' first)."""
+
+
+def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...]) -> list[tuple[object, ...]]:
+    """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
+
+    Two passes over the span's allocation rows: one aggregation per workload and sample time finds
+    the distinct placements (keyed by a sum of hashes), then only the rows of each placement's workload
+    at its first sample time are read again to list its (pod, GPU) pairs. Without pods of
+    LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join
+    per row).
+    """
+    p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
+    gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
+    owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
+    sql = {"gangs": _GANGS, "owner": owner, "join": join, "exclusive": _EXCLUSIVE_GPU}
+    groups = con.execute(SEEN_GROUPS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
+    if not groups:
+        return []
+    wanted = {"ns": [g[0] for g in groups], "kinds": [g[1] for g in groups], "names": [g[2] for g in groups],
+              "firsts": [g[6] for g in groups], "times": sorted({g[6] for g in groups})}
+    pairs = {(ns, kind, wname, ts): sig for ns, kind, wname, ts, sig in
+             con.execute(SEEN_PAIRS.format(**sql), {**p, **wanted}).fetchall()}
+    return [(ns, kind, wname, tenant, pairs[(ns, kind, wname, first)], samples, ge, first, last)
+            for ns, kind, wname, tenant, samples, ge, first, last in groups]
 
 
 def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, settings: TopologySettings) -> None:
-    """Write the placements one day part saw (the caller holds the transaction)."""
-    con.execute("INSERT INTO part_placements " + SEEN_SELECT, {
-        "part_id": part_id, "start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS),
-        "gang_kinds": sorted(settings.gang_kinds),
-    })
+    """Write the placements one day part saw to ``part_placements`` (the caller holds the transaction)."""
+    rows = seen(con, window, settings.gang_kinds)
+    if not rows:
+        return
+    names = ("namespace", "kind", "wname", "tenant", "sig", "samples", "ge_samples", "first_ts", "last_ts")
+    types = (pa.string(), pa.string(), pa.string(), pa.string(), pa.list_(pa.string()), pa.int64(), pa.float64(),
+             pa.timestamp("us"), pa.timestamp("us"))
+    table = pa.table({n: pa.array([r[i] for r in rows], type=t) for i, (n, t) in enumerate(zip(names, types, strict=True))})
+    con.register("seen_placements", table)
+    try:
+        con.execute(f"INSERT INTO part_placements SELECT $part_id, {', '.join(names)} FROM seen_placements",  # noqa: S608
+                    {"part_id": part_id})  # constant column names; values bound
+    finally:
+        con.unregister("seen_placements")
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
@@ -167,22 +215,20 @@ def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) ->
     for (ns, kind, wname, sig), (tenant, samples, ge_samples, first, last) in sorted(
         merged.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[1][1], kv[0][3])
     ):
-        pods: dict[str, list[str]] = defaultdict(list)
-        for item in sig:
-            pod, _, gpu = str(item).rpartition("|")
-            pods[pod].append(gpu)
         tenant_key = keys.setdefault((ns, kind, wname), str(tenant))
+        # 'pod|gpu' split at the last |; the list is sorted, so a pod's pairs are adjacent (they share the
+        # prefix 'pod|'): the GPUs come grouped by pod, and counting the pods in order gives each pod's size
+        pods, _, gpus = zip(*(str(item).rpartition("|") for item in sig), strict=True)
         out[(tenant_key, ns, kind, wname)].append(
-            Placement({p: tuple(g) for p, g in pods.items()}, int(samples), float(ge_samples) * interval / 3600.0,
-                      first, last)
+            Placement(tuple(gpus), tuple(Counter(pods).values()), int(samples),
+                      float(ge_samples) * interval / 3600.0, first, last)
         )
     return out
 
 
 def is_multi_device(kind: str, placement: Placement, settings: TopologySettings) -> bool:
     """A gang owner with 2+ GPUs in all, or any pod holding 2+ GPUs."""
-    devices = sum(len(g) for g in placement.pods.values())
-    return devices >= 2 and (kind in settings.gang_kinds or max(len(g) for g in placement.pods.values()) >= 2)
+    return len(placement.gpus) >= 2 and (kind in settings.gang_kinds or max(placement.pod_sizes) >= 2)
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
@@ -197,7 +243,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         main = placements[0]
         if not is_multi_device(kind, main, settings):
             continue
-        gpus = [g for gs in main.pods.values() for g in gs]
+        gpus = list(main.gpus)
         held = [places[g] for g in gpus if g in places]
         if len(held) != len(gpus):
             continue  # a GPU the dimensions do not describe: no claim about this workload
@@ -206,23 +252,22 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         if key not in fleets:  # domain sizes of these models, worked out once for every workload on them
             fleets[key] = FleetShapes([p for p in places.values() if p.gpu_model in models])
         fleet = fleets[key]
-        pod_sizes = [len(g) for g in main.pods.values()]
+        pod_sizes = list(main.pod_sizes)
         for model in models:
             shapes[model].update(pod_sizes)
             jobs[model].add(len(gpus))
         score = distance_score(held)
         affected: dict[str, float] = defaultdict(float)
         for other in placements:
-            other_gpus = [places.get(g) for gs in other.pods.values() for g in gs]
-            if any(p is None for p in other_gpus):
+            if not all(map(places.__contains__, other.gpus)):
                 continue
-            for s in spread([p for p in other_gpus if p is not None], [len(g) for g in other.pods.values()], fleet):
+            for s in spread(list(map(places.__getitem__, other.gpus)), list(other.pod_sizes), fleet):
                 if s.excess > 0:
                     affected[s.level] += other.ge_hours
         total = sum(p.ge_hours for p in placements)
         for s in spread(held, pod_sizes, fleet):
             findings.append(Finding(
-                tenant, ns, kind, wname, "+".join(models), len(main.pods), len(gpus), len({p.node for p in held}),
+                tenant, ns, kind, wname, "+".join(models), len(main.pod_sizes), len(gpus), len({p.node for p in held}),
                 s, score, total, affected.get(s.level, 0.0), len(placements),
                 min(p.first_ts for p in placements), max(p.last_ts for p in placements),
             ))

@@ -126,7 +126,7 @@ def _health(s: RunState) -> dict[str, object]:
 
 @stage("isolation risk",
        "an_alloc an_dev an_known f_events f_namespace_snapshots nodes tenants ingest_batches",
-       "an_tenancy value:risks")
+       "value:risks")
 def _isolation(s: RunState) -> dict[str, object]:
     return {"value:risks": isolation.assess(s.con, s.window, s.settings.risk, s.settings.health)}
 

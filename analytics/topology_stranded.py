@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import duckdb
 
@@ -50,20 +50,33 @@ class StrandedRow:
         }
 
 
+_NEWEST = "SELECT max(ts) FROM f_gpu_samples WHERE ts >= $start AND ts < $end"
+
 _FREE = """
-WITH fleet_newest AS (SELECT max(ts) AS ts FROM f_gpu_samples WHERE ts >= $start AND ts < $end),
-recent AS (  -- only samples within $fresh of the fleet's newest can be a GPU's counted newest sample
-    SELECT s.* FROM f_gpu_samples s, fleet_newest f WHERE s.ts >= f.ts - to_seconds($fresh) AND s.ts <= f.ts
+WITH recent AS (  -- only samples within $fresh of the fleet's newest can be a GPU's counted newest sample
+    SELECT gpu_uuid, ts, up FROM f_gpu_samples WHERE ts >= $newest - to_seconds($fresh) AND ts <= $newest
 ),
 fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid),
 held AS (
-    SELECT DISTINCT a.gpu_uuid, a.ts FROM f_allocations a, fleet_newest f
-    WHERE a.ts >= f.ts - to_seconds($fresh) AND a.ts <= f.ts
+    SELECT DISTINCT gpu_uuid, ts FROM f_allocations WHERE ts >= $newest - to_seconds($fresh) AND ts <= $newest
 )
 SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AND h.gpu_uuid IS NULL AS free
 FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts
 LEFT JOIN held h ON h.gpu_uuid = fr.gpu_uuid AND h.ts = fr.ts
 """
+
+
+def fleet_newest(con: duckdb.DuckDBPyConnection, window: Window) -> datetime | None:
+    """The newest GPU sample of the window: looked for in its last day first (the bounds are constants,
+    so only the files and row groups of that day are read), the whole window only if that day has none."""
+    last_day = max(window.start, window.end - timedelta(days=1))
+    for start in (last_day, window.start):
+        row = con.execute(_NEWEST, {"start": start, "end": window.end}).fetchone()
+        if row and row[0] is not None:
+            return row[0]  # type: ignore[no-any-return]
+        if start == window.start:
+            break
+    return None
 
 
 def _parent(place: GpuPlace, level: str) -> str | None:
@@ -82,7 +95,10 @@ def stranded_by_topology(
     """One row per (level, domain) with free GPUs, for models that have multi-GPU shapes."""
     free: dict[str, bool] = {}
     at: datetime | None = None
-    for gpu, ts, is_free in con.execute(_FREE, {"start": window.start, "end": window.end, "fresh": FRESH_SECONDS}).fetchall():
+    newest = fleet_newest(con, window)
+    if newest is None:
+        return []
+    for gpu, ts, is_free in con.execute(_FREE, {"newest": newest, "fresh": FRESH_SECONDS}).fetchall():
         if gpu in places:
             free[gpu] = bool(is_free)
             at = ts if at is None or ts > at else at

@@ -1,0 +1,175 @@
+"""The placements a day part sees are exactly the distinct (pod, GPU) sets each workload held.
+
+``placements seen`` reads allocation rows in two passes (a key per workload and sample time, then
+only the first sample time of each placement listed), so these tests state what it must return in
+plain Python and check it against hypothesis-built days shaped like real ones: bursty holdings that
+change minute to minute, missing minutes, a row reported twice, rows without a sharing mode (the
+device's own counts), MIG and time-sliced devices and unknown devices (never a whole exclusive GPU),
+pods of a LeaderWorkerSet the pod inventory names (one workload, though their owner chain splits
+them). And the fleet's newest GPU sample (where stranded-by-topology is measured) is found whether or
+not the window's last day has samples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulens.analytics.facts import Window, bind_facts
+from gpulens.analytics.placement_run import insert_seen, seen
+from gpulens.analytics.result_tables import create_result_tables
+from gpulens.analytics.topology_settings import TopologySettings
+from gpulens.analytics.topology_stranded import fleet_newest
+from gpulens.collector.schema import create_schema
+
+START = datetime(2026, 3, 2)
+END = START + timedelta(days=1)
+
+DEVICES = [  # device_id, gpu_uuid, kind, sharing_mode
+    *[(f"GPU-{i}", f"GPU-{i}", "gpu", "exclusive") for i in range(6)],
+    ("GPU-6", "GPU-6", "gpu", None),  # no mode recorded: exclusive unless the row says otherwise
+    ("GPU-7", "GPU-7", "gpu", "time-slicing"),
+    ("MIG-0", "GPU-8", "mig", "exclusive"),
+]
+UNKNOWN = ("GPU-X", "GPU-X")  # in allocation rows, not in the inventory
+GANG_KINDS = TopologySettings().gang_kinds
+WORKLOADS = [("ns-a", "Job", "train"), ("ns-a", "StatefulSet", "lws-0"), ("ns-b", None, None)]
+
+row = st.tuples(
+    st.integers(0, 29),  # minute of the day
+    st.integers(0, len(WORKLOADS) - 1),
+    st.integers(0, 2),  # pod of that workload
+    st.sampled_from([*[d[0] for d in DEVICES], UNKNOWN[0]]),
+    st.sampled_from([None, "exclusive", "time-slicing"]),
+    st.sampled_from([1.0, 0.5]),
+)
+
+
+def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_schema(con)
+    for device, gpu, kind, mode in DEVICES:
+        con.execute("INSERT INTO devices (device_id, gpu_uuid, node, kind, profile, gpu_equivalents, sharing_mode) "
+                    "VALUES (?, ?, 'n1', ?, 'gpu', 1.0, ?)", [device, gpu, kind, mode])
+    gpu_of = {d[0]: d[1] for d in DEVICES} | {UNKNOWN[0]: UNKNOWN[1]}
+    for minute, w, pod, device, mode, ge in rows:
+        ns, kind, name = WORKLOADS[w]
+        con.execute(
+            "INSERT INTO allocations VALUES (?, 'n1', ?, ?, ?, ?, 'main', ?, ?, ?, ?, ?, 'test')",
+            [START + timedelta(minutes=minute), gpu_of[device], device, ns, f"{name or 'bare'}-{pod}", f"t-{ns}",
+             mode, ge, kind, name],
+        )
+    if gang:  # the inventory names the StatefulSet's pods as one LeaderWorkerSet (newest snapshot wins)
+        for pod in range(3):
+            for ts, kind in ((START - timedelta(hours=1), "Job"), (START, "LeaderWorkerSet")):
+                con.execute("INSERT INTO pod_snapshots (ts, namespace, pod, workload_kind, workload_name, source) "
+                            "VALUES (?, 'ns-a', ?, ?, 'llm', 'test')", [ts, f"lws-0-{pod}", kind])
+    bind_facts(con, None, temporary=True)
+    return con
+
+
+def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool) -> list[tuple[object, ...]]:
+    """The definition, in plain Python: per workload, each distinct multiset of (pod, GPU) pairs it held at
+    a sample time (two pairs or more), with its samples, GE-samples, first and last time, and its pairs."""
+    modes = {d[0]: (d[2], d[3]) for d in DEVICES}
+    gpu_of = {d[0]: d[1] for d in DEVICES}
+    at: dict[tuple[str, str, str, datetime], list[tuple[str, str, float]]] = defaultdict(list)
+    for minute, w, pod, device, mode, ge in rows:
+        if device not in modes or modes[device][0] != "gpu" or (mode or modes[device][1] or "exclusive") != "exclusive":
+            continue
+        ns, kind, name = WORKLOADS[w]
+        pod_name = f"{name or 'bare'}-{pod}"
+        owner = ("LeaderWorkerSet", "llm") if gang and name == "lws-0" else (kind or "Pod", name or pod_name)
+        at[(ns, *owner, START + timedelta(minutes=minute))].append((pod_name, gpu_of[device], ge))
+    # only owners that can be multi-device: a gang kind, or a pod holding 2+ GPUs at some sample time
+    multi = {key[:3] for key, held in at.items() if max(Counter(p for p, _, _ in held).values()) >= 2}
+    multi |= {key[:3] for key in at if key[1] in GANG_KINDS}
+    groups: dict[tuple[object, ...], list[tuple[datetime, list[tuple[str, str, float]]]]] = defaultdict(list)
+    for (ns, kind, name, ts), held in at.items():
+        if len(held) >= 2 and (ns, kind, name) in multi:
+            groups[(ns, kind, name, frozenset(Counter((p, g) for p, g, _ in held).items()))].append((ts, held))
+    out = []
+    for (ns, kind, name, _), times in groups.items():
+        times.sort()
+        first = times[0][1]
+        sig = sorted({f"{p}|{g}" for p, g, _ in first})
+        out.append((ns, kind, name, f"t-{ns}", sig, len(times), sum(ge for _, held in times for _, _, ge in held),
+                    times[0][0], times[-1][0]))
+    return sorted(out, key=repr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(row, max_size=80), gang=st.booleans())
+def test_each_workloads_distinct_placements_are_seen_once_with_their_pairs(
+    rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
+) -> None:
+    con = _store(rows, gang)
+    try:
+        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+    finally:
+        con.close()
+    assert got == _expected(rows, gang)
+
+
+def test_a_day_without_allocations_sees_no_placement() -> None:
+    con = _store([], gang=False)
+    try:
+        assert seen(con, Window(START, END, 300), GANG_KINDS) == []
+    finally:
+        con.close()
+
+
+def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_as_numbers(tmp_path: Path) -> None:
+    """Parquet written by other tools may hold GPU-equivalents as DECIMAL (a literal 0.5 in SQL is one):
+    the stored GE-samples are the same numbers as from the store's DOUBLE column."""
+    rows = [(m, 0, p, f"GPU-{p}", "exclusive", 0.5) for m in range(3) for p in range(2)]
+    store = _store(rows, gang=False)
+    create_result_tables(store)
+    folder = tmp_path / "facts" / "allocations" / f"day={START.date()}"
+    folder.mkdir(parents=True)
+    copy = "COPY (SELECT * REPLACE (CAST(gpu_equivalents AS DECIMAL(3, 1)) AS gpu_equivalents) FROM allocations) TO "
+    store.execute(copy + f"'{folder / 'part-0.parquet'}' (FORMAT parquet)")
+    try:
+        insert_seen(store, "from-store", Window(START, END, 300), TopologySettings())
+        bind_facts(store, tmp_path / "facts", temporary=True)
+        assert store.execute("SELECT typeof(gpu_equivalents) FROM f_allocations LIMIT 1").fetchone() == ("DECIMAL(3,1)",)
+        insert_seen(store, "from-parquet", Window(START, END, 300), TopologySettings())
+        got = store.execute(
+            "SELECT part_id, namespace, kind, wname, sig, samples, ge_samples FROM part_placements ORDER BY part_id"
+        ).fetchall()
+    finally:
+        store.close()
+    pairs = ["train-0|GPU-0", "train-1|GPU-1"]
+    assert got == [("from-parquet", "ns-a", "Job", "train", pairs, 3, 3.0),
+                   ("from-store", "ns-a", "Job", "train", pairs, 3, 3.0)]
+
+
+def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_schema(con)
+    for ts in times:
+        con.execute("INSERT INTO gpu_samples (ts, node, gpu_uuid, up, source) VALUES (?, 'n1', 'GPU-0', true, 't')",
+                    [ts])
+    bind_facts(con, None, temporary=True)
+    return con
+
+
+def test_the_fleets_newest_sample_is_found_in_the_last_day_or_earlier_in_the_window() -> None:
+    window = Window(START, START + timedelta(days=3), 300)
+    cases = {
+        "last day": ([START + timedelta(hours=5), START + timedelta(days=2, hours=7)], START + timedelta(days=2, hours=7)),
+        "only the first day": ([START + timedelta(hours=1), START + timedelta(hours=9)], START + timedelta(hours=9)),
+        "after the window only": ([START + timedelta(days=3, minutes=1)], None),
+        "none": ([], None),
+    }
+    for name, (times, newest) in cases.items():
+        con = _with_gpu_samples(times)
+        try:
+            assert fleet_newest(con, window) == newest, name
+        finally:
+            con.close()
