@@ -127,7 +127,7 @@ def test_a_day_without_allocations_sees_no_placement() -> None:
 def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_as_numbers(tmp_path: Path) -> None:
     """Parquet written by other tools may hold GPU-equivalents as DECIMAL (a literal 0.5 in SQL is one):
     the stored GE-samples are the same numbers as from the store's DOUBLE column."""
-    rows = [(m, 0, p, f"GPU-{p}", "exclusive", 0.5) for m in range(3) for p in range(2)]
+    rows = [(m, 0, 0, f"GPU-{p}", "exclusive", 0.5) for m in range(3) for p in range(2)]  # one pod, 2 GPUs
     store = _store(rows, gang=False)
     create_result_tables(store)
     folder = tmp_path / "facts" / "allocations" / f"day={START.date()}"
@@ -144,7 +144,7 @@ def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_a
         ).fetchall()
     finally:
         store.close()
-    pairs = ["train-0|GPU-0", "train-1|GPU-1"]
+    pairs = ["train-0|GPU-0", "train-0|GPU-1"]
     assert got == [("from-parquet", "ns-a", "Job", "train", pairs, 3, 3.0),
                    ("from-store", "ns-a", "Job", "train", pairs, 3, 3.0)]
 
