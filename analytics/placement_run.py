@@ -117,22 +117,26 @@ _EXCLUSIVE_GPU = """
 
 SEEN_GROUPS = """
 WITH gangs AS ({gangs}),
-per_ts AS (  -- a placement's key: the sum of its (pod, GPU) hashes (no list built per sample time)
-    SELECT a.namespace, {owner}, a.ts, any_value(a.tenant) AS tenant, sum(hash(a.pod, a.gpu_uuid)) AS sig_key,
-           count(*) AS pairs, count(DISTINCT a.pod) AS pods, sum(a.gpu_equivalents) AS ge
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {exclusive}
-    GROUP BY ALL
+sets AS (  -- one read, two groupings: per owner and sample time, and per owner and pod
+    SELECT namespace, kind, wname, ts, pod, GROUPING(ts) AS per_pod,
+           any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,  -- a placement's key
+           count(*) AS pairs, sum(gpu_equivalents) AS ge, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu
+    FROM (
+        SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
+        FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+        WHERE {exclusive}
+    )
+    GROUP BY GROUPING SETS ((namespace, kind, wname, ts), (namespace, kind, wname, pod))
 ),
 multi AS (  -- owners that can hold a multi-device placement: a gang kind, or a pod with 2+ GPUs
-    SELECT namespace, kind, wname FROM per_ts
-    GROUP BY ALL HAVING bool_or(pairs > pods) OR list_contains($gang_kinds, kind)
+    SELECT namespace, kind, wname FROM sets WHERE per_pod = 1
+    GROUP BY ALL HAVING bool_or(multi_gpu) OR list_contains($gang_kinds, kind)
 )
 SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples,
        sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
        min(ts) AS first_ts, max(ts) AS last_ts
-FROM per_ts SEMI JOIN multi USING (namespace, kind, wname)
-WHERE pairs >= 2
+FROM sets SEMI JOIN multi USING (namespace, kind, wname)
+WHERE per_pod = 0 AND pairs >= 2
 GROUP BY namespace, kind, wname, sig_key
 """
 """Per workload and distinct (pod, GPU) set of the span: its samples, GE-samples, first and last time. Only
@@ -146,7 +150,7 @@ wanted AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($name
 rows AS (
     SELECT a.namespace, {owner}, a.ts, a.pod, a.gpu_uuid
     FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {exclusive} AND list_position($times, a.ts) IS NOT NULL  -- on ts alone: read before the other columns
+    WHERE {exclusive} AND a.ts IN (SELECT unnest($times))  -- on ts alone (a hash lookup): before the other columns
 )
 SELECT r.namespace, r.kind, r.wname, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
 FROM rows r SEMI JOIN wanted w ON w.namespace = r.namespace AND w.kind = r.kind AND w.wname = r.wname AND w.ts = r.ts

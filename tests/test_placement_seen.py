@@ -86,8 +86,12 @@ def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bo
         pod_name = f"{name or 'bare'}-{pod}"
         owner = ("LeaderWorkerSet", "llm") if gang and name == "lws-0" else (kind or "Pod", name or pod_name)
         at[(ns, *owner, START + timedelta(minutes=minute))].append((pod_name, gpu_of[device], ge))
-    # only owners that can be multi-device: a gang kind, or a pod holding 2+ GPUs at some sample time
-    multi = {key[:3] for key, held in at.items() if max(Counter(p for p, _, _ in held).values()) >= 2}
+    # only owners that can be multi-device: a gang kind, or a pod holding 2+ GPUs in the span
+    gpus_of_pod: dict[tuple[object, ...], set[str]] = defaultdict(set)
+    for key, held in at.items():
+        for pod_name, gpu, _ in held:
+            gpus_of_pod[(*key[:3], pod_name)].add(gpu)
+    multi = {key[:3] for key, gpus in gpus_of_pod.items() if len(gpus) >= 2}
     multi |= {key[:3] for key in at if key[1] in GANG_KINDS}
     groups: dict[tuple[object, ...], list[tuple[datetime, list[tuple[str, str, float]]]]] = defaultdict(list)
     for (ns, kind, name, ts), held in at.items():
