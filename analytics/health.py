@@ -92,9 +92,10 @@ class GpuHealth:
 
     @property
     def lead_seconds(self) -> float | None:
-        """How long before the first hard failure in the window the first trend was raised (None: no such pair)."""
+        """How long before the first hard failure in the window the first trend was raised (None: no such pair,
+        or the trend came with the failure, not before it)."""
         warned, failed = self.warning_ts, self.failure_ts
-        if warned is None or failed is None or warned > failed:
+        if warned is None or failed is None or warned >= failed:
             return None
         return (failed - warned).total_seconds()
 

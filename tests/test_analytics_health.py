@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -101,3 +101,19 @@ def test_signals_without_readings_are_listed_as_not_measured_never_as_fine(store
     (fine,) = unmeasured["FINE"]  # readings, but no row-remap or thermal counters
     assert "row_remap_failure" in fine["reason"] and "thermal_violation_seconds" in fine["reason"]
     assert "retired_pages" not in fine["reason"] and "ecc_double_bit" not in fine["reason"]
+
+
+def test_a_trend_raised_with_the_failure_is_no_lead() -> None:
+    """The trend's bucket ended when the XID came: it warned with the failure, not before it."""
+    from gpulens.analytics.health import Evidence, GpuHealth
+
+    failed = datetime(2026, 1, 5, 8, 0)
+
+    def gpu(warned: datetime) -> GpuHealth:
+        return GpuHealth("n0", "GPU-0", "drain", (
+            Evidence("trend_ecc_corrected_per_hour", 5.0, 1.0, "watch", "rising", warned - timedelta(hours=2), warned),
+            Evidence("xid_79", 1.0, None, "drain", "fell off the bus", failed, failed),
+        ))
+
+    assert gpu(failed).lead_seconds is None
+    assert gpu(failed - timedelta(minutes=15)).lead_seconds == 900.0
