@@ -114,6 +114,16 @@ def states(path: Path, bucket: str) -> dict[str, float]:
     return summary.ge_hours_by_state
 
 
+def one_bucket(path: Path, *, minutes: int) -> dict[str, float]:
+    """GE-hours by state of the one bucket of ``minutes`` from T0 (samples stand for 60 s each)."""
+    span = f"{minutes}m"
+    return analyze(
+        path,
+        AnalysisSettings(window_seconds=span, bucket_seconds=span, end=T0 + timedelta(minutes=minutes),
+                         sample_interval_seconds=60),
+    ).ge_hours_by_state
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces=st.lists(trace, min_size=1, max_size=3), offsets=st.lists(st.integers(0, 59), min_size=3, max_size=3))
 def test_idle_ge_hours_do_not_depend_on_the_bucket_and_equal_the_held_sample_time_below_threshold(
@@ -145,11 +155,7 @@ def test_one_busy_minute_does_not_make_a_five_minute_bucket_active(tmp_path: Pat
     f.samples("GPU-0", count=5, activity=lambda i: 1.0 if i == 2 else 0.0)
     f.alloc("GPU-0", "chat", count=5)
     f.close()
-    got = analyze(
-        path,
-        AnalysisSettings(window_seconds="5m", bucket_seconds="5m", end=T0 + timedelta(minutes=5),
-                         sample_interval_seconds=60),
-    ).ge_hours_by_state
+    got = one_bucket(path, minutes=5)
     assert got["allocated-idle"] == pytest.approx(4 / 60)
     assert got["allocated-active"] == pytest.approx(1 / 60)
 
@@ -200,11 +206,7 @@ def test_a_holder_with_as_many_rows_as_samples_but_at_other_times_is_decided_row
         if minute != 50:
             f.alloc("GPU-0", "chat", start=ts, count=1)
     f.close()
-    got = analyze(
-        path,
-        AnalysisSettings(window_seconds="1h", bucket_seconds="1h", end=T0 + timedelta(hours=1),
-                         sample_interval_seconds=60),
-    ).ge_hours_by_state
+    got = one_bucket(path, minutes=60)
     assert got["allocated-active"] == pytest.approx(58 / 60)
     assert "allocated-idle" not in got
     assert got["unallocated"] == pytest.approx(1 / 60)
@@ -230,11 +232,7 @@ def test_two_pods_of_one_tenant_on_a_shared_gpu_count_every_row_by_its_own_sampl
     f.alloc("GPU-0", "chat", count=60, pod="a", ge=0.5)
     f.alloc("GPU-0", "chat", start=T0 + timedelta(minutes=second_pod_start), count=second_pod_count, pod="b", ge=0.5)
     f.close()
-    got = analyze(
-        path,
-        AnalysisSettings(window_seconds="1h", bucket_seconds="1h", end=T0 + timedelta(hours=1),
-                         sample_interval_seconds=60),
-    ).ge_hours_by_state
+    got = one_bucket(path, minutes=60)
     second = range(second_pod_start, second_pod_start + second_pod_count)
     idle_minutes = 30 + sum(1 for m in second if m < 30)
     active_minutes = 30 + sum(1 for m in second if m >= 30)
