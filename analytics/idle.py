@@ -132,29 +132,12 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         params,
     )
     # A bucket is exact when each of its holders held at exactly the device's sample times with one GE.
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE an_hold AS
-        WITH held AS (
-            SELECT h.*, coalesce(k.n, 0) AS n, coalesce(k.n_idle, 0) AS n_idle,
-                   coalesce(k.n_active, 0) AS n_active, coalesce(k.n_unmeasured, 0) AS n_unmeasured,
-                   coalesce(h.m // k.n, 0) AS rows_per_sample,
-                   bool_and(k.n IS NULL OR coalesce(h.m % k.n = 0 AND h.ts_sig = h.m // k.n * k.ts_sig
-                                                    AND h.ge_lo = h.ge_hi, false))
-                       OVER (PARTITION BY h.dk, h.b) AS exact  -- no sample in the bucket: nothing measured
-            FROM an_held h LEFT JOIN an_kb k USING (dk, b)
-            WHERE h.dk IS NOT NULL
-        )
-        SELECT dk, b, tenant, namespace, ge_lo * rows_per_sample * n AS ge_samples, rows_per_sample * n AS samples,
-               ge_lo * rows_per_sample * n_idle AS ge_idle, rows_per_sample * n_idle AS samples_idle,
-               ge_lo * rows_per_sample * n_active AS ge_active, rows_per_sample * n_active AS samples_active,
-               ge_lo * rows_per_sample * n_unmeasured AS ge_unmeasured,
-               rows_per_sample * n_unmeasured AS samples_unmeasured, false AS joined
-        FROM held WHERE exact
-        UNION ALL
-        SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
-        """
+    decide = _DECIDE.format(
+        holders="(SELECT * FROM an_held WHERE dk IS NOT NULL)",
+        covered="(SELECT dk, b, n, n_idle, n_active, n_unmeasured, ts_sig AS sig FROM an_kb)",
+        on="c.dk = h.dk AND c.b = h.b",
     )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE an_hold AS WITH {decide}")  # noqa: S608 - constant fragments
     if _any_joined(con):
         _cover_ranges(con, params, threshold, gap_filter)
     if _any_joined(con):
@@ -201,6 +184,29 @@ _CLASS = """CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_r
 """SQL: the class of device sample ``s`` (0 idle, 1 active, 2 no finite reading; needs ``$thr``)."""
 
 
+_DECIDE = """
+held AS (  -- no sample in the holder's bucket (tier 1) or span (tier 2): it held no measured time
+    SELECT h.dk, h.b, h.tenant, h.namespace, h.ge_lo, coalesce(h.m // c.n, 0) AS k, coalesce(c.n, 0) AS n,
+           coalesce(c.n_idle, 0) AS n_idle, coalesce(c.n_active, 0) AS n_active,
+           coalesce(c.n_unmeasured, 0) AS n_unmeasured,
+           bool_and(c.n IS NULL OR coalesce(h.m % c.n = 0 AND h.ts_sig = h.m // c.n * c.sig AND h.ge_lo = h.ge_hi,
+                                            false))
+               OVER (PARTITION BY h.dk, h.b) AS exact
+    FROM {holders} h LEFT JOIN {covered} c ON {on}
+)
+SELECT dk, b, tenant, namespace, ge_lo * k * n AS ge_samples, k * n AS samples,
+       ge_lo * k * n_idle AS ge_idle, k * n_idle AS samples_idle,
+       ge_lo * k * n_active AS ge_active, k * n_active AS samples_active,
+       ge_lo * k * n_unmeasured AS ge_unmeasured, k * n_unmeasured AS samples_unmeasured, false AS joined
+FROM held WHERE exact
+UNION ALL
+SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
+"""
+"""SQL after ``WITH``: the holders ``{holders}`` (``an_held`` rows) whose rows are k at each sample time
+``{covered}`` counts (n, class counts, ``sig``: the sum of the times' hashes) take k x those counts; a bucket
+is decided only when every holder of it is (``joined`` marks the others for the next tier)."""
+
+
 def _any_joined(con: duckdb.DuckDBPyConnection) -> bool:
     row = con.execute("SELECT count(*) FROM an_hold WHERE joined").fetchone()
     return bool(row and row[0])
@@ -231,23 +237,9 @@ def _cover_ranges(con: duckdb.DuckDBPyConnection, params: dict[str, object], thr
             JOIN slow h ON h.dk = s.dk AND h.b = s.b AND s.ts BETWEEN h.first_ts AND h.last_ts
             GROUP BY h.hid
         ),
-        held AS (  -- no sample between its first and last row: the holder held no measured time
-            SELECT h.dk, h.b, h.tenant, h.namespace, h.ge_lo * coalesce(h.m // c.n, 0) AS ge_row,
-                   coalesce(h.m // c.n, 0) AS k, coalesce(c.n, 0) AS n,
-                   coalesce(c.n_idle, 0) AS n_idle, coalesce(c.n_active, 0) AS n_active,
-                   coalesce(c.n_unmeasured, 0) AS n_unmeasured,
-                   bool_and(c.n IS NULL OR coalesce(h.m % c.n = 0 AND h.ts_sig = h.m // c.n * c.sig
-                                                    AND h.ge_lo = h.ge_hi, false))
-                       OVER (PARTITION BY h.dk, h.b) AS exact
-            FROM slow h LEFT JOIN cover c USING (hid)
-        )
-        SELECT * FROM an_hold WHERE NOT joined
+        {_DECIDE.format(holders="slow", covered="cover", on="c.hid = h.hid")}
         UNION ALL
-        SELECT dk, b, tenant, namespace, ge_row * n, k * n, ge_row * n_idle, k * n_idle, ge_row * n_active,
-               k * n_active, ge_row * n_unmeasured, k * n_unmeasured, false
-        FROM held WHERE exact
-        UNION ALL
-        SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
+        SELECT * FROM an_hold WHERE NOT joined  -- the buckets tier 1 decided
         """,  # noqa: S608 - constant fragments; values are bound
         {**params, "thr": threshold},
     )
