@@ -293,17 +293,12 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
     """Copy into the store at ``db_path`` the day parts another store computed (a worker that analysed
     some days of the same facts); parts already there are kept. Returns how many parts were added."""
     from gpulens.analytics.result_tables import PART_TABLES, create_result_tables
-    from gpulens.collector.store_errors import StoreMissing, store_error
+    from gpulens.collector.store_errors import connect_store
 
-    if not Path(db_path).is_file():
-        raise StoreMissing(db_path)
-    if not Path(other).is_file():
-        raise UserError(f"--parts-from {other}: no such store")
+    con = connect_store(db_path, read_only=False)
     try:
-        con = duckdb.connect(str(db_path))
-    except duckdb.Error as exc:
-        raise store_error(db_path, exc) from exc
-    try:
+        if not Path(other).is_file():
+            raise UserError(f"--parts-from {other}: no such store")
         create_result_tables(con)
         try:
             con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])

@@ -31,7 +31,7 @@ from gpulens.analytics.settings import AnalysisSettings
 from gpulens.analytics.stages import RunState, run_stages
 from gpulens.analytics.summary import AnalysisSummary, build_summary
 from gpulens.collector.schema import create_schema
-from gpulens.collector.store_errors import StoreMissing, store_error
+from gpulens.collector.store_errors import connect_store
 from gpulens.core.errors import UserError
 
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
@@ -39,16 +39,10 @@ _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
 
 def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
     """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run)."""
-    path = Path(db_path)
-    if not path.is_file():
-        raise StoreMissing(path)
-    if not _MEMORY.match(settings.memory_limit):
-        raise UserError(f"memory limit {settings.memory_limit!r} is not like 4GB or 512MiB")
+    con = connect_store(db_path, read_only=False)
     try:
-        con = duckdb.connect(str(path))
-    except duckdb.Error as exc:
-        raise store_error(path, exc) from exc
-    try:
+        if not _MEMORY.match(settings.memory_limit):
+            raise UserError(f"memory limit {settings.memory_limit!r} is not like 4GB or 512MiB")
         con.execute(f"SET memory_limit = '{settings.memory_limit}'")  # validated above
         con.execute("SET enable_progress_bar = false")
         con.execute("SET preserve_insertion_order = false")
