@@ -115,33 +115,42 @@ _EXCLUSIVE_GPU = """
 """
 """Allocation rows of the span that hold a whole GPU exclusively (joined to ``devices d``)."""
 
+MULTI_OWNERS = """
+WITH gangs AS ({gangs})
+SELECT namespace, kind, wname FROM (  -- per owner and pod: does the pod hold 2+ GPUs at some time of the span?
+    SELECT a.namespace, {owner}, a.pod, min(a.gpu_uuid) <> max(a.gpu_uuid) AS multi_gpu
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE {exclusive}
+    GROUP BY ALL
+)
+GROUP BY ALL HAVING bool_or(multi_gpu) OR list_contains($gang_kinds, kind)
+"""
+"""Owners that can hold a multi-device placement: a gang kind, or one of its pods held 2+ GPUs. A grouping
+per owner and pod has few groups, so finding them first leaves the grouping per owner and sample time to
+their rows alone (a fleet of single-GPU pods has 40 such owners of 40,000 in a day)."""
+
 SEEN_GROUPS = """
 WITH gangs AS ({gangs}),
-sets AS (  -- one read, two groupings: per owner and sample time, and per owner and pod
-    SELECT namespace, kind, wname, ts, pod, GROUPING(ts) AS per_pod,
-           any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,  -- a placement's key
-           count(*) AS pairs, sum(gpu_equivalents) AS ge, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu
+multi AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname),
+sets AS (  -- per owner and sample time: a placement's key
+    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
+           count(*) AS pairs, sum(gpu_equivalents) AS ge
     FROM (
         SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
         FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
         WHERE {exclusive}
-    )
-    GROUP BY GROUPING SETS ((namespace, kind, wname, ts), (namespace, kind, wname, pod))
-),
-multi AS (  -- owners that can hold a multi-device placement: a gang kind, or a pod with 2+ GPUs
-    SELECT namespace, kind, wname FROM sets WHERE per_pod = 1
-    GROUP BY ALL HAVING bool_or(multi_gpu) OR list_contains($gang_kinds, kind)
+    ) SEMI JOIN multi USING (namespace, kind, wname)
+    GROUP BY namespace, kind, wname, ts
 )
 SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples,
        sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
        min(ts) AS first_ts, max(ts) AS last_ts
-FROM sets SEMI JOIN multi USING (namespace, kind, wname)
-WHERE per_pod = 0 AND pairs >= 2
+FROM sets
+WHERE pairs >= 2
 GROUP BY namespace, kind, wname, sig_key
 """
-"""Per workload and distinct (pod, GPU) set of the span: its samples, GE-samples, first and last time. Only
-owners that can be multi-device (a gang kind of the topology settings, or a pod holding 2+ GPUs) are
-listed: a Deployment of 200 single-GPU pods changes its set at every pod restart and is never a
+"""Per multi-device owner (``MULTI_OWNERS``) and distinct (pod, GPU) set of the span: its samples, GE-samples,
+first and last time. A Deployment of 200 single-GPU pods changes its set at every pod restart and is never a
 multi-device workload (:func:`is_multi_device`)."""
 
 SEEN_PAIRS = """
@@ -162,9 +171,10 @@ GROUP BY ALL
 def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...]) -> list[tuple[object, ...]]:
     """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
 
-    Two passes over the span's allocation rows: one aggregation per workload and sample time finds
-    the distinct placements (keyed by a sum of hashes), then only the rows of each placement's workload
-    at its first sample time are read again to list its (pod, GPU) pairs. Without pods of
+    Three passes over the span's allocation rows: one aggregation per workload and pod finds the
+    workloads that can be multi-device, one per such workload and sample time finds their distinct
+    placements (keyed by a sum of hashes), then only the rows of each placement's workload at its first
+    sample time are read again to list its (pod, GPU) pairs. Without pods of
     LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join
     per row).
     """
@@ -172,7 +182,11 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, 
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
     owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
     sql = {"gangs": _GANGS, "owner": owner, "join": join, "exclusive": _EXCLUSIVE_GPU}
-    groups = con.execute(SEEN_GROUPS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
+    owners = con.execute(MULTI_OWNERS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
+    if not owners:
+        return []
+    multi = {"ns": [o[0] for o in owners], "kinds": [o[1] for o in owners], "names": [o[2] for o in owners]}
+    groups = con.execute(SEEN_GROUPS.format(**sql), {**p, **multi}).fetchall()
     if not groups:
         return []
     wanted = {"ns": [g[0] for g in groups], "kinds": [g[1] for g in groups], "names": [g[2] for g in groups],
