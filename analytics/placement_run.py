@@ -92,9 +92,13 @@ def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> 
     ).fetchall()
     level_labels = settings.level_labels()
     out = {}
+    per_node: dict[str | None, dict[str, str | None]] = {}  # a node's labels, parsed once for its GPUs
     for gpu, node, model, numa, nvlink, labels_json in rows:
-        labels = _labels(labels_json)
-        named = {lvl: next((labels[k] for k in keys if labels.get(k)), None) for lvl, keys in level_labels.items()}
+        named = per_node.get(labels_json)
+        if named is None:
+            labels = _labels(labels_json)
+            named = per_node[labels_json] = {lvl: next((labels[k] for k in keys if labels.get(k)), None)
+                                             for lvl, keys in level_labels.items()}
         out[gpu] = GpuPlace(gpu, node, model, place_keys(node, numa, nvlink, named))
     return out
 
