@@ -264,14 +264,18 @@ def node_health(node: str, members: list[GpuHealth]) -> GpuHealth:
 
 def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, gpus: list[GpuHealth]) -> None:
     """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU)."""
-    rows: list[tuple[str, str | None, GpuHealth, list[dict[str, object]]]] = []
+    rows: list[tuple[str, str | None, GpuHealth, str]] = []
     by_node: dict[str, list[GpuHealth]] = defaultdict(list)
+    texts: dict[tuple[Evidence, ...], str] = {}  # many GPUs have the same evidence: encoded once
     for g in gpus:
-        rows.append(("gpu", g.gpu_uuid, g, [e.as_json() for e in g.evidence]))
+        text = texts.get(g.evidence)
+        if text is None:
+            text = texts[g.evidence] = json.dumps([e.as_json() for e in g.evidence])
+        rows.append(("gpu", g.gpu_uuid, g, text))
         by_node[g.node].append(g)
     for node, members in sorted(by_node.items()):
         tagged = [{**e.as_json(), "gpu_uuid": g.gpu_uuid} for g in members for e in g.evidence]
-        rows.append(("node", None, node_health(node, members), tagged))
+        rows.append(("node", None, node_health(node, members), json.dumps(tagged)))
     cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
     for scope, gpu_uuid, g, evidence in rows:
         flagged = [e for e in g.evidence if e.severity in ("warn", "drain")]
@@ -280,7 +284,7 @@ def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, g
         for name, value in zip(
             cols,
             (run_id, window.start, window.end, scope, g.node, gpu_uuid, g.state, g.drain_candidate,
-             json.dumps(evidence), min(firsts, default=None), max(lasts, default=None), g.trend_start,
+             evidence, min(firsts, default=None), max(lasts, default=None), g.trend_start,
              g.warning_ts, g.failure_ts, g.lead_seconds),
             strict=True,
         ):
