@@ -10,12 +10,13 @@ the per-bucket tables are keyed by them, names are joined back only when result 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
 
 from gpulens.analytics.facts import Window
+from gpulens.analytics.result_tables import insert_columns
 from gpulens.exporter.mig_catalog import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -36,36 +37,28 @@ def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:
         for m in MODELS.values()
         for p in m.mig_profiles
     ]
-    _temp_table(
-        con,
-        "an_profiles",
-        pa.table(list(zip(*rows, strict=True)), names=["gpu_model", "profile", "compute_slices", "memory_slices", "ge"]),
-    )
+    columns = list(zip(*rows, strict=True))
+    _temp_table(con, "an_profiles", {
+        "gpu_model": ("VARCHAR", columns[0]), "profile": ("VARCHAR", columns[1]),
+        "compute_slices": ("BIGINT", columns[2]), "memory_slices": ("BIGINT", columns[3]), "ge": ("DOUBLE", columns[4]),
+    })
     names = {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM devices").fetchall()}
     names |= {r[0] for r in con.execute("SELECT DISTINCT gpu_model FROM gpus").fetchall()}
     aliases = sorted({str(n) for n in names if n is not None} | set(MODELS) | {m.name for m in MODELS.values()})
     shorts = [short_model(a) for a in aliases]
-    _temp_table(
-        con,
-        "an_models",
-        pa.table(
-            {
-                "alias": aliases,
-                "short": shorts,
-                "list_price": [prices.list_for(s) for s in shorts],
-                "contracted_price": [prices.contracted_for(s) for s in shorts],
-            }
-        ),
-    )
+    _temp_table(con, "an_models", {
+        "alias": ("VARCHAR", aliases),
+        "short": ("VARCHAR", shorts),
+        "list_price": ("DOUBLE", [prices.list_for(s) for s in shorts]),
+        "contracted_price": ("DOUBLE", [prices.contracted_for(s) for s in shorts]),
+    })
 
 
-def _temp_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    """(Re)create temp table ``name`` holding ``table``'s rows (``name`` is one of our constants)."""
-    con.register(f"{name}_arrow", table)
-    try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name}_arrow")  # noqa: S608
-    finally:
-        con.unregister(f"{name}_arrow")
+def _temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, tuple[str, Sequence[object]]]) -> None:
+    """(Re)create temp table ``name`` with ``columns`` (name -> (DuckDB type, values)); the names and types
+    are our constants, the values bound."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, (t, _) in columns.items())})")
+    insert_columns(con, name, {c: v for c, (_, v) in columns.items()})
 
 
 def build_inventory(
@@ -130,11 +123,8 @@ def _build_addable(con: duckdb.DuckDBPyConnection) -> None:
             out["gpu_uuid"].append(gpu_uuid)
             out["profile"].append(profile)
             out["ge"].append(ge)
-    table = pa.table(
-        {"gpu_uuid": pa.array(out["gpu_uuid"], pa.string()), "profile": pa.array(out["profile"], pa.string()),
-         "ge": pa.array(out["ge"], pa.float64())}
-    )
-    _temp_table(con, "an_addable", table)
+    _temp_table(con, "an_addable", {"gpu_uuid": ("VARCHAR", out["gpu_uuid"]), "profile": ("VARCHAR", out["profile"]),
+                                     "ge": ("DOUBLE", out["ge"])})
 
 
 def _addable_profiles(model_name: str, layout: tuple[str, ...]) -> list[tuple[str, float]]:

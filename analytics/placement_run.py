@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
-import pyarrow as pa
 
 from gpulens.analytics.facts import Window
 from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
-from gpulens.analytics.result_tables import append_columns, column_names
+from gpulens.analytics.result_tables import append_columns, column_names, insert_columns
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
 from gpulens.exporter.tenancy.gangs import GROUP_KINDS
@@ -207,15 +206,8 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
     if not rows:
         return
     names = ("namespace", "kind", "wname", "tenant", "sig", "samples", "ge_samples", "first_ts", "last_ts")
-    types = (pa.string(), pa.string(), pa.string(), pa.string(), pa.list_(pa.string()), pa.int64(), pa.float64(),
-             pa.timestamp("us"), pa.timestamp("us"))
-    table = pa.table({n: pa.array([r[i] for r in rows], type=t) for i, (n, t) in enumerate(zip(names, types, strict=True))})
-    con.register("seen_placements", table)
-    try:
-        con.execute(f"INSERT INTO part_placements SELECT $part_id, {', '.join(names)} FROM seen_placements",  # noqa: S608
-                    {"part_id": part_id})  # constant column names; values bound
-    finally:
-        con.unregister("seen_placements")
+    cols = {"part_id": [part_id] * len(rows), **{n: [r[i] for r in rows] for i, n in enumerate(names)}}
+    insert_columns(con, "part_placements", cols)
 
 
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
