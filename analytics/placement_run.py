@@ -206,7 +206,8 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
     if not rows:
         return
     names = ("namespace", "kind", "wname", "tenant", "sig", "samples", "ge_samples", "first_ts", "last_ts")
-    cols = {"part_id": [part_id] * len(rows), **{n: [r[i] for r in rows] for i, n in enumerate(names)}}
+    cols: dict[str, list[object]] = {"part_id": [part_id] * len(rows)}
+    cols.update({n: [r[i] for r in rows] for i, n in enumerate(names)})
     insert_columns(con, "part_placements", cols)
 
 
