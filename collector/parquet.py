@@ -84,17 +84,28 @@ def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path) -> duckdb.Du
     return rel
 
 
-@cache
 def table_columns(table: str) -> tuple[tuple[str, str], ...]:
     """The store's columns of ``table`` (name, DuckDB type); empty for a name the store does not have."""
-    if table not in ALL_TABLES:
-        return ()
+    return _store_columns().get(table, ())
+
+
+@cache
+def _store_columns() -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every store table's columns, from one in-memory database holding their shapes (made once)."""
     con = duckdb.connect()
     try:
-        con.execute(f"CREATE TABLE shape ({ALL_TABLES[table]})")
-        return tuple((str(n), str(t)) for n, t, *_ in con.execute("DESCRIBE shape").fetchall())
+        for name, columns in ALL_TABLES.items():
+            con.execute(f"CREATE TABLE {name} ({columns})")  # our own schema constants
+        rows = con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
+            "ORDER BY table_name, column_index"
+        ).fetchall()
     finally:
         con.close()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, name, kind in rows:
+        out.setdefault(str(table), []).append((str(name), str(kind)))
+    return {t: tuple(cols) for t, cols in out.items()}
 
 
 def attach_parquet(con: duckdb.DuckDBPyConnection, directory: Path) -> list[str]:
