@@ -338,10 +338,12 @@ def collect_range(
             def fetch(name: str, a: float = w_start, b: float = last_step(w_start, w_end, step)) -> pl.DataFrame:
                 if not (rollups and name in BY_BASE):
                     return client.query_range(series_selector(name, labels), a, b, step, metric=name)
-                # The record at T + interval covers [T, T + interval]: it is stored at T.
+                # The last record of (T, T + interval] covers the interval before it: it is stored at T. A
+                # ruler evaluates at its own offset, so that span starts up to one interval before T;
+                # last_over_time finds the record whatever the server's lookback delta.
                 shift = ROLLUP_INTERVAL_SECONDS
-                got = client.query_range(series_selector(query_name(name), labels), a + shift, b + shift, step,
-                                         metric=name)
+                query = f"last_over_time({series_selector(query_name(name), labels)}[{shift:g}s])"
+                got = client.query_range(query, a + shift, b + shift, step, metric=name)
                 return got.with_columns(pl.col("ts_ms") - round(shift * 1000))
 
             parts = [p for p in pool.map(fetch, names) if p.height]

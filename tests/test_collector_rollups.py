@@ -1,0 +1,48 @@
+"""The rollup table of the collector and the rollup rule group of deploy/prometheus are one contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gpulens.collector.mapping import DCGM_METRICS, GPULENS_METRICS
+from gpulens.collector.prometheus_rollups import (
+    ROLLUP_GROUP,
+    ROLLUP_INTERVAL_SECONDS,
+    ROLLUPS,
+    query_name,
+)
+from gpulens.core.metric_catalog import BY_NAME, MetricType
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES_FILE = ROOT / "deploy" / "prometheus" / "gpulens-rules.yaml"
+
+
+def rollup_group() -> dict[str, object]:
+    groups = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))["groups"]
+    (group,) = [g for g in groups if g["name"] == ROLLUP_GROUP]
+    return group  # type: ignore[no-any-return]
+
+
+def test_the_rule_group_records_exactly_the_collectors_rollups_every_5_minutes() -> None:
+    group = rollup_group()
+    assert group["interval"] == "5m" and ROLLUP_INTERVAL_SECONDS == 300
+    rules = [(rule["record"], rule["expr"].strip()) for rule in group["rules"]]  # type: ignore[attr-defined]
+    assert rules == [(r.record, r.expr) for r in ROLLUPS]
+
+
+def test_rollups_keep_every_label_of_their_source_series() -> None:
+    for rollup in ROLLUPS:
+        assert " by " not in rollup.expr and " without " not in rollup.expr
+        assert rollup.expr == f"{rollup.function}({rollup.base}[5m])"
+
+
+def test_only_gauges_the_collector_reads_are_rolled_up_and_allocations_are_read_raw() -> None:
+    for rollup in ROLLUPS:
+        assert rollup.base in GPULENS_METRICS or rollup.base in DCGM_METRICS, rollup.base
+        spec = BY_NAME.get(rollup.base)
+        assert spec is None or spec.type is MetricType.GAUGE, rollup.base
+    assert query_name("gpulens_allocation_gpu_equivalents") == "gpulens_allocation_gpu_equivalents"
+    assert query_name("gpulens_gpu_energy_joules_total") == "gpulens_gpu_energy_joules_total"
+    assert query_name("gpulens_device_activity_ratio") == "device:gpulens_device_activity_ratio:avg5m"
