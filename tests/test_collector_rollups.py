@@ -46,3 +46,13 @@ def test_only_gauges_the_collector_reads_are_rolled_up_and_allocations_are_read_
     assert query_name("gpulens_allocation_gpu_equivalents") == "gpulens_allocation_gpu_equivalents"
     assert query_name("gpulens_gpu_energy_joules_total") == "gpulens_gpu_energy_joules_total"
     assert query_name("gpulens_device_activity_ratio") == "device:gpulens_device_activity_ratio:avg5m"
+
+
+def test_the_collector_cronjob_reads_the_rollups_that_the_shipped_prometheusrule_records() -> None:
+    cronjob = yaml.safe_load((ROOT / "deploy" / "base" / "collector-cronjob.yaml").read_text(encoding="utf-8"))
+    args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["initContainers"][0]["args"]
+    assert "--rollups" in args and "--step=5m" in args
+    shipped = yaml.safe_load((ROOT / "deploy" / "base" / "prometheusrule.yaml").read_text(encoding="utf-8"))
+    assert ROLLUP_GROUP in {group["name"] for group in shipped["spec"]["groups"]}
+    kustomization = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert {"prometheusrule.yaml", "collector-cronjob.yaml"} <= set(kustomization["resources"])
