@@ -39,6 +39,7 @@ from gpulens.collector.prometheus_rollups import (
     ROLLUP_GROUP,
     ROLLUP_INTERVAL_SECONDS,
     ROLLUP_SOURCE,
+    drop_unread_device_rows,
     query_name,
 )
 from gpulens.collector.store import Gap, Store, WindowResult
@@ -350,6 +351,10 @@ def collect_range(
             long, bad = validate_samples(pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame())
             rejected = rejected + bad
             frames = to_store_frames(long, schema, ROLLUP_SOURCE if rollups else SOURCE) if long.height else {}
+            if rollups and "device_samples" in frames:
+                frames["device_samples"] = drop_unread_device_rows(frames["device_samples"])
+                if frames["device_samples"].height == 0:
+                    del frames["device_samples"]
             present = (
                 np.unique(frames["device_samples"]["ts"].dt.epoch("ms").to_numpy())
                 if "device_samples" in frames

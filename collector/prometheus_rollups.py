@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import polars as pl
+
 from gpulens.core import metric_catalog as M
 
 ROLLUP_GROUP = "gpulens.rollup.rules"
@@ -85,3 +87,12 @@ def query_name(base: str) -> str:
     """The series to read for ``base`` with ``--rollups``: its rollup record, or ``base`` itself (read raw)."""
     rollup = BY_BASE.get(base)
     return rollup.record if rollup is not None else base
+
+
+def drop_unread_device_rows(device_samples: pl.DataFrame) -> pl.DataFrame:
+    """Device rows that only the series read raw at the step (GE, memory size) made, for a device whose
+    activity or memory used is rolled up elsewhere in the chunk: no reading of it reached the rollup of
+    that span (a scrape gap), so the span is not collected (unknown), not measured-as-NULL (unmeasured).
+    A device that has no such reading anywhere in the chunk (e.g. an A100 MIG instance) keeps its rows."""
+    read = pl.col("activity_ratio").is_not_null() | pl.col("memory_used_bytes").is_not_null()
+    return device_samples.filter(read | ~read.any().over("device_id"))

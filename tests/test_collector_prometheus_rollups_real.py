@@ -174,6 +174,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("rollups")
     rules = _rollup_rules(tmp)
     phase, failure = _probe(tmp, rules)
+    print(f"ruler offset {phase:.3f} s, scrape offset {scrape_offset(phase)} s")
     frames, role = fleet(phase)
     raw_blocks = _blocks(tmp, "raw", frames)
     with running_prometheus(data_dir=tmp / "prom-raw", storage_path=raw_blocks, extra_args=PROM_ARGS) as prom:
@@ -236,7 +237,7 @@ def test_allocated_ge_hours_per_tenant_agree_within_one_point_per_holder_change(
     point = SPAN / 3600
     changes = {"team-a": 1 * 1.0, "team-b": 1 * 1.0 + 1 * GE_1G, "team-c": 1 * GE_1G, "team-d": 0.0}
     for tenant, ge_points in changes.items():
-        assert roll[(tenant,)] == pytest.approx(raw[(tenant,)], abs=ge_points * point + 1e-9), tenant
+        assert roll[(tenant,)] == pytest.approx(raw[(tenant,)], abs=ge_points * point + 1e-9), (tenant, world["phase"])
     assert roll[("team-d",)] == pytest.approx(HOURS * GE_1G, rel=1e-9)
 
 
@@ -245,9 +246,9 @@ def test_idle_ge_hours_agree_where_activity_is_constant_within_each_5_minutes(wo
     steady = f"device_id IN ('{role['g10']}', '{role['mig3']}')"
     raw = hours(world, "raw", "tenant, state", steady)
     roll = hours(world, "rollup", "tenant, state", steady)
-    assert raw.keys() == roll.keys()
+    assert raw.keys() == roll.keys(), world["phase"]
     for key, value in raw.items():
-        assert roll[key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
+        assert roll[key] == pytest.approx(value, rel=1e-9, abs=1e-9), (key, world["phase"])
     # The 10 missing minutes of mig3 are unknown time in both (no tenant), never idle.
     assert raw[(None, "unknown")] == pytest.approx(10 / 60 * GE_3G)
     # Over every device, a tenant's idle differs by at most one point per holder change.
@@ -289,3 +290,58 @@ def test_rollups_with_a_step_other_than_5_minutes_is_refused_before_any_request(
     assert result.stderr.strip().splitlines() == [
         "gpulens: error: --rollups reads the 5-minute rollups recorded by deploy/prometheus: use --step 5m "
         "(got --step 60s), or collect the raw series without --rollups"]
+
+
+def test_dcgm_exporter_rollups_land_in_the_same_tables_with_means_peaks_and_the_memory_size(
+    world: dict[str, Any],
+) -> None:
+    """dcgm-exporter's names, one hour of a whole H100: a rollup point holds the span's mean activity and
+    power, its peak memory used and temperature, and the memory size (peak used + lowest free + reserved)."""
+    tmp, phase = world["tmp"], world["phase"]
+    offset = scrape_offset(phase)
+    start, end = START, START + 3600
+    frames = synthetic_frames(start - 2 * SPAN + offset, end + 2 * SPAN + offset, 60, nodes=1, whole_gpus=1, seed=3)
+    source = tmp / "dcgm.om"
+    source.write_text(render_openmetrics(series_for(frames, "dcgm")), encoding="utf-8")
+    blocks = tmp / "tsdb-dcgm"
+    code, out = promtool("tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks), timeout=120)
+    assert code == 0, out
+    with running_prometheus(data_dir=tmp / "prom-dcgm", storage_path=blocks, extra_args=PROM_ARGS) as prom:
+        # The same rules file (path) as the probe, so the same evaluation offset.
+        _backfill(prom.url, tmp / "rollup-rules.yaml", start - SPAN, end + SPAN, tmp / "tsdb-dcgm-rules")
+    for block in (tmp / "tsdb-dcgm-rules").iterdir():
+        shutil.copytree(block, blocks / block.name)
+    db = tmp / "dcgm.duckdb"
+    with running_prometheus(data_dir=tmp / "prom-dcgm-2", storage_path=blocks, extra_args=PROM_ARGS) as prom:
+        with Store(str(db)) as store, PrometheusClient(HttpSettings(prom.url)) as client:
+            collect_range(store, client, start=start, end=end, step=SPAN, schema="dcgm", rollups=True)
+            got = store.frame("SELECT ts, activity_ratio, memory_used_bytes, memory_total_bytes FROM device_samples "
+                              "WHERE device_id NOT LIKE '%/gi%' ORDER BY ts")
+            h100 = frames["devices"].filter(pl.col("profile") == "gpu")
+            power = store.frame("SELECT ts, power_watts, temperature_celsius FROM gpu_samples WHERE gpu_uuid = ? "
+                                "ORDER BY ts", [h100["gpu_uuid"][0]])
+    truth = (
+        frames["device_samples"].join(h100.select("device_id"), on="device_id")
+        .join(frames["gpu_samples"].select("gpu_uuid", "ts", "power_watts", "temperature_celsius"),
+              on=["gpu_uuid", "ts"])
+        # The record evaluated at START + phase + k*SPAN covers the scrapes with k-1 < pos <= k; it is
+        # stored at the grid point before it.
+        .with_columns(k=((pl.col("ts").dt.epoch("s") - START - phase) / SPAN).ceil().cast(pl.Int64))
+        .group_by("k").agg(activity_ratio=pl.col("activity_ratio").mean(),
+                           memory_used_bytes=pl.col("memory_used_bytes").max(),
+                           memory_total_bytes=pl.col("memory_total_bytes").first(),
+                           power_watts=pl.col("power_watts").mean(),
+                           temperature_celsius=pl.col("temperature_celsius").max())
+        .with_columns(ts=pl.from_epoch(START + ((phase + pl.col("k") * SPAN) / SPAN).ceil().cast(pl.Int64) * SPAN
+                                       - SPAN, time_unit="s").cast(pl.Datetime("us")))
+        .filter((pl.col("ts").dt.epoch("s") >= start) & (pl.col("ts").dt.epoch("s") < end))
+        .sort("ts")
+    )
+    assert got.height == truth.height == 12
+    assert got["ts"].to_list() == truth["ts"].to_list()
+    assert got["activity_ratio"].to_list() == pytest.approx(truth["activity_ratio"].to_list(), rel=1e-9)
+    # MiB back to bytes: within a byte of the truth's peak, and the size exact to the MiB rounding.
+    assert got["memory_used_bytes"].to_list() == pytest.approx(truth["memory_used_bytes"].to_list(), abs=1)
+    assert got["memory_total_bytes"].to_list() == pytest.approx(truth["memory_total_bytes"].to_list(), abs=1)
+    assert power["power_watts"].to_list() == pytest.approx(truth["power_watts"].to_list(), rel=1e-9)
+    assert power["temperature_celsius"].to_list() == pytest.approx(truth["temperature_celsius"].to_list())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
+import polars as pl
 import yaml
 
 from gpulens.collector.mapping import DCGM_METRICS, GPULENS_METRICS
@@ -11,6 +13,7 @@ from gpulens.collector.prometheus_rollups import (
     ROLLUP_GROUP,
     ROLLUP_INTERVAL_SECONDS,
     ROLLUPS,
+    drop_unread_device_rows,
     query_name,
 )
 from gpulens.core.metric_catalog import BY_NAME, MetricType
@@ -56,3 +59,21 @@ def test_the_collector_cronjob_reads_the_rollups_that_the_shipped_prometheusrule
     assert ROLLUP_GROUP in {group["name"] for group in shipped["spec"]["groups"]}
     kustomization = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text(encoding="utf-8"))
     assert {"prometheusrule.yaml", "collector-cronjob.yaml"} <= set(kustomization["resources"])
+
+
+def test_a_device_whose_rollups_are_missing_in_a_span_has_no_row_there_unless_it_never_has_readings() -> None:
+    """Rows made only by the series read raw at the step (GE, memory size) are a scrape gap of a device
+    with readings elsewhere (unknown), and stay for a device that never reports them (unmeasured)."""
+    t = [datetime(2026, 12, 1, 0, m) for m in (0, 5, 10)]
+    rows = pl.DataFrame({
+        "ts": t * 3,
+        "device_id": ["gpu"] * 3 + ["a100-mig"] * 3 + ["ci-without-memory"] * 3,
+        "activity_ratio": [0.5, None, 0.7, None, None, None, None, None, None],
+        "memory_used_bytes": [1, None, 2, 10, None, 11, None, None, None],
+        "memory_total_bytes": [80] * 9,
+    })
+    kept = drop_unread_device_rows(rows)
+    assert kept.select("device_id", pl.col("ts").dt.minute()).rows() == [
+        ("gpu", 0), ("gpu", 10), ("a100-mig", 0), ("a100-mig", 10),
+        ("ci-without-memory", 0), ("ci-without-memory", 5), ("ci-without-memory", 10),
+    ]
