@@ -5,6 +5,10 @@ request); each chunk is ingested as one transaction with its ``ingest_batches`` 
 a chunk is either complete or absent. Transient failures (5xx, 429, timeouts, refused connections)
 are retried with exponential backoff; after the last attempt the collection fails with one clear
 message and the chunk is not marked done. Label values are escaped in PromQL.
+
+With ``rollups`` the 5-minute rollup records of :mod:`collector.prometheus_rollups` are read in place
+of their base metrics (the rest raw at the 5-minute step) and mapped back onto the base names, so the
+same store tables are written; their windows are logged under ``prometheus-rollup:<base URL>``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -28,6 +33,14 @@ from gpulens.collector.mapping import (
     KUEUE_METRICS,
     SchemaName,
     to_store_frames,
+)
+from gpulens.collector.prometheus_rollups import (
+    BY_BASE,
+    ROLLUP_GROUP,
+    ROLLUP_INTERVAL_SECONDS,
+    ROLLUP_SOURCE,
+    drop_unread_device_rows,
+    query_name,
 )
 from gpulens.collector.store import Gap, Store, WindowResult
 from gpulens.collector.validate import Rejections, validate_samples
@@ -157,6 +170,22 @@ class PrometheusClient:
         )
         return matrix_to_long(body, metric or query, origin=self.base)
 
+    def metric_names(self, pattern: str, start: float, end: float) -> set[str]:
+        """Names of the series matching the regular expression ``pattern`` that have samples in
+        ``[start, end]``: one look-up in the series index (``/api/v1/label/__name__/values``)."""
+        body = self._get(
+            "/api/v1/label/__name__/values",
+            {"match[]": f'{{__name__=~"{escape_promql_string(pattern)}"}}', "start": f"{start:.3f}",
+             "end": f"{end:.3f}"},
+        )
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise PrometheusError(f"{self.base}: label values answered something that is not JSON") from None
+        if not isinstance(answer, dict) or answer.get("status") != "success" or not isinstance(answer.get("data"), list):
+            raise PrometheusError(f"{self.base}: label values did not succeed")
+        return {str(name) for name in answer["data"]}
+
 
 def matrix_to_long(body: bytes, metric: str, *, origin: str = "prometheus") -> pl.DataFrame:
     """Flatten a ``query_range`` answer into the long sample frame, JSON decoded by polars (no Python loop)."""
@@ -239,6 +268,31 @@ def _missing_spans(present_ms: np.ndarray, start: float, end: float, step: float
     return [(float(expected[a]), float(min(expected[b] + step, end))) for a, b in zip(starts, stops, strict=True)]
 
 
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def source_of(client: PrometheusClient, *, rollups: bool = False) -> str:
+    """The window-log source of a collection: raw and rollup collections keep separate logs and watermarks."""
+    return f"{ROLLUP_SOURCE if rollups else SOURCE}:{client.base}"
+
+
+def require_rollups(client: PrometheusClient, names: Sequence[str], start: float, end: float) -> None:
+    """Fail before any range query when none of the rollup records of ``names`` has a sample in the span
+    (the recording rules are not deployed there), naming the records looked for."""
+    records = sorted({query_name(n) for n in names if n in BY_BASE})
+    if not records:
+        raise UserError("--rollups: none of the collected metrics has a rollup record (deploy/prometheus)")
+    found = client.metric_names("|".join(records), start, end)
+    if not found & set(records):
+        raise PrometheusError(
+            f"--rollups: {client.base} has none of the rollup series between {_iso(start)} and {_iso(end)} "
+            f"({', '.join(records)}): load group {ROLLUP_GROUP} of deploy/prometheus/gpulens-rules.yaml into "
+            "its Prometheus, Thanos Ruler or Mimir ruler (deploy/base/prometheusrule.yaml with the Prometheus "
+            "Operator), or collect without --rollups"
+        )
+
+
 def collect_range(
     store: Store,
     client: PrometheusClient,
@@ -252,6 +306,7 @@ def collect_range(
     parallel: int = 4,
     progress: Callable[[WindowResult], None] = lambda w: None,
     metrics: Sequence[str] | None = None,
+    rollups: bool = False,
 ) -> RangeSummary:
     """Collect ``[start, end)`` at ``step`` chunk by chunk; chunks already stored without gaps are skipped.
 
@@ -259,9 +314,19 @@ def collect_range(
     the step grid. A chunk's gaps replace the gaps stored earlier for its span (a later collection that
     found the samples removes the gap an earlier one recorded). Impossible values become NULL
     (:mod:`collector.validate`), counted in ``RangeSummary.rejected``.
+
+    With ``rollups`` (``step`` must be the rollup interval), a base metric with a rollup record is read
+    from the record, queried one interval later and stored at the start of the span the record covers;
+    the others are read raw at the step.
     """
-    source = f"{SOURCE}:{client.base}"
     names = tuple(metrics) if metrics is not None else metrics_for(schema)
+    if rollups:
+        if abs(step - ROLLUP_INTERVAL_SECONDS) > 1e-9:
+            raise UserError(f"--rollups reads the 5-minute rollups of deploy/prometheus: use --step 5m "
+                            f"(got {step:g}s), or collect without --rollups")
+        chunk_windows(start, end, step, max_points)  # the same checks of the span before any request
+        require_rollups(client, names, start, end + step)
+    source = source_of(client, rollups=rollups)
     done: list[WindowResult] = []
     skipped = 0
     rejected = Rejections()
@@ -272,12 +337,24 @@ def collect_range(
                 continue
 
             def fetch(name: str, a: float = w_start, b: float = last_step(w_start, w_end, step)) -> pl.DataFrame:
-                return client.query_range(series_selector(name, labels), a, b, step, metric=name)
+                if not (rollups and name in BY_BASE):
+                    return client.query_range(series_selector(name, labels), a, b, step, metric=name)
+                # The last record of (T, T + interval] covers the interval before it: it is stored at T. A
+                # ruler evaluates at its own offset, so that span starts up to one interval before T;
+                # last_over_time finds the record whatever the server's lookback delta.
+                shift = ROLLUP_INTERVAL_SECONDS
+                query = f"last_over_time({series_selector(query_name(name), labels)}[{shift:g}s])"
+                got = client.query_range(query, a + shift, b + shift, step, metric=name)
+                return got.with_columns(pl.col("ts_ms") - round(shift * 1000))
 
             parts = [p for p in pool.map(fetch, names) if p.height]
             long, bad = validate_samples(pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame())
             rejected = rejected + bad
-            frames = to_store_frames(long, schema, SOURCE) if long.height else {}
+            frames = to_store_frames(long, schema, ROLLUP_SOURCE if rollups else SOURCE) if long.height else {}
+            if rollups and "device_samples" in frames:
+                frames["device_samples"] = drop_unread_device_rows(frames["device_samples"])
+                if frames["device_samples"].height == 0:
+                    del frames["device_samples"]
             present = (
                 np.unique(frames["device_samples"]["ts"].dt.epoch("ms").to_numpy())
                 if "device_samples" in frames

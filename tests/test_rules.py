@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpulens.collector.mapping import DCGM_METRICS as DCGM_COLLECTED
 from gpulens.dashboards.grafana.promql import metric_names
 from tests.support.prometheus import promtool
 
@@ -29,7 +30,9 @@ KUEUE_METRICS = frozenset(
 PROMETHEUS_METRICS = frozenset({"up"})
 KUBE_STATE_METRICS = frozenset({"kube_node_labels"})
 """kube-state-metrics series the topology rules join (docs/alerts.md, sources outside gpulens)."""
-RECORD_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*:gpulens_[a-z0-9_]+:[a-z0-9_]+$")
+DCGM_METRICS = frozenset(DCGM_COLLECTED)
+"""dcgm-exporter series the collector reads: the rollup group records the fast-moving ones."""
+RECORD_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*:(?:gpulens_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+):[a-z0-9_]+$")
 
 
 def documented_metrics() -> set[str]:
@@ -147,8 +150,9 @@ def test_recording_rules_are_named_level_metric_operations() -> None:
     assert bad == []
 
 
-def test_rules_read_only_documented_metrics_their_own_records_kueue_and_up() -> None:
-    allowed = documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS | KUBE_STATE_METRICS
+def test_rules_read_only_documented_metrics_their_own_records_kueue_dcgm_and_up() -> None:
+    allowed = (documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS | KUBE_STATE_METRICS
+               | DCGM_METRICS)
     unknown = {
         (rule.get("record") or rule["alert"], name)
         for rule in all_rules()

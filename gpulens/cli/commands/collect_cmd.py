@@ -24,6 +24,12 @@ COLLECT_HELP = (
     "--start defaults to the source's watermark; --end stops at least a minute before now (a written "
     "window is final). --schema picks gpulens's metric names, dcgm-exporter's "
     "(DCGM_FI_*) or both (auto).\n\n"
+    "--prometheus URL --rollups --step 5m: read the 5-minute rollups that the recording rules in deploy/ "
+    "(group gpulens.rollup.rules, run by Prometheus, Thanos Ruler or Mimir's ruler) record per device and "
+    "GPU, instead of the raw series; metrics without a rollup (counters, allocations) are read raw at the "
+    "5-minute step. Five times fewer rows, and the analysis then decides idle per 5-minute rollup point "
+    "(its mean activity), not per raw sample. The windows are logged apart from raw ones, and the last "
+    "6 minutes are not collected (the ruler's last evaluation must be in).\n\n"
     "--kubernetes: snapshot namespaces, GPU pods, GPU nodes, Kueue queues, ResourceQuotas and "
     "NetworkPolicies (in-cluster config, else --kubeconfig / ~/.kube/config); tenants follow "
     "--tenancy-config, the exporter's rules, so a pod has the same tenant in both.\n\n"
@@ -110,15 +116,20 @@ def _require_http_url(url: str, flag: str) -> None:
 
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
                     token: Path | None, ca: Path | None, insecure: bool, labels: list[str], timeout: str,
-                    retries: int, headers: list[str]) -> None:
-    from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
+                    retries: int, headers: list[str], rollups: bool = False) -> None:
+    from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range, source_of
+    from gpulens.collector.prometheus_rollups import ROLLUP_INTERVAL_SECONDS
     from gpulens.collector.store import Store, WindowResult
     from gpulens.collector.timeparse import parse_duration, parse_time
 
     _require_http_url(url, "--prometheus")
     step_s = parse_duration(step, what="--step")
-    # A window is final once written: stop a minute short of now, so Prometheus has ingested it.
-    settled = time.time() - SETTLE_SECONDS
+    if rollups and step_s != ROLLUP_INTERVAL_SECONDS:
+        raise UserError(f"--rollups reads the 5-minute rollups recorded by deploy/prometheus: use --step 5m "
+                        f"(got --step {step}), or collect the raw series without --rollups")
+    # A window is final once written: stop a minute short of now, so Prometheus has ingested it (with
+    # --rollups also one rollup interval, so the ruler has recorded the span's last rollup).
+    settled = time.time() - SETTLE_SECONDS - (ROLLUP_INTERVAL_SECONDS if rollups else 0.0)
     asked_end = parse_time(end, what="--end")
     end_s = min(asked_end, settled)
     settings = HttpSettings(url, token, ca, insecure, parse_duration(timeout, what="--timeout"), retries,
@@ -129,24 +140,27 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
 
     with Store(str(db)) as store, PrometheusClient(settings) as client:
         if start is None:
-            mark = store.watermark(f"prometheus:{client.base}")
+            mark = store.watermark(source_of(client, rollups=rollups))
             if mark is None:
-                raise UserError("--start is required on the first collection from this Prometheus")
+                what = "rollups" if rollups else "raw series"
+                raise UserError(f"--start is required on the first collection of {what} from this Prometheus")
             start_s = mark
         else:
             start_s = parse_time(start, what="--start")
         start_s = (start_s // step_s) * step_s
         if end_s <= start_s and asked_end > settled:
-            ready = _iso(start_s + SETTLE_SECONDS + 1)
-            raise UserError(f"--end {end} falls within the last minute, which is not final yet: the collection "
-                            f"stops at now-1m ({_iso(settled)}), not after --start {_iso(start_s)}; give an "
+            ready = _iso(start_s + (time.time() - settled) + 1)
+            lag = "now-6m" if rollups else "now-1m"
+            raise UserError(f"--end {end} falls within the last {'6 minutes' if rollups else 'minute'}, which is "
+                            f"not final yet: the collection stops at {lag} ({_iso(settled)}), not after --start "
+                            f"{_iso(start_s)}; give an "
                             f"earlier --start, or run again after {ready}")
         summary = collect_range(store, client, start=start_s, end=end_s, step=step_s,
                                 schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
-                                progress=progress)
+                                progress=progress, rollups=rollups)
     if summary.rejected.total:
         _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
-    _say(f"prometheus: {len(summary.windows)} windows written ({summary.rows} new rows), "
+    _say(f"prometheus{' rollups' if rollups else ''}: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
 
 
@@ -203,7 +217,8 @@ def register(app: typer.Typer) -> None:
         prometheus: Annotated[str | None, typer.Option(help="Base URL of a Prometheus-compatible query API.")] = None,
         start: Annotated[str | None, typer.Option(help="--prometheus: first sample time (default: watermark).")] = None,
         end: Annotated[str | None, typer.Option(help="--prometheus / --simulate: end time (default: now).")] = None,
-        step: Annotated[str, typer.Option(help="--prometheus / --simulate: resolution.")] = "60s",
+        step: Annotated[str | None, typer.Option(
+            help="--prometheus / --simulate: resolution (default 60s; 5m with --rollups).")] = None,
         schema: Annotated[str, typer.Option(help="Metric naming: gpulens, dcgm or auto (both).")] = "auto",
         bearer_token_file: Annotated[Path | None, typer.Option(help="--prometheus: file with a bearer token.")] = None,
         ca_file: Annotated[Path | None, typer.Option(help="--prometheus: CA bundle to verify TLS.")] = None,
@@ -214,6 +229,10 @@ def register(app: typer.Typer) -> None:
         retries: Annotated[int, typer.Option(min=0, max=20, help="--prometheus: retries of a failed request.")] = 4,
         header: Annotated[list[str] | None, typer.Option(
             help="--prometheus: extra HTTP header NAME=VALUE (repeatable), e.g. X-Scope-OrgID=team for Mimir.")] = None,
+        rollups: Annotated[bool, typer.Option(
+            "--rollups", help="--prometheus: read the 5-minute rollups recorded by the rules in deploy/prometheus "
+                              "(Prometheus, Thanos Ruler, Mimir) instead of raw series; needs --step 5m. Idle is then "
+                              "decided per 5-minute rollup point.")] = False,
         kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Snapshot the cluster inventory.")] = False,
         kubeconfig: Annotated[Path | None, typer.Option(help="--kubernetes: kubeconfig file.")] = None,
         tenancy_config: Annotated[Path | None, typer.Option(
@@ -230,17 +249,19 @@ def register(app: typer.Typer) -> None:
         if len(modes) != 1:
             raise UserError("choose exactly one source: --scrape URL..., --prometheus URL, --kubernetes or --simulate"
                             + (f" (got {' '.join(modes)})" if modes else ""))
+        if rollups and prometheus is None:
+            raise UserError("--rollups goes with --prometheus URL (it reads rollups recorded in Prometheus)")
         if urls and not scrape:
             raise UserError(f"unexpected argument {urls[0]!r} (URLs go with --scrape)")
         if scrape:
             _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
         elif prometheus is not None:
-            _run_prometheus(prometheus, db, start, end or "now", step, schema, bearer_token_file, ca_file,
-                            insecure_skip_verify, list(label or []), timeout, retries, list(header or []))
+            _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
+                            insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
         elif kubernetes:
             _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
         else:
-            _run_simulate(db, scenario, days, step, end)
+            _run_simulate(db, scenario, days, step or "60s", end)
 
     @app.command("export-parquet")
     def export_parquet_cmd(

@@ -1,0 +1,76 @@
+"""Days analysed on workers that hold only their own day: each worker has the dimensions and one day of
+date-partitioned Parquet facts (nothing else), and the central store that merges their days gives the
+single node's window results without reading a fact of those days again.
+
+Every machine sees the facts at the same path (a shared mount, ``shared/`` here), as the analysis
+parameters a day part is stored under include the path of ``--parquet``: here each worker's mount
+holds only its day, the central node's all of them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gpulens.analytics.day_parts import import_parts
+from gpulens.analytics.run import analyze
+from gpulens.collector.backfill import backfill_simulated
+from gpulens.collector.parquet import export_parquet
+from gpulens.collector.schema import FACTS
+from tests.test_analytics_day_parts import DAY, END, at, results, settings
+
+pytestmark = pytest.mark.slow
+
+
+def only_day(facts: Path, day_start: int, out: Path) -> Path:
+    """A copy of ``facts`` holding only the partitions ``date=<day>`` of each fact table."""
+    date = at(day_start).strftime("%Y-%m-%d")
+    for table in FACTS:
+        part = facts / table / f"date={date}"
+        if part.is_dir():
+            shutil.copytree(part, out / table / f"date={date}")
+    assert any(out.rglob("*.parquet"))
+    return out
+
+
+def worker_store(store: Path, path: Path) -> Path:
+    """The dimensions of ``store`` without any fact row: a worker reads its facts from its Parquet alone."""
+    shutil.copy(store, path)
+    with duckdb.connect(str(path)) as con:
+        for table in FACTS:
+            con.execute(f"DELETE FROM {table}")  # noqa: S608 - names from the schema
+    return path
+
+
+def test_workers_holding_only_their_day_merge_into_the_single_node_run(tmp_path: Path) -> None:
+    store = tmp_path / "gpulens.duckdb"
+    backfill_simulated(store, None, END - 2 * DAY, END, 300.0)
+    facts = tmp_path / "facts"
+    export_parquet(str(store), facts)
+    shared = tmp_path / "shared"
+    shutil.copytree(facts, shared)
+    single = tmp_path / "single.duckdb"
+    shutil.copy(store, single)
+    whole = analyze(single, settings(END, parquet_dir=shared, sample_interval_seconds=300))
+
+    workers = []
+    for day_end in (END - DAY, END):
+        shutil.rmtree(shared)
+        only_day(facts, day_end - DAY, shared)
+        worker = worker_store(store, tmp_path / f"worker-{day_end}.duckdb")
+        analyze(worker, settings(day_end, parquet_dir=shared, window_seconds=DAY, sample_interval_seconds=300))
+        workers.append(worker)
+
+    shutil.rmtree(shared)
+    shutil.copytree(facts, shared)
+    merged = tmp_path / "merged.duckdb"
+    shutil.copy(store, merged)
+    for worker in workers:
+        import_parts(merged, worker)
+    run = analyze(merged, settings(END, parquet_dir=shared, sample_interval_seconds=300))
+    assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
+    merged_rows = results(merged, run.run_id)
+    assert merged_rows[0] and merged_rows[2], "idle capacity and chargeback rows to compare"
+    assert merged_rows == results(single, whole.run_id)
