@@ -68,8 +68,6 @@ def test_collect_simulate_then_export_parquet(tmp_path: Path) -> None:
         (["collect", "--simulate", "http://x"], "unexpected argument 'http://x'"),
         (["collect", "--scrape", "http://127.0.0.1:9/metrics", "--once", "--interval", "soon"],
          "invalid --interval 'soon'"),
-        (["collect", "--prometheus", "http://127.0.0.1:9", "--step", "60s"],
-         "--start is required on the first collection"),
         (["export-parquet", "--db", "/nonexistent/x.duckdb"], "no store at /nonexistent/x.duckdb"),
         (["collect", "--prometheus", "http://127.0.0.1:9", "--start", "now-5m", "--header", "X-Scope-OrgID"],
          "invalid --header 'X-Scope-OrgID': use NAME=VALUE"),
@@ -90,6 +88,18 @@ def test_prometheus_unreachable_is_one_clear_line(tmp_path: Path) -> None:
     assert "gpulens: error: http://127.0.0.1:9/api/v1/query_range: failed after 1 attempts: connection failed" \
         in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_first_collection_without_start_reads_the_last_day(tmp_path: Path) -> None:
+    """A CronJob's first run has no watermark and no --start: it starts a day back (and says so) instead of
+    failing every hour until someone backfills by hand."""
+    proc = _gpulens("collect", "--prometheus", "http://127.0.0.1:9", "--step", "60s", "--retries", "0",
+                    "--timeout", "1s", "--db", str(tmp_path / "s.duckdb"))
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("first collection of raw series from http://127.0.0.1:9: from "), proc.stderr
+    assert "(a day back; give --start to collect earlier history)" in lines[0]
+    assert proc.returncode == 2 and lines[1].startswith("gpulens: error: ") and "connection failed" in lines[1]
+    assert "--start is required" not in proc.stderr
 
 
 def test_collect_help_explains_every_source() -> None:

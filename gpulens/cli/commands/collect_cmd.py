@@ -43,6 +43,9 @@ COLLECT_HELP = (
 SETTLE_SECONDS = 60.0
 """``--prometheus`` never collects the last minute: a window is final once written."""
 
+FIRST_COLLECTION_SECONDS = 86400.0
+"""``--prometheus`` without ``--start`` and without an earlier collection from that server: how far back it starts."""
+
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -141,10 +144,13 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
     with Store(str(db)) as store, PrometheusClient(settings) as client:
         if start is None:
             mark = store.watermark(source_of(client, rollups=rollups))
-            if mark is None:
+            if mark is None:  # nothing collected from there yet (a CronJob's first run): the last day
+                start_s = end_s - FIRST_COLLECTION_SECONDS
                 what = "rollups" if rollups else "raw series"
-                raise UserError(f"--start is required on the first collection of {what} from this Prometheus")
-            start_s = mark
+                _say(f"first collection of {what} from {url}: from {_iso(start_s)} (a day back; give --start to "
+                     f"collect earlier history)")
+            else:
+                start_s = mark
         else:
             start_s = parse_time(start, what="--start")
         start_s = (start_s // step_s) * step_s
@@ -215,7 +221,9 @@ def register(app: typer.Typer) -> None:
         max_body_size: Annotated[str, typer.Option(
             help="--scrape: largest /metrics body accepted (a bigger one makes the target a gap).")] = "64MiB",
         prometheus: Annotated[str | None, typer.Option(help="Base URL of a Prometheus-compatible query API.")] = None,
-        start: Annotated[str | None, typer.Option(help="--prometheus: first sample time (default: watermark).")] = None,
+        start: Annotated[str | None, typer.Option(
+            help="--prometheus: first sample time (default: where the last collection from there ended; "
+                 "the first time, a day back).")] = None,
         end: Annotated[str | None, typer.Option(help="--prometheus / --simulate: end time (default: now).")] = None,
         step: Annotated[str | None, typer.Option(
             help="--prometheus / --simulate: resolution (default 60s; 5m with --rollups).")] = None,
