@@ -189,7 +189,7 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": str(s.parquet_dir) if s.parquet_dir is not None else "store", "version": 4,
+            "source": "parquet" if s.parquet_dir is not None else "store", "version": 4,
             "trends": _trend_parameters(s.health.early_warning), "gang_kinds": sorted(s.topology.gang_kinds)}
 
 

@@ -2,9 +2,9 @@
 date-partitioned Parquet facts (nothing else), and the central store that merges their days gives the
 single node's window results without reading a fact of those days again.
 
-Every machine sees the facts at the same path (a shared mount, ``shared/`` here), as the analysis
-parameters a day part is stored under include the path of ``--parquet``: here each worker's mount
-holds only its day, the central node's all of them."""
+Each machine reads the facts from a path of its own (a day part is known by its files' names under
+``--parquet``, sizes and times, not by where they are mounted): here each worker's folder holds only
+its day, the central node's all of them."""
 
 from __future__ import annotations
 
@@ -49,27 +49,24 @@ def test_workers_holding_only_their_day_merge_into_the_single_node_run(tmp_path:
     backfill_simulated(store, None, END - 2 * DAY, END, 300.0)
     facts = tmp_path / "facts"
     export_parquet(str(store), facts)
-    shared = tmp_path / "shared"
-    shutil.copytree(facts, shared)
     single = tmp_path / "single.duckdb"
     shutil.copy(store, single)
-    whole = analyze(single, settings(END, parquet_dir=shared, sample_interval_seconds=300))
+    whole = analyze(single, settings(END, parquet_dir=facts, sample_interval_seconds=300))
 
     workers = []
     for day_end in (END - DAY, END):
-        shutil.rmtree(shared)
-        only_day(facts, day_end - DAY, shared)
+        own = only_day(facts, day_end - DAY, tmp_path / f"worker-{day_end}-facts")
         worker = worker_store(store, tmp_path / f"worker-{day_end}.duckdb")
-        analyze(worker, settings(day_end, parquet_dir=shared, window_seconds=DAY, sample_interval_seconds=300))
+        analyze(worker, settings(day_end, parquet_dir=own, window_seconds=DAY, sample_interval_seconds=300))
         workers.append(worker)
 
-    shutil.rmtree(shared)
-    shutil.copytree(facts, shared)
+    central = tmp_path / "central-mount"
+    shutil.copytree(facts, central)  # the same files (names, sizes, times) at another path
     merged = tmp_path / "merged.duckdb"
     shutil.copy(store, merged)
     for worker in workers:
         import_parts(merged, worker)
-    run = analyze(merged, settings(END, parquet_dir=shared, sample_interval_seconds=300))
+    run = analyze(merged, settings(END, parquet_dir=central, sample_interval_seconds=300))
     assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
     merged_rows = results(merged, run.run_id)
     assert merged_rows[0] and merged_rows[2], "idle capacity and chargeback rows to compare"
