@@ -76,14 +76,17 @@ def make_store(path: Path, gpus: int) -> None:
     con.close()
 
 
-def make_facts(facts: Path, gpus: int, days: int, block: int) -> None:
-    """Hive-partitioned Parquet facts ``<table>/block=B/day=D/``: a fleet of the first k blocks is a subset."""
-    steps = days * 86400 // INTERVAL
+def make_facts(facts: Path, gpus: int, days: int, block: int, interval: int = INTERVAL) -> None:
+    """Hive-partitioned Parquet facts ``<table>/block=B/day=D/``: a fleet of the first k blocks is a subset.
+
+    ``interval``: seconds between samples (60 as exporters are scraped; 300 as ``collect --rollups``
+    writes); the fleet's behaviour is the same minute by minute, only sampled less often."""
+    steps = days * 86400 // interval
     con = duckdb.connect()
     con.execute("SET preserve_insertion_order = false")
     con.execute(_FLEET, {"gpus": gpus, "block": block})
     con.execute("CREATE TEMP TABLE holders AS SELECT f.*, h FROM fleet f JOIN range(2) r(h) ON h < f.replicas")
-    p = {"steps": steps, "start": START, "every": INTERVAL}
+    p = {"steps": steps, "start": START, "every": interval}
 
     def copy(table: str, select: str) -> None:
         out = facts / table
@@ -99,9 +102,9 @@ def make_facts(facts: Path, gpus: int, days: int, block: int) -> None:
     # the node's 8 exclusive GPUs, and a job's pods span nodes (what placement measures).
     samples = """
         SELECT $start::TIMESTAMP + to_seconds(t * $every) AS ts, f.node, f.gpu_uuid, f.gpu_uuid AS device_id,
-               CASE WHEN hash(f.g, t // 60) % 10 < 3 THEN 0.01 ELSE (hash(f.g, t // 60) % 100) / 100.0 END
+               CASE WHEN hash(f.g, t * $every // 3600) % 10 < 3 THEN 0.01 ELSE (hash(f.g, t * $every // 3600) % 100) / 100.0 END
                    AS activity_ratio,
-               (hash(f.g, t // 240) % 80) * 1073741824 AS memory_used_bytes,
+               (hash(f.g, t * $every // 14400) % 80) * 1073741824 AS memory_used_bytes,
                85899345920 AS memory_total_bytes, 'bench' AS source,
                CAST($start::TIMESTAMP + to_seconds(t * $every) AS DATE) AS day, f.block
         FROM fleet f, range($steps) r(t)
@@ -118,7 +121,7 @@ def make_facts(facts: Path, gpus: int, days: int, block: int) -> None:
                CASE WHEN train THEN 'train-' ELSE 'job-' END || tn AS workload_name, 'bench' AS source,
                CAST($start::TIMESTAMP + to_seconds(t * $every) AS DATE) AS day, f.block
         FROM (SELECT *, hash(unit, blk, h) % 40 AS tn
-              FROM (SELECT u.*, t, (t + hash(unit) % 240) // 240 AS blk
+              FROM (SELECT u.*, t, (t * $every // 60 + hash(unit) % 240) // 240 AS blk
                     FROM (SELECT f.*, (f.g // 8) % 10 = 0 AND f.mode = 'exclusive' AS train,
                                  CASE WHEN (f.g // 8) % 10 = 0 AND f.mode = 'exclusive' THEN 'n' || (f.g // 8)
                                       ELSE 'g' || f.g END AS unit
@@ -131,10 +134,10 @@ def make_facts(facts: Path, gpus: int, days: int, block: int) -> None:
         """
         SELECT $start::TIMESTAMP + to_seconds(t * $every) AS ts, f.node, f.gpu_uuid, true AS up,
                300.0 AS power_watts, 55.0 AS temperature_celsius,
-               CAST(CASE WHEN f.g % 997 = 5 AND t > 600 THEN 1 ELSE 0 END AS BIGINT) AS ecc_uncorrected_total,
+               CAST(CASE WHEN f.g % 997 = 5 AND t * $every // 60 > 600 THEN 1 ELSE 0 END AS BIGINT) AS ecc_uncorrected_total,
                CAST(0 AS BIGINT) AS retired_pages_total, false AS remapped_rows_failure,
-               CAST(CASE WHEN f.g % 1499 = 7 THEN t * 7000 ELSE 0 END AS BIGINT) AS nvlink_crc_errors_total,
-               CAST(CASE WHEN f.g % 211 = 3 THEN t * 0.5 ELSE 0.0 END AS DOUBLE) AS thermal_violation_seconds_total,
+               CAST(CASE WHEN f.g % 1499 = 7 THEN t * $every // 60 * 7000 ELSE 0 END AS BIGINT) AS nvlink_crc_errors_total,
+               CAST(CASE WHEN f.g % 211 = 3 THEN t * $every // 60 * 0.5 ELSE 0.0 END AS DOUBLE) AS thermal_violation_seconds_total,
                'bench' AS source, CAST($start::TIMESTAMP + to_seconds(t * $every) AS DATE) AS day, f.block
         FROM fleet f, range($steps) r(t)
         """,
@@ -158,7 +161,7 @@ def make_facts(facts: Path, gpus: int, days: int, block: int) -> None:
                CASE WHEN t % 3 = 0 THEN 'gpu' ELSE '3g.71gb' END AS profile, 'H200' AS gpu_model,
                1.0 AS quantity, 1 AS workloads, 'bench' AS source,
                CAST($start::TIMESTAMP + to_seconds(t * 300) AS DATE) AS day, 0 AS block
-        FROM range($steps // 5) r(t)
+        FROM range($steps * $every // 300) r(t)
         """,
     )
     copy(
@@ -257,26 +260,30 @@ def main() -> None:
     ap.add_argument("--fleets", default="200", help="GPU counts, each a multiple of the first (default 200)")
     ap.add_argument("--days", type=int, default=1, help="days of history at 60 s (the fleet-scale run uses 7)")
     ap.add_argument("--bucket", type=int, default=3600, help="analysis bucket in seconds (default 3600, as analyze)")
+    ap.add_argument("--interval", type=int, default=INTERVAL,
+                    help="seconds between samples (default 60; 300 is what `collect --rollups` writes)")
     ap.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one, removed)")
     args = ap.parse_args()
     fleets = [int(x) for x in args.fleets.split(",")]
     block = fleets[0]
     if any(n % block for n in fleets):
         ap.error("every fleet size must be a multiple of the first")
-    per_gpu = args.days * 86400 // INTERVAL
+    per_gpu = args.days * 86400 // args.interval
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-analytics-"))
     marker = root / "facts.json"
     have = json.loads(marker.read_text()) if marker.exists() else {}
     t0 = time.perf_counter()
     generated = args.days + 1  # the window, and one more day for the incremental run
-    if have.get("days") == generated and have.get("block") == block and have.get("gpus", 0) >= max(fleets):
+    if (have.get("days") == generated and have.get("block") == block and have.get("gpus", 0) >= max(fleets)
+            and have.get("interval", INTERVAL) == args.interval):
         print(f"reusing the facts in {root} ({have['gpus']} GPUs generated earlier)")
     else:
         shutil.rmtree(root / "facts", ignore_errors=True)
-        make_facts(root / "facts", max(fleets), generated, block)
-        marker.write_text(json.dumps({"gpus": max(fleets), "days": generated, "block": block}))
+        make_facts(root / "facts", max(fleets), generated, block, args.interval)
+        marker.write_text(json.dumps({"gpus": max(fleets), "days": generated, "block": block,
+                                      "interval": args.interval}))
     gen = time.perf_counter() - t0
-    print(f"generated {max(fleets)} GPUs x {args.days} d = {max(fleets) * per_gpu:,} device samples "
+    print(f"generated {max(fleets)} GPUs x {args.days} d at {args.interval} s = {max(fleets) * per_gpu:,} device samples "
           f"(+ GPU samples and allocations) in {gen:.1f} s")
     print(f"load average before the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     print(f"{'GPUs':>6} {'samples':>11} {'floor s':>8} {'analyze s':>10} {'ratio':>6} {'floor CPU s':>12} "
