@@ -203,3 +203,25 @@ def test_a_collection_gap_turns_samples_into_unknown_not_idle(store: Path) -> No
              [summary.run_id, T0])
     )
     assert got == {"unknown": round(10 / 60, 6), "allocated-active": round(20 / 60, 6)}
+
+
+def test_samples_of_a_device_the_inventory_does_not_list_still_tell_the_sample_interval(tmp_path: Path) -> None:
+    """GPU-A (listed) reports once per 30-minute bucket, so its own samples tell no spacing; GPU-Z, which
+    the inventory does not list, reports every 60 s. The interval is 60 s (not the bucket), and GPU-Z
+    has no idle rows of its own."""
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.samples("GPU-A", count=2, every=1800, activity=0.0)
+    f.con.executemany(
+        """INSERT INTO device_samples (ts, node, gpu_uuid, device_id, activity_ratio, memory_used_bytes, source)
+           VALUES (?, 'n1', 'GPU-Z', 'GPU-Z', 0.5, NULL, 'test')""",
+        [[T0 + timedelta(seconds=60 * i)] for i in range(60)],
+    )
+    f.close()
+    summary = analyze(path, settings())
+    assert summary.sample_interval_seconds == 60
+    devices = {d for (d,) in rows(path, "SELECT DISTINCT device_id FROM idle_capacity WHERE run_id = ?",
+                                  [summary.run_id])}
+    assert devices == {"GPU-A"}
