@@ -203,22 +203,22 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
     values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
     rows = con.execute(
         """
-        WITH g AS (SELECT unnest($gpus) AS gpu_uuid, generate_subscripts($gpus, 1) - 1 AS i)
-        SELECT g.i, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
+        SELECT t.gpu_uuid, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
                t.ecc_corrected_max, t.pcie_replay_max, t.nvlink_crc_max, t.thermal_max,
                CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END AS slow
-        FROM part_trend_buckets t JOIN g USING (gpu_uuid)
+        FROM part_trend_buckets t
         WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
-        """,
+              AND list_contains($gpus, t.gpu_uuid)
+        """,  # a filter on the scan, not a join: the few GPUs' rows of millions, for 2/3 of the CPU
         {**span, "origin": origin, "bs": bucket, "gpus": list(gpus)},
     ).fetchnumpy()
+    index = {g: n for n, g in enumerate(gpus)}
     cols: list[np.ndarray] = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
     cols[0] /= 1e6  # microseconds -> seconds
-    _rates(values, (len(gpus), buckets), np.asarray(rows["i"], dtype=np.int64), np.asarray(rows["h"], dtype=np.int64),
-           cols)
+    at = np.fromiter(map(index.__getitem__, rows["gpu_uuid"]), dtype=np.int64, count=len(rows["gpu_uuid"]))
+    _rates(values, (len(gpus), buckets), at, np.asarray(rows["h"], dtype=np.int64), cols)
     xids = values["hardware_xids_per_hour"]
     xids[:, :] = 0.0  # a bucket without an XID event is a measured zero: events are reported when they happen
-    index = {g: n for n, g in enumerate(gpus)}
     for gpu, b, n in con.execute(
         """
         SELECT gpu_uuid, ((epoch(ts) - $origin) // $bs)::BIGINT AS h, sum(count)
