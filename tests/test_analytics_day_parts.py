@@ -69,6 +69,16 @@ def results(path: Path, run_id: str) -> tuple[list[tuple[object, ...]], ...]:
     return idle, frag, charge, risk
 
 
+def merged_results(base: Path, workers: list[Path], merged: Path, s: AnalysisSettings) -> tuple[list[tuple[object, ...]], ...]:
+    """A copy of ``base`` takes the workers' day parts, then analyses the window without reading a day again."""
+    shutil.copy(base, merged)
+    for worker in workers:
+        import_parts(merged, worker)
+    run = analyze(merged, s)
+    assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
+    return results(merged, run.run_id)
+
+
 def from_nothing(path: Path, tmp: Path, s: AnalysisSettings) -> tuple[list[tuple[object, ...]], ...]:
     """The same analysis on a copy of the store without any stored part."""
     copy = tmp / "fresh.duckdb"
@@ -132,13 +142,9 @@ def test_days_analysed_on_separate_workers_merge_into_the_single_node_run(three_
         shutil.copy(three_days, worker)
         analyze(worker, settings(day, parquet_dir=facts, window_seconds=DAY, sample_interval_seconds=300))
         workers.append(worker)
-    merged = tmp_path / "merged.duckdb"
-    shutil.copy(three_days, merged)
-    for worker in workers:
-        import_parts(merged, worker)
-    run = analyze(merged, settings(END, parquet_dir=facts, sample_interval_seconds=300))
-    assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
-    assert results(merged, run.run_id) == results(single, whole.run_id)
+    merged = merged_results(three_days, workers, tmp_path / "merged.duckdb",
+                            settings(END, parquet_dir=facts, sample_interval_seconds=300))
+    assert merged == results(single, whole.run_id)
 
 
 def test_the_command_merges_a_worker_store_and_refuses_a_foreign_file(three_days: Path, tmp_path: Path) -> None:

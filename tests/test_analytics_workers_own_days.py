@@ -14,12 +14,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.day_parts import import_parts
 from gpulens.analytics.run import analyze
 from gpulens.collector.backfill import backfill_simulated
 from gpulens.collector.parquet import export_parquet
 from gpulens.collector.schema import FACTS
-from tests.test_analytics_day_parts import DAY, END, at, results, settings
+from tests.test_analytics_day_parts import DAY, END, at, merged_results, results, settings
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +61,7 @@ def test_workers_holding_only_their_day_merge_into_the_single_node_run(tmp_path:
 
     central = tmp_path / "central-mount"
     shutil.copytree(facts, central)  # the same files (names, sizes, times) at another path
-    merged = tmp_path / "merged.duckdb"
-    shutil.copy(store, merged)
-    for worker in workers:
-        import_parts(merged, worker)
-    run = analyze(merged, settings(END, parquet_dir=central, sample_interval_seconds=300))
-    assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
-    merged_rows = results(merged, run.run_id)
+    merged_rows = merged_results(store, workers, tmp_path / "merged.duckdb",
+                                 settings(END, parquet_dir=central, sample_interval_seconds=300))
     assert merged_rows[0] and merged_rows[2], "idle capacity and chargeback rows to compare"
     assert merged_rows == results(single, whole.run_id)
