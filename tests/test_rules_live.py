@@ -79,6 +79,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
         with running_prometheus(data_dir=tmp / "prometheus", config=config, rule_files=[rules]) as server:
             server.wait_for_targets_up(len(NODES))
             _wait_for(server, "cluster:gpulens_gpu_up:sum")
+            # rule groups evaluate at their own offsets: wait until one has seen every exporter's GPUs
+            _wait_for(server, f"count(node:gpulens_gpus:count) == {len(NODES)}")
             _wait_for(server, "tenant:gpulens_idle_gpu_equivalents:sum")
             yield server
     finally:
