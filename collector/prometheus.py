@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -43,6 +42,7 @@ from gpulens.collector.prometheus_rollups import (
     query_name,
 )
 from gpulens.collector.store import Gap, Store, WindowResult
+from gpulens.collector.timeparse import format_time
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
 
@@ -268,10 +268,6 @@ def _missing_spans(present_ms: np.ndarray, start: float, end: float, step: float
     return [(float(expected[a]), float(min(expected[b] + step, end))) for a, b in zip(starts, stops, strict=True)]
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def source_of(client: PrometheusClient, *, rollups: bool = False) -> str:
     """The window-log source of a collection: raw and rollup collections keep separate logs and watermarks."""
     return f"{ROLLUP_SOURCE if rollups else SOURCE}:{client.base}"
@@ -286,7 +282,7 @@ def require_rollups(client: PrometheusClient, names: Sequence[str], start: float
     found = client.metric_names("|".join(records), start, end)
     if not found & set(records):
         raise PrometheusError(
-            f"--rollups: {client.base} has none of the rollup series between {_iso(start)} and {_iso(end)} "
+            f"--rollups: {client.base} has none of the rollup series between {format_time(start)} and {format_time(end)} "
             f"({', '.join(records)}): load group {ROLLUP_GROUP} of deploy/prometheus/gpulens-rules.yaml into "
             "its Prometheus, Thanos Ruler or Mimir ruler (deploy/base/prometheusrule.yaml with the Prometheus "
             "Operator), or collect without --rollups"

@@ -46,3 +46,8 @@ def parse_time(text: str, *, what: str = "time", clock: Callable[[], float] = ti
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def format_time(ts: float) -> str:
+    """Unix seconds as RFC 3339 UTC to the second (``2026-11-28T00:00:00Z``), as ``parse_time`` reads it."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

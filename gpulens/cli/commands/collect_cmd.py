@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
 
 COLLECT_HELP = (
@@ -51,10 +51,6 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _pairs(pairs: list[str], option: str) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -93,7 +89,7 @@ def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, 
                 failures.setdefault(target.url, []).append(target.error)
         ok = sum(1 for t in summary.targets if t.error is None)
         failed = f" (failed: {', '.join(summary.failed)})" if summary.failed else ""
-        _say(f"scrape {_iso(summary.timestamp)}: {ok}/{len(summary.targets)} targets, "
+        _say(f"scrape {format_time(summary.timestamp)}: {ok}/{len(summary.targets)} targets, "
              f"{summary.samples} samples, {summary.rows} new rows{failed}")
 
     scrape_loop(str(db), urls, interval=every, duration=limit, timeout=seconds, max_bytes=max_bytes,
@@ -139,7 +135,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
                             headers=tuple(_pairs(headers, "--header").items()))
 
     def progress(w: WindowResult) -> None:
-        _say(f"window {_iso(w.start)} .. {_iso(w.end)}: {w.total_rows} new rows, {w.gaps} gaps")
+        _say(f"window {format_time(w.start)} .. {format_time(w.end)}: {w.total_rows} new rows, {w.gaps} gaps")
 
     with Store(str(db)) as store, PrometheusClient(settings) as client:
         if start is None:
@@ -147,7 +143,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
             if mark is None:  # nothing collected from there yet (a CronJob's first run): the last day
                 start_s = end_s - FIRST_COLLECTION_SECONDS
                 what = "rollups" if rollups else "raw series"
-                _say(f"first collection of {what} from {url}: from {_iso(start_s)} (a day back; give --start to "
+                _say(f"first collection of {what} from {url}: from {format_time(start_s)} (a day back; give --start to "
                      f"collect earlier history)")
             else:
                 start_s = mark
@@ -155,11 +151,11 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
             start_s = parse_time(start, what="--start")
         start_s = (start_s // step_s) * step_s
         if end_s <= start_s and asked_end > settled:
-            ready = _iso(start_s + (time.time() - settled) + 1)
+            ready = format_time(start_s + (time.time() - settled) + 1)
             lag = "now-6m" if rollups else "now-1m"
             raise UserError(f"--end {end} falls within the last {'6 minutes' if rollups else 'minute'}, which is "
-                            f"not final yet: the collection stops at {lag} ({_iso(settled)}), not after --start "
-                            f"{_iso(start_s)}; give an "
+                            f"not final yet: the collection stops at {lag} ({format_time(settled)}), not after --start "
+                            f"{format_time(start_s)}; give an "
                             f"earlier --start, or run again after {ready}")
         summary = collect_range(store, client, start=start_s, end=end_s, step=step_s,
                                 schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
@@ -183,7 +179,7 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | No
     with Store(str(db)) as store, KubernetesClient(connection, timeout_s=timeout_s) as api:
         result = collect_inventory(store, api, config=config)
     parts = ", ".join(f"{t} +{n}" for t, n in sorted(result.rows.items()))
-    _say(f"kubernetes inventory at {_iso(result.start)}: {parts or 'no new rows'}")
+    _say(f"kubernetes inventory at {format_time(result.start)}: {parts or 'no new rows'}")
 
 
 def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: str | None) -> None:
@@ -198,7 +194,7 @@ def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: 
 
     def progress(p: ChunkProgress) -> None:
         state = "already stored" if p.skipped else f"{p.rows} new rows in {p.seconds:.1f}s"
-        _say(f"sim chunk {p.index}/{p.total} {_iso(p.start)} .. {_iso(p.end)}: {state}")
+        _say(f"sim chunk {p.index}/{p.total} {format_time(p.start)} .. {format_time(p.end)}: {state}")
 
     summary = backfill_simulated(db, scenario, end_s - days * 86400.0, end_s, step_s, progress)
     _say(f"simulated backfill: {summary.chunks} chunks ({summary.skipped} already stored), "
