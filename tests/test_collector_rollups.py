@@ -36,9 +36,16 @@ def test_the_rule_group_records_exactly_the_collectors_rollups_every_5_minutes()
 
 
 def test_rollups_keep_every_label_of_their_source_series() -> None:
-    for rollup in ROLLUPS:
-        assert " by " not in rollup.expr and " without " not in rollup.expr
-        assert rollup.expr == f"{rollup.function}({rollup.base}[5m])"
+    """Both shipped forms (the rules file, the PrometheusRule the operator loads) record each rollup as a
+    bare ``*_over_time`` of its base series: no aggregation that would drop a label."""
+    shipped = yaml.safe_load((ROOT / "deploy" / "base" / "prometheusrule.yaml").read_text(encoding="utf-8"))
+    (operator_group,) = [g for g in shipped["spec"]["groups"] if g["name"] == ROLLUP_GROUP]
+    by_base = {r.record: r for r in ROLLUPS}
+    for group in (rollup_group(), operator_group):
+        for rule in group["rules"]:  # type: ignore[attr-defined]
+            expr, rollup = rule["expr"].strip(), by_base[rule["record"]]
+            assert " by " not in expr and " without " not in expr and not expr.startswith(("sum", "avg(", "max(")), expr
+            assert expr == f"{rollup.function}({rollup.base}[5m])", expr
 
 
 def test_only_gauges_the_collector_reads_are_rolled_up_and_allocations_are_read_raw() -> None:
