@@ -264,29 +264,44 @@ def node_health(node: str, members: list[GpuHealth]) -> GpuHealth:
 
 def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, gpus: list[GpuHealth]) -> None:
     """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU)."""
-    rows: list[tuple[str, str | None, GpuHealth, str]] = []
+    cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
+    values = list(cols.values())
     by_node: dict[str, list[GpuHealth]] = defaultdict(list)
     texts: dict[tuple[Evidence, ...], str] = {}  # many GPUs have the same evidence: encoded once
+    run = (run_id, window.start, window.end)
     for g in gpus:
+        by_node[g.node].append(g)
+        if not g.evidence:  # most GPUs: nothing to encode, no times to look for
+            _append_row(values, (*run, "gpu", g.node, g.gpu_uuid, g.state, g.state == "drain", "[]", *_NO_TIMES))
+            continue
         text = texts.get(g.evidence)
         if text is None:
             text = texts[g.evidence] = json.dumps([e.as_json() for e in g.evidence])
-        rows.append(("gpu", g.gpu_uuid, g, text))
-        by_node[g.node].append(g)
+        _append_row(values, (*run, "gpu", g.node, g.gpu_uuid, g.state, g.drain_candidate, text, *_times(g)))
     for node, members in sorted(by_node.items()):
+        if not any(g.evidence for g in members):
+            state = max((g.state for g in members), key=_RANK.__getitem__)
+            _append_row(values, (*run, "node", node, None, state, state == "drain", "[]", *_NO_TIMES))
+            continue
         tagged = [{**e.as_json(), "gpu_uuid": g.gpu_uuid} for g in members for e in g.evidence]
-        rows.append(("node", None, node_health(node, members), json.dumps(tagged)))
-    cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
-    for scope, gpu_uuid, g, evidence in rows:
-        flagged = [e for e in g.evidence if e.severity in ("warn", "drain")]
-        firsts = [e.first_ts for e in flagged if e.first_ts is not None]
-        lasts = [e.last_ts for e in flagged if e.last_ts is not None]
-        for name, value in zip(
-            cols,
-            (run_id, window.start, window.end, scope, g.node, gpu_uuid, g.state, g.drain_candidate,
-             evidence, min(firsts, default=None), max(lasts, default=None), g.trend_start,
-             g.warning_ts, g.failure_ts, g.lead_seconds),
-            strict=True,
-        ):
-            cols[name].append(value)
+        h = node_health(node, members)
+        _append_row(values, (*run, "node", node, None, h.state, h.drain_candidate, json.dumps(tagged), *_times(h)))
     append_columns(con, "health", cols)
+
+
+_NO_TIMES = (None, None, None, None, None, None)
+"""The six time columns of a row without evidence."""
+
+
+def _times(g: GpuHealth) -> tuple[object, ...]:
+    """A row's first and last warn/drain evidence times, trend start, warning, failure and lead seconds."""
+    flagged = [e for e in g.evidence if e.severity in ("warn", "drain")]
+    firsts = [e.first_ts for e in flagged if e.first_ts is not None]
+    lasts = [e.last_ts for e in flagged if e.last_ts is not None]
+    return (min(firsts, default=None), max(lasts, default=None), g.trend_start, g.warning_ts, g.failure_ts,
+            g.lead_seconds)
+
+
+def _append_row(columns: list[list[object]], row: tuple[object, ...]) -> None:
+    for column, value in zip(columns, row, strict=True):
+        column.append(value)
