@@ -28,7 +28,7 @@ from statistics import median
 
 import duckdb
 
-from gpulens.analytics.facts import Window, infer_spacing
+from gpulens.analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
 from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
 from gpulens.analytics.settings import EarlyWarningRules
 from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
@@ -42,6 +42,10 @@ SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "a
 
 _DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
 
+DAY_SCOPED = ("device_samples", "allocations", "gpu_samples", "pending_demand")
+"""Facts whose rows sit in the partition of their own day (``ts``): a day part binds that day's files only.
+Gaps (a gap may cross midnight) and the snapshots (read up to the span's end) keep every file."""
+
 
 @dataclass(frozen=True)
 class Span:
@@ -50,6 +54,9 @@ class Span:
     window: Window
     facts: str
     devices: str
+    files: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Per fact table read from day-partitioned Parquet: its files of this day (and of no day), which the
+    day's stages read instead of the whole history's (``DAY_SCOPED``)."""
 
     @property
     def spacing_key(self) -> str:
@@ -82,8 +89,11 @@ def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | No
     out = []
     for w in day_windows(window):
         facts: list[object] = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
-        facts += [(t, [f for f in listed if f[0] is None or w.start.date() == f[0]]) for t, listed in sorted(files.items())]
-        out.append(Span(w, _hash(facts), _devices(con, w)))
+        mine = {t: [f for f in listed if f[0] is None or w.start.date() == f[0]] for t, listed in sorted(files.items())}
+        facts += list(mine.items())
+        scoped = tuple((t, tuple(f[1] for f in mine[t])) for t in DAY_SCOPED
+                       if any(f[0] is not None for f in mine.get(t, ())))
+        out.append(Span(w, _hash(facts), _devices(con, w), scoped))
     return out
 
 
@@ -99,9 +109,7 @@ def _parquet_files(parquet_dir: Path | None) -> dict[str, list[tuple[date | None
         listed = []
         for f in sorted(folder.rglob("*.parquet")):
             st = os.stat(f)
-            days = [m.group(1) for p in f.relative_to(folder).parts if (m := _DAY.match(p))]
-            day = date.fromisoformat(days[0]) if days else None
-            listed.append((day, str(f.relative_to(folder)), st.st_size, st.st_mtime_ns))
+            listed.append((_day_of(str(f.relative_to(folder))), str(f.relative_to(folder)), st.st_size, st.st_mtime_ns))
         if listed:
             out[table] = listed
     return out
@@ -151,6 +159,22 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
     no run, are dropped after the run).
     """
     con, settings = state.con, state.settings
+    try:
+        return _ensure_parts(state, span_list)
+    finally:
+        if settings.parquet_dir is not None and any(s.files for s in span_list):
+            bind_facts(con, settings.parquet_dir, tables=[t for t in DAY_SCOPED if t in FACT_TABLES])
+
+
+def _ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:
+    con, settings = state.con, state.settings
+    trust: list[frozenset[str]] = []  # worked out once, when the first day is read
+
+    def read(span: Span) -> None:
+        if not trust:
+            trust.append(trusted_tables(con, settings.parquet_dir))
+        _read(state, span, trust[0])
+
     spacing: dict[str, float | None] = {
         k: v for k, v in con.execute(
             "SELECT spacing_key, spacing_seconds FROM analysis_spacings WHERE list_contains($keys, spacing_key)",
@@ -162,7 +186,7 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
         for span in span_list:
             if span.spacing_key in spacing:
                 continue
-            _read(state, span)
+            read(span)
             spacing[span.spacing_key] = infer_spacing(con)
             con.execute("INSERT OR REPLACE INTO analysis_spacings VALUES (?, ?)",
                         [span.spacing_key, spacing[span.spacing_key]])
@@ -181,7 +205,7 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
         pid = span.part_id(parameters)
         ids.append(pid)
         if not _stored(con, pid):
-            _read(state, span)
+            read(span)
             _write_part(state, span, pid)
     return interval, ids
 
@@ -208,11 +232,57 @@ def _interval(spacings: list[float | None], window: Window) -> float:
 
 
 def _stored(con: duckdb.DuckDBPyConnection, part_id: str) -> bool:
-    return con.execute("SELECT count(*) FROM analysis_parts WHERE part_id = ?", [part_id]).fetchone() == (1,)
+    return con.execute("SELECT count(*) FROM analysis_parts WHERE part_id = ?", [part_id]).fetchall() == [(1,)]
 
 
-def _read(state: RunState, span: Span) -> None:
+def _read(state: RunState, span: Span, trusted: frozenset[str] = frozenset()) -> None:
+    parquet_dir = state.settings.parquet_dir
+    scoped = {t: files for t, files in span.files if t in trusted}
+    if scoped and parquet_dir is not None:
+        bind_fact_files(state.con, parquet_dir, scoped)
     run_stages(RunState(state.con, state.settings, span.window, values=state.values, done=state.done), PART_READ)
+
+
+def trusted_tables(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> frozenset[str]:
+    """The ``DAY_SCOPED`` tables whose every file under a day partition holds only that UTC day's rows, as
+    the files' row-group ``ts`` statistics say (a file without them is not taken on trust): a day part of
+    these reads its own day's files only. Files partitioned by another day (a local date, say) keep every
+    file in every day's read. Each file is looked at once: the answer is kept per path, size and mtime."""
+    if parquet_dir is None:
+        return frozenset()
+    listed = _parquet_files(parquet_dir)
+    dated = {str(parquet_dir / t / f): (t, day, size, mtime) for t in DAY_SCOPED for day, f, size, mtime in listed.get(t, [])
+             if day is not None}
+    if not dated:
+        return frozenset()
+    known = {path: ok for path, size, mtime, ok in con.execute(
+        "SELECT path, size, mtime_ns, within_day FROM parquet_file_days WHERE list_contains($paths, path)",
+        {"paths": list(dated)},
+    ).fetchall() if dated[path][2:] == (size, mtime)}
+    unknown = [p for p in dated if p not in known]
+    if unknown:
+        spans = {p: (None, None) for p in unknown} | {
+            name: (lo, hi) for name, lo, hi in con.execute(
+                """SELECT file_name, min(TRY_CAST(stats_min_value AS TIMESTAMP)), max(TRY_CAST(stats_max_value AS TIMESTAMP))
+                   FROM parquet_metadata($files) WHERE path_in_schema = 'ts' GROUP BY file_name""",
+                {"files": unknown},
+            ).fetchall()
+        }
+        for p in unknown:
+            lo, hi = spans[p]
+            day = datetime.combine(dated[p][1], datetime.min.time())
+            known[p] = lo is not None and hi is not None and day <= lo and hi < day + timedelta(days=1)
+        con.execute(
+            "INSERT OR REPLACE INTO parquet_file_days SELECT unnest($p), unnest($s), unnest($m), unnest($ok)",
+            {"p": unknown, "s": [dated[p][2] for p in unknown], "m": [dated[p][3] for p in unknown],
+             "ok": [known[p] for p in unknown]},
+        )
+    return frozenset(t for t in DAY_SCOPED if t in FACT_TABLES) - {dated[p][0] for p, ok in known.items() if not ok}
+
+
+def _day_of(relative: str) -> date | None:
+    days = [m.group(1) for p in Path(relative).parts if (m := _DAY.match(p))]
+    return date.fromisoformat(days[0]) if days else None
 
 
 def _drop(con: duckdb.DuckDBPyConnection) -> None:
@@ -311,8 +381,8 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
         con.execute("BEGIN TRANSACTION")
         try:
             for table in PART_TABLES:
-                if table == "analysis_run_parts":
-                    continue  # the worker's runs are not this store's
+                if table in ("analysis_run_parts", "parquet_file_days"):
+                    continue  # the worker's runs and the files it looked at are not this store's
                 if table == "analysis_spacings":
                     con.execute(
                         "INSERT INTO analysis_spacings SELECT * FROM worker.analysis_spacings w "

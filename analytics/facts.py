@@ -6,6 +6,7 @@ name, so the same SQL runs on a laptop store and on long Parquet history.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,15 +21,17 @@ FACT_TABLES = (*FACTS, "gaps")
 """Every table analytics reads as ``f_<table>``: the collector's facts and its recorded gaps."""
 
 
-def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False) -> str:
-    """Create the ``f_*`` views; a table missing under ``parquet_dir`` falls back to the store's.
+def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False,
+               tables: Sequence[str] = FACT_TABLES) -> str:
+    """Create the ``f_*`` views (of ``tables``, by default every fact table); a table missing under
+    ``parquet_dir`` falls back to the store's.
 
     ``temporary``: views of this connection only (they work on a read-only store, e.g. ``gpulens recommend``
     without writing results, and ``gpulens plan``).
     """
     if parquet_dir is not None and not parquet_dir.is_dir():
         raise UserError(f"--parquet {parquet_dir}: not a directory")
-    for table in FACT_TABLES:
+    for table in tables:
         rel = read_fact_parquet(con, parquet_dir / table) if parquet_dir is not None else None
         rel = rel if rel is not None else con.table(table)
         if temporary:
@@ -36,6 +39,16 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temp
         else:
             rel.create_view(f"f_{table}", replace=True)
     return str(parquet_dir) if parquet_dir is not None else "store"
+
+
+def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Mapping[str, Sequence[str]]) -> None:
+    """Point ``f_<table>`` at some of its Parquet files only (paths relative to ``parquet_dir/<table>``), e.g. one
+    day's partition while a day part is computed: a query then binds and prunes those files, not the whole
+    history's. ``bind_facts`` points them back at every file."""
+    for table, names in files.items():
+        rel = read_fact_parquet(con, parquet_dir / table, [parquet_dir / table / n for n in names])
+        if rel is not None:
+            rel.create_view(f"f_{table}", replace=True)
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,12 @@ PART_TABLES: dict[str, list[Column]] = {
         *_RUN,
         _c("part_id", "VARCHAR NOT NULL", "A day part the run's window is made of."),
     ],
+    "parquet_file_days": [
+        _c("path", "VARCHAR PRIMARY KEY", "A fact Parquet file under a day partition (day=/date=)."),
+        _c("size", "BIGINT NOT NULL", "Its size in bytes when looked at."),
+        _c("mtime_ns", "BIGINT NOT NULL", "Its modification time (ns) when looked at."),
+        _c("within_day", "BOOLEAN NOT NULL", "Its row groups' ts statistics lie inside its partition's UTC day."),
+    ],
     "analysis_spacings": [
         _c("spacing_key", "VARCHAR PRIMARY KEY", "sha256 of the span, its facts' fingerprint and the bucket."),
         _c("spacing_seconds", "DOUBLE", "Median spacing of a device's consecutive samples in the span; NULL: none."),

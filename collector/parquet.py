@@ -7,6 +7,7 @@ DuckDB views with the store's table names over such a directory, so analytics ca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -67,16 +68,23 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
     return ExportSummary(out, rows)
 
 
-def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path) -> duckdb.DuckDBPyRelation | None:
-    """The one reader of a fact table's Parquet files: every ``folder/**/*.parquet``, Hive partition keys
-    (``date=...``, ``day=...``) as columns, files of different column sets unified by name; None when the
-    folder holds no Parquet file. The path may be anything DuckDB reads (a local folder here).
+def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path,
+                      files: Sequence[Path] | None = None) -> duckdb.DuckDBPyRelation | None:
+    """The one reader of a fact table's Parquet files: every ``folder/**/*.parquet`` (or only ``files``, some
+    of them), Hive partition keys (``date=...``, ``day=...``) as columns, files of different column sets
+    unified by name; None when the folder holds no Parquet file. The path may be anything DuckDB reads (a
+    local folder here).
 
     Columns the store has and the files lack (files written before a column existed, e.g. an older
     export without ``ecc_corrected_total``) read as typed NULLs: not measured, never zero."""
-    if not folder.is_dir() or not any(folder.rglob("*.parquet")):
+    if files is not None:
+        if not files:
+            return None
+        rel = con.read_parquet([str(f) for f in files], hive_partitioning=True, union_by_name=True)
+    elif not folder.is_dir() or not any(folder.rglob("*.parquet")):
         return None
-    rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
+    else:
+        rel = con.read_parquet(str(folder / "**" / "*.parquet"), hive_partitioning=True, union_by_name=True)
     have = set(rel.columns)
     missing = [(name, kind) for name, kind in table_columns(folder.name) if name not in have]
     if missing:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
+import pytest
 
+from gpulens.analytics.day_parts import trusted_tables
 from gpulens.analytics.run import analyze
 from gpulens.collector.parquet import export_parquet, read_fact_parquet
+from tests.support.analytics_fleet import T0, Fleet
 from tests.test_analytics_idle_capacity import build, settings
 
 
@@ -67,3 +71,53 @@ def test_parquet_written_before_a_column_existed_reads_it_as_not_measured(tmp_pa
     rel = read_fact_parquet(duckdb.connect(), tmp_path / "export" / "gpu_samples")
     assert rel is not None
     assert rel.aggregate("count(*), count(ecc_corrected_total), count(pcie_replay_total)").fetchall()[0][1:] == (0, 0)
+
+
+@pytest.mark.parametrize("partition_offset_hours", [0, -5], ids=["utc-days", "local-days"])
+def test_facts_across_midnight_give_the_store_s_analysis_however_the_days_are_partitioned(
+    tmp_path: Path, partition_offset_hours: int
+) -> None:
+    """A day part reads only its own day's Parquet partition when the files' statistics show they hold
+    only that UTC day's rows; files partitioned by a local date (here UTC-5: the first hours of each UTC
+    day sit in the day before's partition) are read whole, so no row is lost either way."""
+    store = tmp_path / "store.duckdb"
+    start = T0 + timedelta(hours=21)  # 21:00 on one UTC day to 06:00 on the next
+    f = Fleet(store)
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.gpu("GPU-B", "n1")
+    f.samples("GPU-A", start=start, count=540, activity=lambda i: 0.0 if i % 7 else 0.9)
+    f.alloc("GPU-A", "alpha", start=start, count=450)
+    f.samples("GPU-B", start=start, count=540, activity=0.4)
+    f.alloc("GPU-B", "beta", start=start + timedelta(hours=2), count=400)
+    f.close()
+    window = settings(window_seconds="1d", bucket_seconds="1h", end=T0 + timedelta(days=1, hours=6))
+    from_store = analyze(store, window)
+    out = tmp_path / "export"
+    out.mkdir()
+    con = duckdb.connect(str(store))
+    for table in ("device_samples", "allocations"):
+        con.execute(
+            f"COPY (SELECT *, CAST(ts + INTERVAL ({partition_offset_hours}) HOUR AS DATE) AS day FROM {table}) "  # noqa: S608
+            f"TO '{out / table}' (FORMAT parquet, PARTITION_BY (day))"
+        )
+        con.execute(f"DELETE FROM {table}")  # noqa: S608 - constant names: the facts now live only in Parquet
+    con.close()
+    from_parquet = analyze(store, window.model_copy(update={"parquet_dir": out}))
+    con = duckdb.connect(str(store), read_only=True)
+
+    def idle(run_id: str) -> list[tuple]:
+        return con.execute(
+            """SELECT bucket_start, device_id, tenant, state, round(ge_hours, 9), samples
+               FROM idle_capacity WHERE run_id = ? ORDER BY ALL""",
+            [run_id],
+        ).fetchall()
+
+    assert idle(from_parquet.run_id) == idle(from_store.run_id) != []
+    assert {k: round(v, 9) for k, v in from_parquet.ge_hours_by_state.items()} == {
+        k: round(v, 9) for k, v in from_store.ge_hours_by_state.items()}
+    con.close()
+    con = duckdb.connect(str(store))
+    day_by_day = {"device_samples", "allocations"} if partition_offset_hours == 0 else set()
+    assert trusted_tables(con, out) & {"device_samples", "allocations"} == day_by_day
+    con.close()
