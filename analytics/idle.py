@@ -91,22 +91,27 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     )
     row = con.execute("SELECT count(*) FROM an_gaps").fetchone()
     gap_filter = _GAP_FILTER if row is not None and row[0] else ""
-    # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes. Read first: the
-    # holders' first and last times cut each bucket into the segments that the one sample read groups by.
+    # Per device and bucket: samples, their class counts and the sum of their time hashes. Grouped by the
+    # integer key alone (a device id in the key costs ~10% of this read): samples of devices the inventory
+    # does not list fall into dk NULL, and only when there are any is their own read made (``an_kb_unlisted``,
+    # which only the sample interval uses).
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE an_held AS
-        SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m, sum(s.gpu_equivalents) AS ge,
-               min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi, sum(hash(s.ts)) AS ts_sig,
-               min(s.ts) AS first_ts, max(s.ts) AS last_ts
-        FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
-        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        CREATE OR REPLACE TEMP TABLE an_kb AS
+        SELECT dk, b, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
+               count(*) FILTER (WHERE c = 0) AS n_idle, count(*) FILTER (WHERE c = 1) AS n_active,
+               count(*) FILTER (WHERE c = 2) AS n_unmeasured,
+               count(*) FILTER (WHERE c < 2) AS n_activity,
+               avg(memory_used_bytes) AS memory_avg, sum(hash(ts)) AS ts_sig
+        FROM (
+            SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, s.memory_used_bytes, {_CLASS} AS c
+            FROM f_device_samples s LEFT JOIN an_dev d USING (device_id)
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        )
         GROUP BY ALL
         """,  # noqa: S608 - constant fragments; values are bound
-        params,
+        {**params, "thr": threshold},
     )
-    _segment_bounds(con)
-    _read_segments(con, params, threshold, gap_filter)
     unlisted = "" if _has_unlisted(con, "an_kb") else "false AND"
     con.execute(
         f"""
@@ -119,13 +124,29 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         params,
     )
     con.execute("DELETE FROM an_kb WHERE dk IS NULL")
-    _decide_segments(con)
-    if _count(con, "an_uncut"):
+    # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE an_held AS
+        SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m, sum(s.gpu_equivalents) AS ge,
+               min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi, sum(hash(s.ts)) AS ts_sig,
+               min(s.ts) AS first_ts, max(s.ts) AS last_ts
+        FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
+        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+        GROUP BY ALL
+        """,  # noqa: S608 - constant fragments; values are bound
+        params,
+    )
+    # A bucket is exact when each of its holders held at exactly the device's sample times with one GE.
+    decide = _DECIDE.format(
+        holders="(SELECT * FROM an_held WHERE dk IS NOT NULL)",
+        covered="(SELECT dk, b, n, n_idle, n_active, n_unmeasured, ts_sig AS sig FROM an_kb)",
+        on="c.dk = h.dk AND c.b = h.b",
+    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE an_hold AS WITH {decide}")  # noqa: S608 - constant fragments
+    if _any_joined(con):
         _cover_ranges(con, params, threshold, gap_filter)
-    con.execute("DROP TABLE an_seg")
-    con.execute("DROP TABLE an_cuts")
-    con.execute("DROP TABLE an_uncut")
-    if _count(con, "an_hold", "joined"):
+    if _any_joined(con):
         _join_per_sample(con, params, threshold, gap_filter)
     con.execute(
         """
@@ -192,147 +213,9 @@ SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NO
 is decided only when every holder of it is (``joined`` marks the others for the next tier)."""
 
 
-def _count(con: duckdb.DuckDBPyConnection, table: str, where: str = "true") -> int:
-    """Rows of temp table ``table`` where ``where`` holds (both are our constants)."""
-    row = con.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()  # noqa: S608 - constants
-    return int(row[0]) if row else 0
-
-
-_CUTS = 4
-"""At most this many cut times in a bucket (its holders' first times and last times + 1 µs); a bucket with
-more is read whole, and its holders that do not span it are decided by ``_cover_ranges``."""
-
-
-def _segment_of(ts: str) -> str:
-    """SQL: the segment of time ``ts`` in its bucket, the number of the bucket's cuts ``x`` at or before it."""
-    whens = " ".join(f"WHEN {ts} < x.t{i + 1} THEN {i}" for i in range(1, _CUTS))
-    return f"CASE WHEN x.t1 IS NULL OR {ts} < x.t1 THEN 0 {whens} ELSE {_CUTS} END"
-
-
-def _segment_bounds(con: duckdb.DuckDBPyConnection) -> None:
-    """``an_cuts``: per device and bucket with at most ``_CUTS`` distinct holder boundaries, those times in
-    order (t1..tK, the missing ones at +infinity). A holder's rows then lie in whole segments."""
-    cuts = ", ".join(
-        f"coalesce(cut[{i + 1}], 'infinity'::TIMESTAMP) AS t{i + 1}" for i in range(_CUTS)
-    )
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE an_cuts AS
-        SELECT dk, b, {cuts} FROM (
-            SELECT dk, b, list_sort(list(DISTINCT t)) AS cut FROM (
-                SELECT dk, b, first_ts AS t FROM an_held WHERE dk IS NOT NULL
-                UNION ALL
-                SELECT dk, b, last_ts + INTERVAL 1 MICROSECOND FROM an_held WHERE dk IS NOT NULL
-            )
-            GROUP BY dk, b HAVING count(DISTINCT t) <= {_CUTS}
-        )
-        """  # noqa: S608 - constant fragments
-    )
-
-
-def _read_segments(con: duckdb.DuckDBPyConnection, params: dict[str, object], threshold: float,
-                   gap_filter: str) -> None:
-    """The one read of the device samples: ``an_seg`` per device, bucket and segment (samples, class counts,
-    first and last time, memory sum and count, time hashes), and ``an_kb``, their sums per device and bucket."""
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE an_seg AS
-        SELECT dk, b, seg, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
-               count(*) FILTER (WHERE c = 0) AS n_idle, count(*) FILTER (WHERE c = 1) AS n_active,
-               count(*) FILTER (WHERE c = 2) AS n_unmeasured,
-               sum(memory_used_bytes) AS memory_sum, count(memory_used_bytes) AS memory_n, sum(hash(ts)) AS sig
-        FROM (
-            SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, s.memory_used_bytes, {_CLASS} AS c, {_segment_of("s.ts")} AS seg
-            FROM f_device_samples s LEFT JOIN an_dev d USING (device_id)
-            LEFT JOIN an_cuts x ON x.dk = d.dk AND x.b = {BUCKET_OF_TS}
-            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-        )
-        GROUP BY ALL
-        """,  # noqa: S608 - constant fragments; values are bound
-        {**params, "thr": threshold},
-    )
-    # Samples of devices the inventory does not list fall into dk NULL (their own read is ``an_kb_unlisted``).
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE an_kb AS
-        SELECT dk, b, CAST(sum(n) AS BIGINT) AS n, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
-               CAST(sum(n_idle) AS BIGINT) AS n_idle, CAST(sum(n_active) AS BIGINT) AS n_active,
-               CAST(sum(n_unmeasured) AS BIGINT) AS n_unmeasured, CAST(sum(n_idle + n_active) AS BIGINT) AS n_activity,
-               sum(memory_sum) / sum(memory_n) AS memory_avg, sum(sig) AS ts_sig,
-               sum(memory_n) >= $exact_n OR abs(sum(memory_sum)) >= $exact_sum AS memory_inexact
-        FROM an_seg GROUP BY dk, b
-        """,
-        {"exact_n": _EXACT_MEAN_N, "exact_sum": 2**53},
-    )
-    if _count(con, "an_kb", "memory_inexact"):
-        _memory_means(con, params, gap_filter)
-    con.execute("ALTER TABLE an_kb DROP COLUMN memory_inexact")
-
-
-_EXACT_MEAN_N = 2048
-"""Below this many readings (and a sum under 2^53) a sum divided by a count is bit for bit DuckDB's ``avg``
-(which divides in extended precision): the rounding twice can differ only from 2^11 readings on."""
-
-
-def _memory_means(con: duckdb.DuckDBPyConnection, params: dict[str, object], gap_filter: str) -> None:
-    """The mean memory of the device buckets whose sum over segments might round unlike ``avg`` (a bucket of
-    2,048 readings or more): read again for those buckets."""
-    con.execute(
-        f"""
-        UPDATE an_kb SET memory_avg = m.memory_avg FROM (
-            SELECT d.dk, {BUCKET_OF_TS} AS b, avg(s.memory_used_bytes) AS memory_avg
-            FROM f_device_samples s JOIN an_dev d USING (device_id)
-            SEMI JOIN (SELECT dk, b FROM an_kb WHERE memory_inexact) w ON w.dk = d.dk AND w.b = {BUCKET_OF_TS}
-            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-            GROUP BY ALL
-        ) m
-        WHERE an_kb.dk = m.dk AND an_kb.b = m.b
-        """,  # noqa: S608 - constant fragments; values are bound
-        params,
-    )
-
-
-def _decide_segments(con: duckdb.DuckDBPyConnection) -> None:
-    """Tiers 1 and 2 from the segments: ``an_hold``, and ``an_uncut``, the buckets left to ``_cover_ranges``.
-
-    A holder's first and last rows lie in segments s_lo and s_hi; when the samples of those segments lie
-    between its first and last row (always, when the bucket's cuts are its boundaries), they are exactly
-    the samples tier 2 counts (and the bucket's, when it spans the bucket, as tier 1 counts). A bucket
-    with a holder whose segments hold samples outside its span (more cuts than ``_CUTS``) is ``an_uncut``."""
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE an_span AS
-        WITH h AS (
-            SELECT row_number() OVER () AS hid, h.*,
-                   {_segment_of("h.first_ts")} AS s_lo, {_segment_of("h.last_ts")} AS s_hi
-            FROM an_held h LEFT JOIN an_cuts x USING (dk, b) WHERE h.dk IS NOT NULL
-        ),
-        span AS (
-            SELECT h.hid, CAST(sum(s.n) AS BIGINT) AS n, CAST(sum(s.n_idle) AS BIGINT) AS n_idle,
-                   CAST(sum(s.n_active) AS BIGINT) AS n_active, CAST(sum(s.n_unmeasured) AS BIGINT) AS n_unmeasured,
-                   sum(s.sig) AS sig, min(s.first_ts) >= any_value(h.first_ts) AND max(s.last_ts) <= any_value(h.last_ts)
-                       AS inside
-            FROM h JOIN an_seg s ON s.dk = h.dk AND s.b = h.b AND s.seg BETWEEN h.s_lo AND h.s_hi
-            GROUP BY h.hid
-        )
-        SELECT h.*, span.n, span.n_idle, span.n_active, span.n_unmeasured, span.sig, coalesce(span.inside, true) AS inside
-        FROM h LEFT JOIN span USING (hid)
-        """  # noqa: S608 - constant fragments
-    )
-    con.execute("CREATE OR REPLACE TEMP TABLE an_uncut AS SELECT DISTINCT dk, b FROM an_span WHERE NOT inside")
-    decide = _DECIDE.format(
-        holders="(SELECT * FROM an_span ANTI JOIN an_uncut USING (dk, b))",
-        covered="(SELECT hid, n, n_idle, n_active, n_unmeasured, sig FROM an_span WHERE n IS NOT NULL)",
-        on="c.hid = h.hid",
-    )
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE an_hold AS WITH {decide}
-        UNION ALL
-        SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM an_span SEMI JOIN an_uncut USING (dk, b)
-        """  # noqa: S608 - constant fragments
-    )
-    con.execute("DROP TABLE an_span")
+def _any_joined(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute("SELECT count(*) FROM an_hold WHERE joined").fetchone()
+    return bool(row and row[0])
 
 
 def _cover_ranges(con: duckdb.DuckDBPyConnection, params: dict[str, object], threshold: float,
@@ -341,14 +224,12 @@ def _cover_ranges(con: duckdb.DuckDBPyConnection, params: dict[str, object], thr
     times between its first and last row (a pod that came or went inside the bucket) with one GE takes
     the class counts of those samples. Buckets where every holder is such stay exact; the rest stay
     marked for the row-by-row join."""
-    only, bound = _only_devices(con, "SELECT DISTINCT d.device_id FROM an_uncut u JOIN an_dev d USING (dk) ORDER BY 1")
-    gap_filter = f"{only} {gap_filter}"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_hold AS
         WITH slow AS (
             SELECT row_number() OVER () AS hid, h.*
-            FROM an_held h SEMI JOIN an_uncut j USING (dk, b)
+            FROM an_held h SEMI JOIN (SELECT DISTINCT dk, b FROM an_hold WHERE joined) j USING (dk, b)
         ),
         cover AS (
             SELECT h.hid, count(*) AS n, sum(hash(s.ts)) AS sig,
@@ -364,9 +245,9 @@ def _cover_ranges(con: duckdb.DuckDBPyConnection, params: dict[str, object], thr
         ),
         {_DECIDE.format(holders="slow", covered="cover", on="c.hid = h.hid")}
         UNION ALL
-        SELECT * FROM an_hold ANTI JOIN an_uncut USING (dk, b)  -- the buckets the segments decided
+        SELECT * FROM an_hold WHERE NOT joined  -- the buckets tier 1 decided
         """,  # noqa: S608 - constant fragments; values are bound
-        {**params, "thr": threshold, **bound},
+        {**params, "thr": threshold},
     )
 
 
@@ -376,9 +257,14 @@ def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], 
     the device sample at its own time; a row with no device sample at its time holds no measured time
     (that time is ``unknown``). When few devices have such buckets, the facts are read for those devices
     only (their ids as bound values, which the scan filters on before any join)."""
-    only, bound = _only_devices(
-        con, "SELECT DISTINCT d.device_id FROM an_hold h JOIN an_dev d USING (dk) WHERE h.joined ORDER BY 1"
-    )
+    devices = [r[0] for r in con.execute(
+        "SELECT DISTINCT d.device_id FROM an_hold h JOIN an_dev d USING (dk) WHERE h.joined ORDER BY 1"
+    ).fetchall()]
+    only = ""
+    bound: dict[str, object] = {}
+    if len(devices) <= _FEW_DEVICES:
+        bound = {f"dev{i}": d for i, d in enumerate(devices)}
+        only = f"AND s.device_id IN ({', '.join(f'${k}' for k in bound)})"
     gap_filter = f"{only} {gap_filter}"
     con.execute(
         f"""
@@ -416,16 +302,7 @@ def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], 
 
 
 _FEW_DEVICES = 2000
-"""At most this many devices in the buckets a later tier decides: read their facts by device id."""
-
-
-def _only_devices(con: duckdb.DuckDBPyConnection, query: str) -> tuple[str, dict[str, object]]:
-    """A filter of the facts ``s`` on the devices ``query`` lists (their ids bound), when they are few."""
-    devices = [r[0] for r in con.execute(query).fetchall()]
-    if len(devices) > _FEW_DEVICES:
-        return "", {}
-    bound: dict[str, object] = {f"dev{i}": d for i, d in enumerate(devices)}
-    return f"AND s.device_id IN ({', '.join(f'${k}' for k in bound)})", bound
+"""At most this many devices in the row-by-row buckets: read their facts by device id."""
 
 
 def _has_unlisted(con: duckdb.DuckDBPyConnection, table: str) -> bool:
