@@ -138,7 +138,7 @@ def _quiet(readings: str = "idle") -> tuple[str, ...]:
 _BUSY_FROM_30 = tuple("idle" if m % 60 < 30 else "busy" for m in range(MINUTES))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpus=st.lists(traces, min_size=1, max_size=3))
 # A pod arriving at a bucket's first sample (minute 60) while another leaves at the last one (minute 59).
 @example(gpus=[Trace(_BUSY_FROM_30, (Stay(0, 0, 60), Stay(2, 60, 60)), 7)])
