@@ -112,92 +112,116 @@ _OWNER = ("coalesce(g.gkind, a.workload_kind, 'Pod') AS kind, coalesce(g.gname, 
           "LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod")
 _OWNER_NO_GANGS = ("coalesce(a.workload_kind, 'Pod') AS kind, coalesce(a.workload_name, a.pod) AS wname", "")
 
-_EXCLUSIVE_GPU = """
-    a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
-    AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
-"""
-"""Allocation rows of the span that hold a whole GPU exclusively (joined to ``devices d``)."""
+_WHOLE_GPU = "d.kind = 'gpu' AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'"
+"""An allocation row (``a``, joined to ``devices d``) that holds a whole GPU exclusively."""
 
-MULTI_OWNERS = """
-WITH gangs AS ({gangs})
-SELECT namespace, kind, wname FROM (  -- per owner and pod: does the pod hold 2+ GPUs at some time of the span?
-    SELECT a.namespace, {owner}, a.pod, min(a.gpu_uuid) <> max(a.gpu_uuid) AS multi_gpu
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {exclusive}
-    GROUP BY ALL
-)
-GROUP BY ALL HAVING bool_or(multi_gpu) OR list_contains($gang_kinds, kind)
-"""
-"""Owners that can hold a multi-device placement: a gang kind, or one of its pods held 2+ GPUs. A grouping
-per owner and pod has few groups, so finding them first leaves the grouping per owner and sample time to
-their rows alone (a fleet of single-GPU pods has 40 such owners of 40,000 in a day)."""
-
-SEEN_GROUPS = """
+MULTI_PODS = """
 WITH gangs AS ({gangs}),
-multi AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname),
-sets AS (  -- per owner and sample time: a placement's key
-    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
-           count(*) AS pairs, sum(gpu_equivalents) AS ge
+held AS (  -- what each pod held in the span: one row per distinct holding, so the joins below see few rows
+    SELECT namespace, workload_kind, workload_name, pod, gpu_uuid, device_id, sharing_mode
+    FROM f_allocations
+    WHERE ts >= $start AND ts < $end AND (sharing_mode IS NULL OR sharing_mode = 'exclusive')  -- implied below
+    GROUP BY ALL
+),
+whole AS MATERIALIZED (  -- the holdings of whole GPUs held exclusively, with their owner
+    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid, a.device_id, a.sharing_mode
+    FROM held a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE {whole_gpu}
+),
+pods AS (  -- per owner and pod: did the pod hold 2+ GPUs in the span? does another owner hold its name?
+    SELECT namespace, kind, wname, pod, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu
+    FROM whole
+    GROUP BY ALL
+),
+multi AS (
+    SELECT namespace, kind, wname, pod, count(*) OVER (PARTITION BY pod) = 1 AS one_owner
+    FROM pods
+    QUALIFY bool_or(multi_gpu) OVER (PARTITION BY namespace, kind, wname) OR list_contains($gang_kinds, kind)
+)
+SELECT DISTINCT m.namespace, m.kind, m.wname, m.pod, m.one_owner, w.device_id, w.sharing_mode
+FROM multi m JOIN whole w USING (namespace, kind, wname, pod)
+"""
+"""The whole-GPU holdings (pod, device, sharing mode) of owners that can hold a multi-device placement (a gang
+kind, or one of its pods held 2+ GPUs), and whether the pod's name is that owner's alone in the span.
+Grouping the span's rows per distinct holding first (no join or owner expression per row) leaves the
+per-owner work to a few thousand rows."""
+
+_ROWS_BY_HOLDING = """
+    SELECT o.oid, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
+    FROM f_allocations a JOIN owners o
+        ON o.pod = a.pod AND o.device_id = a.device_id AND o.sharing_mode IS NOT DISTINCT FROM a.sharing_mode
+    WHERE a.ts >= $start AND a.ts < $end
+"""
+"""The multi-device owners' rows where each of their pods' names is theirs alone: a row of one of their
+whole-GPU holdings (``MULTI_PODS``) is theirs, with no owner expression or ``devices`` join per row."""
+
+_ROWS_BY_OWNER = """
+    SELECT o.oid, r.ts, r.pod, r.tenant, r.gpu_uuid, r.gpu_equivalents
     FROM (
         SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
         FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-        WHERE {exclusive}
-    ) SEMI JOIN multi USING (namespace, kind, wname)
-    GROUP BY namespace, kind, wname, ts
-)
-SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples,
-       sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
-       min(ts) AS first_ts, max(ts) AS last_ts
-FROM sets
-WHERE pairs >= 2
-GROUP BY namespace, kind, wname, sig_key
+        WHERE a.ts >= $start AND a.ts < $end AND a.pod IN (SELECT pod FROM owners) AND {whole_gpu}
+    ) r JOIN (SELECT DISTINCT oid, namespace, kind, wname, pod FROM owners) o USING (namespace, kind, wname, pod)
 """
-"""Per multi-device owner (``MULTI_OWNERS``) and distinct (pod, GPU) set of the span: its samples, GE-samples,
-first and last time. A Deployment of 200 single-GPU pods changes its set at every pod restart and is never a
-multi-device workload (:func:`is_multi_device`)."""
+"""The multi-device owners' rows in general (a pod name another owner also held): the owner of each row."""
 
-SEEN_PAIRS = """
+SEEN_PLACEMENTS = """
 WITH gangs AS ({gangs}),
-wanted AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname, unnest($firsts) AS ts),
-rows AS (
-    SELECT a.namespace, {owner}, a.ts, a.pod, a.gpu_uuid
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {exclusive} AND a.ts IN (SELECT unnest($times))  -- on ts alone (a hash lookup): before the other columns
+owners AS (SELECT unnest($oids) AS oid, unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname,
+                  unnest($pods) AS pod, unnest($devices) AS device_id, unnest($modes) AS sharing_mode),
+rows AS MATERIALIZED ({rows}),
+sets AS (  -- per owner and sample time: a placement's key
+    SELECT oid, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key, count(*) AS pairs,
+           sum(gpu_equivalents) AS ge
+    FROM rows
+    GROUP BY oid, ts
+),
+placements AS (
+    SELECT oid, any_value(tenant) AS tenant, count(*) AS samples,
+           sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM sets
+    WHERE pairs >= 2
+    GROUP BY oid, sig_key
+),
+firsts AS (  -- the sorted (pod, GPU) list of each placement at its first sample time
+    SELECT r.oid, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
+    FROM rows r SEMI JOIN placements p ON p.oid = r.oid AND p.first_ts = r.ts
+    GROUP BY r.oid, r.ts
 )
-SELECT r.namespace, r.kind, r.wname, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
-FROM rows r SEMI JOIN wanted w ON w.namespace = r.namespace AND w.kind = r.kind AND w.wname = r.wname AND w.ts = r.ts
-GROUP BY ALL
+SELECT p.oid, p.tenant, f.sig, p.samples, p.ge_samples, p.first_ts, p.last_ts
+FROM placements p JOIN firsts f ON f.oid = p.oid AND f.ts = p.first_ts
 """
-"""The sorted (pod, GPU) list of each workload at the given sample times (each of its placements' first)."""
+"""Per multi-device owner (``MULTI_PODS``, numbered ``oid``) and distinct (pod, GPU) set of the span: its tenant,
+sorted (pod, GPU) list, samples, GE-samples, first and last time. A Deployment of 200 single-GPU pods changes
+its set at every pod restart and is never a multi-device workload (:func:`is_multi_device`)."""
 
 
 def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...]) -> list[tuple[object, ...]]:
     """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
 
-    Three passes over the span's allocation rows: one aggregation per workload and pod finds the
-    workloads that can be multi-device, one per such workload and sample time finds their distinct
-    placements (keyed by a sum of hashes), then only the rows of each placement's workload at its first
-    sample time are read again to list its (pod, GPU) pairs. Without pods of
-    LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join
-    per row).
+    Two passes over the span's allocation rows: one groups them per distinct holding (owner columns, pod,
+    GPU, device, sharing mode) to find the whole-GPU holdings of workloads that can be multi-device; the
+    other reads only those holdings' rows (by pod, device and sharing mode when no other owner held the
+    pod's name in the span, else by owner per row), keys each workload's placement per sample time (a sum
+    of hashes), and lists each placement's (pod, GPU) pairs at its first sample time. Without pods of
+    LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join per row).
     """
     p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
     owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
-    sql = {"gangs": _GANGS, "owner": owner, "join": join, "exclusive": _EXCLUSIVE_GPU}
-    owners = con.execute(MULTI_OWNERS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
-    if not owners:
+    sql = {"gangs": _GANGS, "owner": owner, "join": join, "whole_gpu": _WHOLE_GPU}
+    held = con.execute(MULTI_PODS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
+    if not held:
         return []
-    multi = {"ns": [o[0] for o in owners], "kinds": [o[1] for o in owners], "names": [o[2] for o in owners]}
-    groups = con.execute(SEEN_GROUPS.format(**sql), {**p, **multi}).fetchall()
-    if not groups:
-        return []
-    wanted = {"ns": [g[0] for g in groups], "kinds": [g[1] for g in groups], "names": [g[2] for g in groups],
-              "firsts": [g[6] for g in groups], "times": sorted({g[6] for g in groups})}
-    pairs = {(ns, kind, wname, ts): sig for ns, kind, wname, ts, sig in
-             con.execute(SEEN_PAIRS.format(**sql), {**p, **wanted}).fetchall()}
-    return [(ns, kind, wname, tenant, pairs[(ns, kind, wname, first)], samples, ge, first, last)
-            for ns, kind, wname, tenant, samples, ge, first, last in groups]
+    owners = sorted({(ns, kind, wname) for ns, kind, wname, *_ in held})
+    oid = {o: i for i, o in enumerate(owners)}
+    rows = (_ROWS_BY_HOLDING if all(one_owner for *_, one_owner, _, _ in held) else _ROWS_BY_OWNER).format(**sql)
+    params = {"oids": [oid[(h[0], h[1], h[2])] for h in held], "ns": [h[0] for h in held], "kinds": [h[1] for h in held],
+              "names": [h[2] for h in held], "pods": [h[3] for h in held], "devices": [h[5] for h in held],
+              "modes": [h[6] for h in held]}
+    found = con.execute(SEEN_PLACEMENTS.format(**sql, rows=rows), {**p, **params}).fetchall()
+    return [(*owners[o], tenant, sig, samples, ge, first, last) for o, tenant, sig, samples, ge, first, last in found]
 
 
 def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, settings: TopologySettings) -> None:
