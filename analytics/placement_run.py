@@ -120,40 +120,41 @@ WITH gangs AS ({gangs}),
 held AS (  -- what each pod held in the span: one row per distinct holding, so the joins below see few rows
     SELECT namespace, workload_kind, workload_name, pod, gpu_uuid, device_id, sharing_mode
     FROM f_allocations
-    WHERE ts >= $start AND ts < $end AND (sharing_mode IS NULL OR sharing_mode = 'exclusive')  -- implied below
+    WHERE ts >= $start AND ts < $end
     GROUP BY ALL
 ),
-whole AS MATERIALIZED (  -- the holdings of whole GPUs held exclusively, with their owner
-    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid, a.device_id, a.sharing_mode
-    FROM held a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {whole_gpu}
+owned AS MATERIALIZED (  -- each holding's owner, and whether it is a whole GPU held exclusively
+    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid, coalesce({whole_gpu}, false) AS whole
+    FROM held a LEFT JOIN devices d ON d.device_id = a.device_id {join}
 ),
-pods AS (  -- per owner and pod: did the pod hold 2+ GPUs in the span? does another owner hold its name?
+pods AS (  -- per owner and pod: did the pod hold 2+ whole GPUs in the span?
     SELECT namespace, kind, wname, pod, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu
-    FROM whole
+    FROM owned
+    WHERE whole
     GROUP BY ALL
 ),
 multi AS (
-    SELECT namespace, kind, wname, pod, count(*) OVER (PARTITION BY pod) = 1 AS one_owner
-    FROM pods
+    SELECT namespace, kind, wname, pod FROM pods
     QUALIFY bool_or(multi_gpu) OVER (PARTITION BY namespace, kind, wname) OR list_contains($gang_kinds, kind)
+),
+pure AS (  -- a pod whose every row is its owner's whole GPU: its rows need no owner or device per row
+    SELECT namespace, pod, bool_and(whole) AND count(DISTINCT (kind, wname)) = 1 AS pure
+    FROM owned SEMI JOIN multi USING (namespace, pod)
+    GROUP BY ALL
 )
-SELECT DISTINCT m.namespace, m.kind, m.wname, m.pod, m.one_owner, w.device_id, w.sharing_mode
-FROM multi m JOIN whole w USING (namespace, kind, wname, pod)
+SELECT m.namespace, m.kind, m.wname, m.pod, p.pure FROM multi m JOIN pure p USING (namespace, pod)
 """
-"""The whole-GPU holdings (pod, device, sharing mode) of owners that can hold a multi-device placement (a gang
-kind, or one of its pods held 2+ GPUs), and whether the pod's name is that owner's alone in the span.
-Grouping the span's rows per distinct holding first (no join or owner expression per row) leaves the
-per-owner work to a few thousand rows."""
+"""The pods of owners that can hold a multi-device placement (a gang kind, or one of its pods held 2+ whole
+GPUs), and whether each such pod is pure: every row of it in the span is a whole GPU its one owner held
+exclusively. Grouping the span's rows per distinct holding first (no join or owner expression per row)
+leaves the per-owner work to a few thousand rows."""
 
-_ROWS_BY_HOLDING = """
+_ROWS_OF_PURE_PODS = """
     SELECT o.oid, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
-    FROM f_allocations a JOIN owners o
-        ON o.pod = a.pod AND o.device_id = a.device_id AND o.sharing_mode IS NOT DISTINCT FROM a.sharing_mode
+    FROM f_allocations a JOIN owners o ON o.namespace = a.namespace AND o.pod = a.pod
     WHERE a.ts >= $start AND a.ts < $end
 """
-"""The multi-device owners' rows where each of their pods' names is theirs alone: a row of one of their
-whole-GPU holdings (``MULTI_PODS``) is theirs, with no owner expression or ``devices`` join per row."""
+"""The multi-device owners' rows when all of their pods are pure (``MULTI_PODS``): a row's pod says its owner."""
 
 _ROWS_BY_OWNER = """
     SELECT o.oid, r.ts, r.pod, r.tenant, r.gpu_uuid, r.gpu_equivalents
@@ -161,14 +162,15 @@ _ROWS_BY_OWNER = """
         SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
         FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
         WHERE a.ts >= $start AND a.ts < $end AND a.pod IN (SELECT pod FROM owners) AND {whole_gpu}
-    ) r JOIN (SELECT DISTINCT oid, namespace, kind, wname, pod FROM owners) o USING (namespace, kind, wname, pod)
+    ) r JOIN owners o USING (namespace, kind, wname, pod)
 """
-"""The multi-device owners' rows in general (a pod name another owner also held): the owner of each row."""
+"""The multi-device owners' rows in general (a pod that also held other devices, or that another owner's rows
+also name): the owner and the device of each row."""
 
 SEEN_PLACEMENTS = """
 WITH gangs AS ({gangs}),
 owners AS (SELECT unnest($oids) AS oid, unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname,
-                  unnest($pods) AS pod, unnest($devices) AS device_id, unnest($modes) AS sharing_mode),
+                  unnest($pods) AS pod),
 rows AS MATERIALIZED ({rows}),
 sets AS (  -- per owner and sample time: a placement's key
     SELECT oid, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key, count(*) AS pairs,
@@ -211,15 +213,14 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, 
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
     owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
     sql = {"gangs": _GANGS, "owner": owner, "join": join, "whole_gpu": _WHOLE_GPU}
-    held = con.execute(MULTI_PODS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
-    if not held:
+    pods = con.execute(MULTI_PODS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
+    if not pods:
         return []
-    owners = sorted({(ns, kind, wname) for ns, kind, wname, *_ in held})
+    owners = sorted({(ns, kind, wname) for ns, kind, wname, _, _ in pods})
     oid = {o: i for i, o in enumerate(owners)}
-    rows = (_ROWS_BY_HOLDING if all(one_owner for *_, one_owner, _, _ in held) else _ROWS_BY_OWNER).format(**sql)
-    params = {"oids": [oid[(h[0], h[1], h[2])] for h in held], "ns": [h[0] for h in held], "kinds": [h[1] for h in held],
-              "names": [h[2] for h in held], "pods": [h[3] for h in held], "devices": [h[5] for h in held],
-              "modes": [h[6] for h in held]}
+    rows = (_ROWS_OF_PURE_PODS if all(pure for *_, pure in pods) else _ROWS_BY_OWNER).format(**sql)
+    params = {"oids": [oid[(ns, kind, wname)] for ns, kind, wname, _, _ in pods], "ns": [r[0] for r in pods],
+              "kinds": [r[1] for r in pods], "names": [r[2] for r in pods], "pods": [r[3] for r in pods]}
     found = con.execute(SEEN_PLACEMENTS.format(**sql, rows=rows), {**p, **params}).fetchall()
     return [(*owners[o], tenant, sig, samples, ge, first, last) for o, tenant, sig, samples, ge, first, last in found]
 

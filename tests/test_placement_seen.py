@@ -47,13 +47,15 @@ SHARED_NAMES: list[Workload] = [  # pods named train-0..2 held by three owners, 
 some rows (its owner becomes a Pod named after the workload); the LeaderWorkerSet's pods are its own."""
 
 
-def _rows(workloads: list[Workload]) -> st.SearchStrategy[list[tuple[int, int, int, str, str | None, float]]]:
+def _rows(workloads: list[Workload], devices: tuple[str, ...] = (*(d[0] for d in DEVICES), UNKNOWN[0]),
+          modes: tuple[str | None, ...] = (None, "exclusive", "time-slicing"),
+          ) -> st.SearchStrategy[list[tuple[int, int, int, str, str | None, float]]]:
     return st.lists(st.tuples(
         st.integers(0, 29),  # minute of the day
         st.integers(0, len(workloads) - 1),
         st.integers(0, 2),  # pod of that workload
-        st.sampled_from([*[d[0] for d in DEVICES], UNKNOWN[0]]),
-        st.sampled_from([None, "exclusive", "time-slicing"]),
+        st.sampled_from(devices),
+        st.sampled_from(modes),
         st.sampled_from([1.0, 0.5]),
     ), max_size=80)
 
@@ -137,6 +139,22 @@ def test_owners_sharing_pod_names_each_see_their_own_placements(
 ) -> None:
     """A pod's name does not say its owner when another owner held the same name that day: each row is
     still counted for the owner it names (or the LeaderWorkerSet the inventory puts it in)."""
+    con = _store(rows, gang, SHARED_NAMES)
+    try:
+        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+    finally:
+        con.close()
+    assert got == _expected(rows, gang, SHARED_NAMES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=_rows(SHARED_NAMES, devices=("GPU-0", "GPU-1", "GPU-2", "GPU-6"), modes=(None, "exclusive")),
+       gang=st.booleans())
+def test_a_fleet_of_exclusive_whole_gpus_sees_the_same_placements(
+    rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
+) -> None:
+    """The common shape (every row an exclusive whole GPU, so a pod's rows are all its owner's) lets the
+    rows be found by namespace and pod alone: the placements are the same as by the definition."""
     con = _store(rows, gang, SHARED_NAMES)
     try:
         got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
