@@ -142,7 +142,8 @@ pure AS (  -- a pod whose every row is its owner's whole GPU: its rows need no o
     FROM owned SEMI JOIN multi USING (namespace, pod)
     GROUP BY ALL
 )
-SELECT m.namespace, m.kind, m.wname, m.pod, p.pure FROM multi m JOIN pure p USING (namespace, pod)
+SELECT m.namespace, m.kind, m.wname, m.pod, coalesce(p.pure, false)  -- no namespace or pod name: not pure
+FROM multi m LEFT JOIN pure p ON p.namespace = m.namespace AND p.pod = m.pod
 """
 """The pods of owners that can hold a multi-device placement (a gang kind, or one of its pods held 2+ whole
 GPUs), and whether each such pod is pure: every row of it in the span is a whole GPU its one owner held
@@ -161,11 +162,12 @@ _ROWS_BY_OWNER = """
     FROM (
         SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
         FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-        WHERE a.ts >= $start AND a.ts < $end AND a.pod IN (SELECT pod FROM owners) AND {whole_gpu}
-    ) r JOIN owners o USING (namespace, kind, wname, pod)
+        WHERE a.ts >= $start AND a.ts < $end AND (a.pod IN (SELECT pod FROM owners) OR a.pod IS NULL) AND {whole_gpu}
+    ) r JOIN (SELECT DISTINCT oid, namespace, kind, wname FROM owners) o USING (namespace, kind, wname)
 """
-"""The multi-device owners' rows in general (a pod that also held other devices, or that another owner's rows
-also name): the owner and the device of each row."""
+"""The multi-device owners' rows in general (a pod that also held other devices, one that another owner's rows
+also name, a row without a pod name): the owner and the device of each row; only the rows of their pods'
+names (or none) are looked at."""
 
 SEEN_PLACEMENTS = """
 WITH gangs AS ({gangs}),
@@ -216,8 +218,10 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, 
     pods = con.execute(MULTI_PODS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
     if not pods:
         return []
-    owners = sorted({(ns, kind, wname) for ns, kind, wname, _, _ in pods})
-    oid = {o: i for i, o in enumerate(owners)}
+    oid: dict[tuple[object, ...], int] = {}
+    for ns, kind, wname, _, _ in pods:
+        oid.setdefault((ns, kind, wname), len(oid))
+    owners = list(oid)
     rows = (_ROWS_OF_PURE_PODS if all(pure for *_, pure in pods) else _ROWS_BY_OWNER).format(**sql)
     params = {"oids": [oid[(ns, kind, wname)] for ns, kind, wname, _, _ in pods], "ns": [r[0] for r in pods],
               "kinds": [r[1] for r in pods], "names": [r[2] for r in pods], "pods": [r[3] for r in pods]}

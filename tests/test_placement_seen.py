@@ -219,6 +219,29 @@ def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_a
                    ("from-store", "ns-a", "Job", "train", pairs, 3, 3.0)]
 
 
+def test_parquet_rows_without_a_pod_name_count_for_their_owner_and_without_a_namespace_for_none(
+    tmp_path: Path,
+) -> None:
+    """Parquet written by other tools may leave a pod name or a namespace out (the store never does): a row
+    without a pod name still belongs to the workload it names (its GE-samples count; its pair is not listed),
+    and a workload without a namespace is no workload."""
+    rows = [(m, 0, 0, f"GPU-{g}", "exclusive", 1.0) for m in range(3) for g in range(3)]  # train-0 on 3 GPUs
+    rows += [(m, 2, 0, f"GPU-{g}", "exclusive", 1.0) for m in range(3) for g in (3, 4)]  # ns-b's pod on 2 GPUs
+    store = _store(rows, gang=False)
+    folder = tmp_path / "facts" / "allocations" / f"day={START.date()}"
+    folder.mkdir(parents=True)
+    store.execute("COPY (SELECT * REPLACE (CASE WHEN device_id = 'GPU-2' THEN NULL ELSE pod END AS pod, "
+                  "nullif(namespace, 'ns-b') AS namespace) FROM allocations) "
+                  f"TO '{folder / 'part-0.parquet'}' (FORMAT parquet)")  # noqa: S608 - a test's own path
+    try:
+        bind_facts(store, tmp_path / "facts", temporary=True)
+        got = seen(store, Window(START, END, 300), GANG_KINDS)
+    finally:
+        store.close()
+    assert got == [("ns-a", "Job", "train", "t-ns-a", ["train-0|GPU-0", "train-0|GPU-1"], 3, 9.0,
+                    START, START + timedelta(minutes=2))]
+
+
 def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     create_schema(con)
