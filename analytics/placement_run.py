@@ -205,11 +205,11 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, 
     """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
 
     Two passes over the span's allocation rows: one groups them per distinct holding (owner columns, pod,
-    GPU, device, sharing mode) to find the whole-GPU holdings of workloads that can be multi-device; the
-    other reads only those holdings' rows (by pod, device and sharing mode when no other owner held the
-    pod's name in the span, else by owner per row), keys each workload's placement per sample time (a sum
-    of hashes), and lists each placement's (pod, GPU) pairs at its first sample time. Without pods of
-    LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join per row).
+    GPU, device, sharing mode) to find the pods of workloads that can be multi-device; the other reads only
+    those workloads' rows (by namespace and pod when each of their pods is pure, see ``MULTI_PODS``; else
+    with the owner and the device of each row, as the definition says), keys each workload's placement per
+    sample time (a sum of hashes), and lists each placement's (pod, GPU) pairs at its first sample time.
+    Without pods of LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own.
     """
     p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608

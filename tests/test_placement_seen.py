@@ -1,13 +1,14 @@
 """The placements a day part sees are exactly the distinct (pod, GPU) sets each workload held.
 
 ``placements seen`` reads allocation rows in two passes (distinct holdings per pod, then only the
-multi-device workloads' rows, found by pod name when no other owner held it), so these tests state what
-it must return in plain Python and check it against hypothesis-built days shaped like real ones: bursty
-holdings that change minute to minute, missing minutes, a row reported twice, rows without a sharing
-mode (the device's own counts), MIG and time-sliced devices and unknown devices (never a whole exclusive
-GPU), pods of a LeaderWorkerSet the pod inventory names (one workload, though their owner chain splits
-them), pod names that several owners held the same day (another namespace, a missing owner label). And the fleet's newest GPU sample (where stranded-by-topology is measured) is found whether or
-not the window's last day has samples.
+multi-device workloads' rows, found by namespace and pod when each pod is its owner's alone), so these
+tests state what it must return in plain Python and check it against hypothesis-built days shaped like
+real ones: bursty holdings that change minute to minute, missing minutes, a row reported twice, rows
+without a sharing mode (the device's own counts), MIG and time-sliced devices and unknown devices (never
+a whole exclusive GPU), pods of a LeaderWorkerSet the pod inventory names (one workload, though their
+owner chain splits them), pod names that several owners held the same day (another namespace, a missing
+owner label), Parquet rows without a pod name or namespace. And the fleet's newest GPU sample (where
+stranded-by-topology is measured) is found whether or not the window's last day has samples.
 """
 
 from __future__ import annotations
