@@ -118,13 +118,13 @@ _WHOLE_GPU = "d.kind = 'gpu' AND coalesce(a.sharing_mode, d.sharing_mode, 'exclu
 MULTI_PODS = """
 WITH gangs AS ({gangs}),
 held AS (  -- what each pod held in the span: one row per distinct holding, so the joins below see few rows
-    SELECT namespace, workload_kind, workload_name, pod, gpu_uuid, device_id, sharing_mode
+    SELECT namespace, workload_kind, workload_name, pod, gpu_uuid, device_id, sharing_mode, count(*) AS n
     FROM f_allocations
     WHERE ts >= $start AND ts < $end
     GROUP BY ALL
 ),
 owned AS MATERIALIZED (  -- each holding's owner, and whether it is a whole GPU held exclusively
-    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid, coalesce({whole_gpu}, false) AS whole
+    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid, a.n, coalesce({whole_gpu}, false) AS whole
     FROM held a LEFT JOIN devices d ON d.device_id = a.device_id {join}
 ),
 pods AS (  -- per owner and pod: did the pod hold 2+ whole GPUs in the span?
@@ -138,16 +138,16 @@ multi AS (
     QUALIFY bool_or(multi_gpu) OVER (PARTITION BY namespace, kind, wname) OR list_contains($gang_kinds, kind)
 ),
 pure AS (  -- a pod whose every row is its owner's whole GPU: its rows need no owner or device per row
-    SELECT namespace, pod, bool_and(whole) AND count(DISTINCT (kind, wname)) = 1 AS pure
+    SELECT namespace, pod, bool_and(whole) AND count(DISTINCT (kind, wname)) = 1 AS pure, sum(n) AS n
     FROM owned SEMI JOIN multi USING (namespace, pod)
     GROUP BY ALL
 )
-SELECT m.namespace, m.kind, m.wname, m.pod, coalesce(p.pure, false)  -- no namespace or pod name: not pure
-FROM multi m LEFT JOIN pure p ON p.namespace = m.namespace AND p.pod = m.pod
+SELECT m.namespace, m.kind, m.wname, m.pod, coalesce(p.pure, false), coalesce(p.n, 0)
+FROM multi m LEFT JOIN pure p ON p.namespace = m.namespace AND p.pod = m.pod  -- no namespace or pod name: not pure
 """
 """The pods of owners that can hold a multi-device placement (a gang kind, or one of its pods held 2+ whole
-GPUs), and whether each such pod is pure: every row of it in the span is a whole GPU its one owner held
-exclusively. Grouping the span's rows per distinct holding first (no join or owner expression per row)
+GPUs), whether each such pod is pure (every row of it in the span is a whole GPU its one owner held
+exclusively), and its rows in the span. Grouping the span's rows per distinct holding first (no join or owner expression per row)
 leaves the per-owner work to a few thousand rows."""
 
 _ROWS_OF_PURE_PODS = """
@@ -169,15 +169,14 @@ _ROWS_BY_OWNER = """
 also name, a row without a pod name): the owner and the device of each row; only the rows of their pods'
 names (or none) are looked at."""
 
-SEEN_PLACEMENTS = """
-WITH gangs AS ({gangs}),
-owners AS (SELECT unnest($oids) AS oid, unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname,
-                  unnest($pods) AS pod),
-rows AS MATERIALIZED ({rows}),
+_OWNERS = """owners AS (SELECT unnest($oids) AS oid, unnest($ns) AS namespace, unnest($kinds) AS kind,
+                         unnest($names) AS wname, unnest($pods) AS pod)"""
+
+_PLACEMENTS = """
 sets AS (  -- per owner and sample time: a placement's key
     SELECT oid, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key, count(*) AS pairs,
            sum(gpu_equivalents) AS ge
-    FROM rows
+    FROM {source}
     GROUP BY oid, ts
 ),
 placements AS (
@@ -187,28 +186,58 @@ placements AS (
     FROM sets
     WHERE pairs >= 2
     GROUP BY oid, sig_key
-),
-firsts AS (  -- the sorted (pod, GPU) list of each placement at its first sample time
-    SELECT r.oid, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
+)"""
+"""Per multi-device owner (``MULTI_PODS``, numbered ``oid``) and distinct (pod, GPU) set of the span (keyed by a
+sum of hashes): its tenant, samples, GE-samples, first and last time. A Deployment of 200 single-GPU pods
+changes its set at every pod restart and is never a multi-device workload (:func:`is_multi_device`)."""
+
+_PAIRS = "list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid)))"
+"""The sorted (pod, GPU) list of rows ``r`` (grouped per owner and sample time)."""
+
+SEEN_PLACEMENTS = """
+WITH gangs AS ({gangs}), {owners},
+rows AS MATERIALIZED ({rows}),
+{placements},
+firsts AS (  -- each placement's pairs at its first sample time
+    SELECT r.oid, r.ts, {pairs} AS sig
     FROM rows r SEMI JOIN placements p ON p.oid = r.oid AND p.first_ts = r.ts
     GROUP BY r.oid, r.ts
 )
 SELECT p.oid, p.tenant, f.sig, p.samples, p.ge_samples, p.first_ts, p.last_ts
 FROM placements p JOIN firsts f ON f.oid = p.oid AND f.ts = p.first_ts
 """
-"""Per multi-device owner (``MULTI_PODS``, numbered ``oid``) and distinct (pod, GPU) set of the span: its tenant,
-sorted (pod, GPU) list, samples, GE-samples, first and last time. A Deployment of 200 single-GPU pods changes
-its set at every pod restart and is never a multi-device workload (:func:`is_multi_device`)."""
+"""The placements and their pairs in one read, holding the multi-device owners' rows in memory."""
+
+SEEN_KEYS = """
+WITH gangs AS ({gangs}), {owners}, {placements}
+SELECT oid, tenant, samples, ge_samples, first_ts, last_ts FROM placements
+"""
+"""The placements without their pairs, in one streaming read (with ``SEEN_PAIRS``: for many rows)."""
+
+SEEN_PAIRS = """
+WITH gangs AS ({gangs}), {owners},
+wanted AS (SELECT unnest($first_oids) AS oid, unnest($first_times) AS ts)
+SELECT r.oid, r.ts, {pairs} AS sig
+FROM ({rows}) r SEMI JOIN wanted w ON w.oid = r.oid AND w.ts = r.ts
+GROUP BY r.oid, r.ts
+"""
+"""The pairs of each placement at its first sample time (``wanted``), read again."""
+
+HELD_ROWS = 2_000_000
+"""Multi-device rows of a day part held in memory at most (about 50-150 bytes each, with the names' lengths):
+above, the placements are keyed in a streaming read and their pairs read again at their first times."""
 
 
-def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...]) -> list[tuple[object, ...]]:
+def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...],
+         held_rows: int = HELD_ROWS) -> list[tuple[object, ...]]:
     """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
 
     Two passes over the span's allocation rows: one groups them per distinct holding (owner columns, pod,
     GPU, device, sharing mode) to find the pods of workloads that can be multi-device; the other reads only
     those workloads' rows (by namespace and pod when each of their pods is pure, see ``MULTI_PODS``; else
     with the owner and the device of each row, as the definition says), keys each workload's placement per
-    sample time (a sum of hashes), and lists each placement's (pod, GPU) pairs at its first sample time.
+    sample time (a sum of hashes), and lists each placement's (pod, GPU) pairs at its first sample time
+    (from those rows held in memory, or above ``held_rows`` of them read a third time at those times).
     Without pods of LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own.
     """
     p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
@@ -219,13 +248,22 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, 
     if not pods:
         return []
     oid: dict[tuple[object, ...], int] = {}
-    for ns, kind, wname, _, _ in pods:
+    for ns, kind, wname, *_ in pods:
         oid.setdefault((ns, kind, wname), len(oid))
     owners = list(oid)
-    rows = (_ROWS_OF_PURE_PODS if all(pure for *_, pure in pods) else _ROWS_BY_OWNER).format(**sql)
-    params = {"oids": [oid[(ns, kind, wname)] for ns, kind, wname, _, _ in pods], "ns": [r[0] for r in pods],
+    rows = (_ROWS_OF_PURE_PODS if all(pure for *_, pure, _ in pods) else _ROWS_BY_OWNER).format(**sql)
+    params = {**p, "oids": [oid[(ns, kind, wname)] for ns, kind, wname, *_ in pods], "ns": [r[0] for r in pods],
               "kinds": [r[1] for r in pods], "names": [r[2] for r in pods], "pods": [r[3] for r in pods]}
-    found = con.execute(SEEN_PLACEMENTS.format(**sql, rows=rows), {**p, **params}).fetchall()
+    parts = {**sql, "owners": _OWNERS, "rows": rows, "pairs": _PAIRS}
+    if sum(n for *_, n in pods) <= held_rows:
+        found = con.execute(SEEN_PLACEMENTS.format(**parts, placements=_PLACEMENTS.format(source="rows")),
+                            params).fetchall()
+    else:
+        keyed = con.execute(SEEN_KEYS.format(**parts, placements=_PLACEMENTS.format(source=f"({rows})")),
+                            params).fetchall()
+        wanted = {"first_oids": [k[0] for k in keyed], "first_times": [k[4] for k in keyed]}
+        sigs = {(o, ts): sig for o, ts, sig in con.execute(SEEN_PAIRS.format(**parts), {**params, **wanted}).fetchall()}
+        found = [(o, tenant, sigs[(o, first)], samples, ge, first, last) for o, tenant, samples, ge, first, last in keyed]
     return [(*owners[o], tenant, sig, samples, ge, first, last) for o, tenant, sig, samples, ge, first, last in found]
 
 

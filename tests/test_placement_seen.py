@@ -85,6 +85,14 @@ def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
     return con
 
 
+def _seen_both_ways(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
+    """The day's placements, checked to be the same whether the multi-device rows are held in memory or their
+    pairs are read again at each placement's first time (a day of more rows than ``held_rows``)."""
+    held = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+    assert sorted(seen(con, Window(START, END, 300), GANG_KINDS, held_rows=0), key=repr) == held
+    return held
+
+
 def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
               workloads: list[Workload] = WORKLOADS) -> list[tuple[object, ...]]:
     """The definition, in plain Python: per workload, each distinct multiset of (pod, GPU) pairs it held at
@@ -127,7 +135,7 @@ def test_each_workloads_distinct_placements_are_seen_once_with_their_pairs(
 ) -> None:
     con = _store(rows, gang)
     try:
-        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+        got = _seen_both_ways(con)
     finally:
         con.close()
     assert got == _expected(rows, gang)
@@ -142,7 +150,7 @@ def test_owners_sharing_pod_names_each_see_their_own_placements(
     still counted for the owner it names (or the LeaderWorkerSet the inventory puts it in)."""
     con = _store(rows, gang, SHARED_NAMES)
     try:
-        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+        got = _seen_both_ways(con)
     finally:
         con.close()
     assert got == _expected(rows, gang, SHARED_NAMES)
@@ -158,7 +166,7 @@ def test_a_fleet_of_exclusive_whole_gpus_sees_the_same_placements(
     rows be found by namespace and pod alone: the placements are the same as by the definition."""
     con = _store(rows, gang, SHARED_NAMES)
     try:
-        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+        got = _seen_both_ways(con)
     finally:
         con.close()
     assert got == _expected(rows, gang, SHARED_NAMES)
@@ -173,7 +181,7 @@ def test_the_same_pod_names_in_two_namespaces_are_two_workloads() -> None:
     b += [(8, 1, 0, "GPU-0", "exclusive", 1.0), (8, 1, 0, "GPU-1", "exclusive", 1.0)]  # train-0 of ns-b: 2 GPUs
     con = _store(a + b, gang=False, workloads=SHARED_NAMES)
     try:
-        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+        got = _seen_both_ways(con)
     finally:
         con.close()
     pairs = ["train-0|GPU-0", "train-1|GPU-1"]
@@ -236,7 +244,7 @@ def test_parquet_rows_without_a_pod_name_count_for_their_owner_and_without_a_nam
     store.execute(f"COPY ({blanked}) TO '{folder / 'part-0.parquet'}' (FORMAT parquet)")
     try:
         bind_facts(store, tmp_path / "facts", temporary=True)
-        got = seen(store, Window(START, END, 300), GANG_KINDS)
+        got = _seen_both_ways(store)
     finally:
         store.close()
     assert got == [("ns-a", "Job", "train", "t-ns-a", ["train-0|GPU-0", "train-0|GPU-1"], 3, 9.0,
