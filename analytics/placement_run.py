@@ -147,8 +147,8 @@ FROM multi m LEFT JOIN pure p ON p.namespace = m.namespace AND p.pod = m.pod  --
 """
 """The pods of owners that can hold a multi-device placement (a gang kind, or one of its pods held 2+ whole
 GPUs), whether each such pod is pure (every row of it in the span is a whole GPU its one owner held
-exclusively), and its rows in the span. Grouping the span's rows per distinct holding first (no join or owner expression per row)
-leaves the per-owner work to a few thousand rows."""
+exclusively), and its rows in the span. Grouping the span's rows per distinct holding first (no join or
+owner expression per row) leaves the per-owner work to a few thousand rows."""
 
 _ROWS_OF_PURE_PODS = """
     SELECT o.oid, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
