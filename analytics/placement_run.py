@@ -112,92 +112,159 @@ _OWNER = ("coalesce(g.gkind, a.workload_kind, 'Pod') AS kind, coalesce(g.gname, 
           "LEFT JOIN gangs g ON g.namespace = a.namespace AND g.pod = a.pod")
 _OWNER_NO_GANGS = ("coalesce(a.workload_kind, 'Pod') AS kind, coalesce(a.workload_name, a.pod) AS wname", "")
 
-_EXCLUSIVE_GPU = """
-    a.ts >= $start AND a.ts < $end AND d.kind = 'gpu'
-    AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'
-"""
-"""Allocation rows of the span that hold a whole GPU exclusively (joined to ``devices d``)."""
+_WHOLE_GPU = "d.kind = 'gpu' AND coalesce(a.sharing_mode, d.sharing_mode, 'exclusive') = 'exclusive'"
+"""An allocation row (``a``, joined to ``devices d``) that holds a whole GPU exclusively."""
 
-MULTI_OWNERS = """
-WITH gangs AS ({gangs})
-SELECT namespace, kind, wname FROM (  -- per owner and pod: does the pod hold 2+ GPUs at some time of the span?
-    SELECT a.namespace, {owner}, a.pod, min(a.gpu_uuid) <> max(a.gpu_uuid) AS multi_gpu
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {exclusive}
+MULTI_PODS = """
+WITH gangs AS ({gangs}),
+held AS (  -- what each pod held in the span: one row per distinct holding, so the joins below see few rows
+    SELECT namespace, workload_kind, workload_name, pod, gpu_uuid, device_id, sharing_mode, count(*) AS n
+    FROM f_allocations
+    WHERE ts >= $start AND ts < $end
+    GROUP BY ALL
+),
+owned AS MATERIALIZED (  -- each holding's owner, and whether it is a whole GPU held exclusively
+    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid, a.n, coalesce({whole_gpu}, false) AS whole
+    FROM held a LEFT JOIN devices d ON d.device_id = a.device_id {join}
+),
+pods AS (  -- per owner and pod: did the pod hold 2+ whole GPUs in the span?
+    SELECT namespace, kind, wname, pod, min(gpu_uuid) <> max(gpu_uuid) AS multi_gpu
+    FROM owned
+    WHERE whole
+    GROUP BY ALL
+),
+multi AS (
+    SELECT namespace, kind, wname, pod FROM pods
+    QUALIFY bool_or(multi_gpu) OVER (PARTITION BY namespace, kind, wname) OR list_contains($gang_kinds, kind)
+),
+pure AS (  -- a pod whose every row is its owner's whole GPU: its rows need no owner or device per row
+    SELECT namespace, pod, bool_and(whole) AND count(DISTINCT (kind, wname)) = 1 AS pure, sum(n) AS n
+    FROM owned SEMI JOIN multi USING (namespace, pod)
     GROUP BY ALL
 )
-GROUP BY ALL HAVING bool_or(multi_gpu) OR list_contains($gang_kinds, kind)
+SELECT m.namespace, m.kind, m.wname, m.pod, coalesce(p.pure, false), coalesce(p.n, 0)
+FROM multi m LEFT JOIN pure p ON p.namespace = m.namespace AND p.pod = m.pod  -- no namespace or pod name: not pure
 """
-"""Owners that can hold a multi-device placement: a gang kind, or one of its pods held 2+ GPUs. A grouping
-per owner and pod has few groups, so finding them first leaves the grouping per owner and sample time to
-their rows alone (a fleet of single-GPU pods has 40 such owners of 40,000 in a day)."""
+"""The pods of owners that can hold a multi-device placement (a gang kind, or one of its pods held 2+ whole
+GPUs), whether each such pod is pure (every row of it in the span is a whole GPU its one owner held
+exclusively), and its rows in the span. Grouping the span's rows per distinct holding first (no join or
+owner expression per row) leaves the per-owner work to a few thousand rows."""
 
-SEEN_GROUPS = """
-WITH gangs AS ({gangs}),
-multi AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname),
-sets AS (  -- per owner and sample time: a placement's key
-    SELECT namespace, kind, wname, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key,
-           count(*) AS pairs, sum(gpu_equivalents) AS ge
+_ROWS_OF_PURE_PODS = """
+    SELECT o.oid, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
+    FROM f_allocations a JOIN owners o ON o.namespace = a.namespace AND o.pod = a.pod
+    WHERE a.ts >= $start AND a.ts < $end
+"""
+"""The multi-device owners' rows when all of their pods are pure (``MULTI_PODS``): a row's pod says its owner."""
+
+_ROWS_BY_OWNER = """
+    SELECT o.oid, r.ts, r.pod, r.tenant, r.gpu_uuid, r.gpu_equivalents
     FROM (
         SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents
         FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-        WHERE {exclusive}
-    ) SEMI JOIN multi USING (namespace, kind, wname)
-    GROUP BY namespace, kind, wname, ts
-)
-SELECT namespace, kind, wname, any_value(tenant) AS tenant, count(*) AS samples,
-       sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
-       min(ts) AS first_ts, max(ts) AS last_ts
-FROM sets
-WHERE pairs >= 2
-GROUP BY namespace, kind, wname, sig_key
+        WHERE a.ts >= $start AND a.ts < $end AND (a.pod IN (SELECT pod FROM owners) OR a.pod IS NULL) AND {whole_gpu}
+    ) r JOIN (SELECT DISTINCT oid, namespace, kind, wname FROM owners) o USING (namespace, kind, wname)
 """
-"""Per multi-device owner (``MULTI_OWNERS``) and distinct (pod, GPU) set of the span: its samples, GE-samples,
-first and last time. A Deployment of 200 single-GPU pods changes its set at every pod restart and is never a
-multi-device workload (:func:`is_multi_device`)."""
+"""The multi-device owners' rows in general (a pod that also held other devices, one that another owner's rows
+also name, a row without a pod name): the owner and the device of each row; only the rows of their pods'
+names (or none) are looked at."""
+
+_OWNERS = """owners AS (SELECT unnest($oids) AS oid, unnest($ns) AS namespace, unnest($kinds) AS kind,
+                         unnest($names) AS wname, unnest($pods) AS pod)"""
+
+_PLACEMENTS = """
+sets AS (  -- per owner and sample time: a placement's key
+    SELECT oid, ts, any_value(tenant) AS tenant, sum(hash(pod, gpu_uuid)) AS sig_key, count(*) AS pairs,
+           sum(gpu_equivalents) AS ge
+    FROM {source}
+    GROUP BY oid, ts
+),
+placements AS (
+    SELECT oid, any_value(tenant) AS tenant, count(*) AS samples,
+           sum(ge)::DOUBLE AS ge_samples,  -- as stored, also from Parquet facts holding a DECIMAL
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM sets
+    WHERE pairs >= 2
+    GROUP BY oid, sig_key
+)"""
+"""Per multi-device owner (``MULTI_PODS``, numbered ``oid``) and distinct (pod, GPU) set of the span (keyed by a
+sum of hashes): its tenant, samples, GE-samples, first and last time. A Deployment of 200 single-GPU pods
+changes its set at every pod restart and is never a multi-device workload (:func:`is_multi_device`)."""
+
+_PAIRS = "list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid)))"
+"""The sorted (pod, GPU) list of rows ``r`` (grouped per owner and sample time)."""
+
+SEEN_PLACEMENTS = """
+WITH gangs AS ({gangs}), {owners},
+rows AS MATERIALIZED ({rows}),
+{placements},
+firsts AS (  -- each placement's pairs at its first sample time
+    SELECT r.oid, r.ts, {pairs} AS sig
+    FROM rows r SEMI JOIN placements p ON p.oid = r.oid AND p.first_ts = r.ts
+    GROUP BY r.oid, r.ts
+)
+SELECT p.oid, p.tenant, f.sig, p.samples, p.ge_samples, p.first_ts, p.last_ts
+FROM placements p JOIN firsts f ON f.oid = p.oid AND f.ts = p.first_ts
+"""
+"""The placements and their pairs in one read, holding the multi-device owners' rows in memory."""
+
+SEEN_KEYS = """
+WITH gangs AS ({gangs}), {owners}, {placements}
+SELECT oid, tenant, samples, ge_samples, first_ts, last_ts FROM placements
+"""
+"""The placements without their pairs, in one streaming read (with ``SEEN_PAIRS``: for many rows)."""
 
 SEEN_PAIRS = """
-WITH gangs AS ({gangs}),
-wanted AS (SELECT unnest($ns) AS namespace, unnest($kinds) AS kind, unnest($names) AS wname, unnest($firsts) AS ts),
-rows AS (
-    SELECT a.namespace, {owner}, a.ts, a.pod, a.gpu_uuid
-    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE {exclusive} AND a.ts IN (SELECT unnest($times))  -- on ts alone (a hash lookup): before the other columns
-)
-SELECT r.namespace, r.kind, r.wname, r.ts, list_sort(list_distinct(list(r.pod || '|' || r.gpu_uuid))) AS sig
-FROM rows r SEMI JOIN wanted w ON w.namespace = r.namespace AND w.kind = r.kind AND w.wname = r.wname AND w.ts = r.ts
-GROUP BY ALL
+WITH gangs AS ({gangs}), {owners},
+wanted AS (SELECT unnest($first_oids) AS oid, unnest($first_times) AS ts)
+SELECT r.oid, r.ts, {pairs} AS sig
+FROM ({rows}) r SEMI JOIN wanted w ON w.oid = r.oid AND w.ts = r.ts
+GROUP BY r.oid, r.ts
 """
-"""The sorted (pod, GPU) list of each workload at the given sample times (each of its placements' first)."""
+"""The pairs of each placement at its first sample time (``wanted``), read again."""
+
+HELD_ROWS = 2_000_000
+"""Multi-device rows of a day part held in memory at most (about 50-150 bytes each, with the names' lengths):
+above, the placements are keyed in a streaming read and their pairs read again at their first times."""
 
 
-def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...]) -> list[tuple[object, ...]]:
+def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, ...],
+         held_rows: int = HELD_ROWS) -> list[tuple[object, ...]]:
     """A day part's placements: (namespace, kind, workload, tenant, sig, samples, GE-samples, first, last).
 
-    Three passes over the span's allocation rows: one aggregation per workload and pod finds the
-    workloads that can be multi-device, one per such workload and sample time finds their distinct
-    placements (keyed by a sum of hashes), then only the rows of each placement's workload at its first
-    sample time are read again to list its (pod, GPU) pairs. Without pods of
-    LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own (no join
-    per row).
+    Two passes over the span's allocation rows: one groups them per distinct holding (owner columns, pod,
+    GPU, device, sharing mode) to find the pods of workloads that can be multi-device; the other reads only
+    those workloads' rows (by namespace and pod when each of their pods is pure, see ``MULTI_PODS``; else
+    with the owner and the device of each row, as the definition says), keys each workload's placement per
+    sample time (a sum of hashes), and lists each placement's (pod, GPU) pairs at its first sample time
+    (from those rows held in memory, or above ``held_rows`` of them read a third time at those times).
+    Without pods of LeaderWorkerSet / pod-group jobs in the inventory, the owner is the allocation row's own.
     """
     p = {"start": window.start, "end": window.end, "group_kinds": sorted(GROUP_KINDS)}
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
     owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
-    sql = {"gangs": _GANGS, "owner": owner, "join": join, "exclusive": _EXCLUSIVE_GPU}
-    owners = con.execute(MULTI_OWNERS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
-    if not owners:
+    sql = {"gangs": _GANGS, "owner": owner, "join": join, "whole_gpu": _WHOLE_GPU}
+    pods = con.execute(MULTI_PODS.format(**sql), {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
+    if not pods:
         return []
-    multi = {"ns": [o[0] for o in owners], "kinds": [o[1] for o in owners], "names": [o[2] for o in owners]}
-    groups = con.execute(SEEN_GROUPS.format(**sql), {**p, **multi}).fetchall()
-    if not groups:
-        return []
-    wanted = {"ns": [g[0] for g in groups], "kinds": [g[1] for g in groups], "names": [g[2] for g in groups],
-              "firsts": [g[6] for g in groups], "times": sorted({g[6] for g in groups})}
-    pairs = {(ns, kind, wname, ts): sig for ns, kind, wname, ts, sig in
-             con.execute(SEEN_PAIRS.format(**sql), {**p, **wanted}).fetchall()}
-    return [(ns, kind, wname, tenant, pairs[(ns, kind, wname, first)], samples, ge, first, last)
-            for ns, kind, wname, tenant, samples, ge, first, last in groups]
+    oid: dict[tuple[object, ...], int] = {}
+    for ns, kind, wname, *_ in pods:
+        oid.setdefault((ns, kind, wname), len(oid))
+    owners = list(oid)
+    rows = (_ROWS_OF_PURE_PODS if all(pure for *_, pure, _ in pods) else _ROWS_BY_OWNER).format(**sql)
+    params = {**p, "oids": [oid[(ns, kind, wname)] for ns, kind, wname, *_ in pods], "ns": [r[0] for r in pods],
+              "kinds": [r[1] for r in pods], "names": [r[2] for r in pods], "pods": [r[3] for r in pods]}
+    parts = {**sql, "owners": _OWNERS, "rows": rows, "pairs": _PAIRS}
+    if sum(n for *_, n in pods) <= held_rows:
+        found = con.execute(SEEN_PLACEMENTS.format(**parts, placements=_PLACEMENTS.format(source="rows")),
+                            params).fetchall()
+    else:
+        keyed = con.execute(SEEN_KEYS.format(**parts, placements=_PLACEMENTS.format(source=f"({rows})")),
+                            params).fetchall()
+        wanted = {"first_oids": [k[0] for k in keyed], "first_times": [k[4] for k in keyed]}
+        sigs = {(o, ts): sig for o, ts, sig in con.execute(SEEN_PAIRS.format(**parts), {**params, **wanted}).fetchall()}
+        found = [(o, tenant, sigs[(o, first)], samples, ge, first, last) for o, tenant, samples, ge, first, last in keyed]
+    return [(*owners[o], tenant, sig, samples, ge, first, last) for o, tenant, sig, samples, ge, first, last in found]
 
 
 def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, settings: TopologySettings) -> None:

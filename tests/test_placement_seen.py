@@ -1,13 +1,14 @@
 """The placements a day part sees are exactly the distinct (pod, GPU) sets each workload held.
 
-``placements seen`` reads allocation rows in two passes (a key per workload and sample time, then
-only the first sample time of each placement listed), so these tests state what it must return in
-plain Python and check it against hypothesis-built days shaped like real ones: bursty holdings that
-change minute to minute, missing minutes, a row reported twice, rows without a sharing mode (the
-device's own counts), MIG and time-sliced devices and unknown devices (never a whole exclusive GPU),
-pods of a LeaderWorkerSet the pod inventory names (one workload, though their owner chain splits
-them). And the fleet's newest GPU sample (where stranded-by-topology is measured) is found whether or
-not the window's last day has samples.
+``placements seen`` reads allocation rows in two passes (distinct holdings per pod, then only the
+multi-device workloads' rows, found by namespace and pod when each pod is its owner's alone), so these
+tests state what it must return in plain Python and check it against hypothesis-built days shaped like
+real ones: bursty holdings that change minute to minute, missing minutes, a row reported twice, rows
+without a sharing mode (the device's own counts), MIG and time-sliced devices and unknown devices (never
+a whole exclusive GPU), pods of a LeaderWorkerSet the pod inventory names (one workload, though their
+owner chain splits them), pod names that several owners held the same day (another namespace, a missing
+owner label), Parquet rows without a pod name or namespace. And the fleet's newest GPU sample (where
+stranded-by-topology is measured) is found whether or not the window's last day has samples.
 """
 
 from __future__ import annotations
@@ -38,19 +39,30 @@ DEVICES = [  # device_id, gpu_uuid, kind, sharing_mode
 ]
 UNKNOWN = ("GPU-X", "GPU-X")  # in allocation rows, not in the inventory
 GANG_KINDS = TopologySettings().gang_kinds
-WORKLOADS = [("ns-a", "Job", "train"), ("ns-a", "StatefulSet", "lws-0"), ("ns-b", None, None)]
-
-row = st.tuples(
-    st.integers(0, 29),  # minute of the day
-    st.integers(0, len(WORKLOADS) - 1),
-    st.integers(0, 2),  # pod of that workload
-    st.sampled_from([*[d[0] for d in DEVICES], UNKNOWN[0]]),
-    st.sampled_from([None, "exclusive", "time-slicing"]),
-    st.sampled_from([1.0, 0.5]),
-)
+Workload = tuple[str, str | None, str | None]
+WORKLOADS: list[Workload] = [("ns-a", "Job", "train"), ("ns-a", "StatefulSet", "lws-0"), ("ns-b", None, None)]
+SHARED_NAMES: list[Workload] = [  # pods named train-0..2 held by three owners, and a LeaderWorkerSet's pods
+    ("ns-a", "Job", "train"), ("ns-b", "Job", "train"), ("ns-a", None, "train"), ("ns-a", "StatefulSet", "lws-0"),
+]
+"""Owners sharing pod names: the same names in another namespace, and a pod whose owner label is missing on
+some rows (its owner becomes a Pod named after the workload); the LeaderWorkerSet's pods are its own."""
 
 
-def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool) -> duckdb.DuckDBPyConnection:
+def _rows(workloads: list[Workload], devices: tuple[str, ...] = (*(d[0] for d in DEVICES), UNKNOWN[0]),
+          modes: tuple[str | None, ...] = (None, "exclusive", "time-slicing"),
+          ) -> st.SearchStrategy[list[tuple[int, int, int, str, str | None, float]]]:
+    return st.lists(st.tuples(
+        st.integers(0, 29),  # minute of the day
+        st.integers(0, len(workloads) - 1),
+        st.integers(0, 2),  # pod of that workload
+        st.sampled_from(devices),
+        st.sampled_from(modes),
+        st.sampled_from([1.0, 0.5]),
+    ), max_size=80)
+
+
+def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
+           workloads: list[Workload] = WORKLOADS) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     create_schema(con)
     for device, gpu, kind, mode in DEVICES:
@@ -58,7 +70,7 @@ def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool)
                     "VALUES (?, ?, 'n1', ?, 'gpu', 1.0, ?)", [device, gpu, kind, mode])
     gpu_of = {d[0]: d[1] for d in DEVICES} | {UNKNOWN[0]: UNKNOWN[1]}
     for minute, w, pod, device, mode, ge in rows:
-        ns, kind, name = WORKLOADS[w]
+        ns, kind, name = workloads[w]
         con.execute(
             "INSERT INTO allocations VALUES (?, 'n1', ?, ?, ?, ?, 'main', ?, ?, ?, ?, ?, 'test')",
             [START + timedelta(minutes=minute), gpu_of[device], device, ns, f"{name or 'bare'}-{pod}", f"t-{ns}",
@@ -73,7 +85,16 @@ def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool)
     return con
 
 
-def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool) -> list[tuple[object, ...]]:
+def _seen_both_ways(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
+    """The day's placements, checked to be the same whether the multi-device rows are held in memory or their
+    pairs are read again at each placement's first time (a day of more rows than ``held_rows``)."""
+    held = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+    assert sorted(seen(con, Window(START, END, 300), GANG_KINDS, held_rows=0), key=repr) == held
+    return held
+
+
+def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
+              workloads: list[Workload] = WORKLOADS) -> list[tuple[object, ...]]:
     """The definition, in plain Python: per workload, each distinct multiset of (pod, GPU) pairs it held at
     a sample time (two pairs or more), with its samples, GE-samples, first and last time, and its pairs."""
     modes = {d[0]: (d[2], d[3]) for d in DEVICES}
@@ -82,9 +103,9 @@ def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bo
     for minute, w, pod, device, mode, ge in rows:
         if device not in modes or modes[device][0] != "gpu" or (mode or modes[device][1] or "exclusive") != "exclusive":
             continue
-        ns, kind, name = WORKLOADS[w]
+        ns, kind, name = workloads[w]
         pod_name = f"{name or 'bare'}-{pod}"
-        owner = ("LeaderWorkerSet", "llm") if gang and name == "lws-0" else (kind or "Pod", name or pod_name)
+        owner = ("LeaderWorkerSet", "llm") if gang and (ns, name) == ("ns-a", "lws-0") else (kind or "Pod", name or pod_name)
         at[(ns, *owner, START + timedelta(minutes=minute))].append((pod_name, gpu_of[device], ge))
     # only owners that can be multi-device: a gang kind, or a pod holding 2+ GPUs in the span
     gpus_of_pod: dict[tuple[object, ...], set[str]] = defaultdict(set)
@@ -108,16 +129,70 @@ def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bo
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(row, max_size=80), gang=st.booleans())
+@given(rows=_rows(WORKLOADS), gang=st.booleans())
 def test_each_workloads_distinct_placements_are_seen_once_with_their_pairs(
     rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
 ) -> None:
     con = _store(rows, gang)
     try:
-        got = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
+        got = _seen_both_ways(con)
     finally:
         con.close()
     assert got == _expected(rows, gang)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=_rows(SHARED_NAMES), gang=st.booleans())
+def test_owners_sharing_pod_names_each_see_their_own_placements(
+    rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
+) -> None:
+    """A pod's name does not say its owner when another owner held the same name that day: each row is
+    still counted for the owner it names (or the LeaderWorkerSet the inventory puts it in)."""
+    con = _store(rows, gang, SHARED_NAMES)
+    try:
+        got = _seen_both_ways(con)
+    finally:
+        con.close()
+    assert got == _expected(rows, gang, SHARED_NAMES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=_rows(SHARED_NAMES, devices=("GPU-0", "GPU-1", "GPU-2", "GPU-6"), modes=(None, "exclusive")),
+       gang=st.booleans())
+def test_a_fleet_of_exclusive_whole_gpus_sees_the_same_placements(
+    rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
+) -> None:
+    """The common shape (every row an exclusive whole GPU, so a pod's rows are all its owner's) lets the
+    rows be found by namespace and pod alone: the placements are the same as by the definition."""
+    con = _store(rows, gang, SHARED_NAMES)
+    try:
+        got = _seen_both_ways(con)
+    finally:
+        con.close()
+    assert got == _expected(rows, gang, SHARED_NAMES)
+
+
+def test_the_same_pod_names_in_two_namespaces_are_two_workloads() -> None:
+    """Job train in ns-a and Job train in ns-b run pods named train-0 and train-1 on the same two GPUs, one
+    after the other, and each once ran a pod on two GPUs: each Job saw its own placements, with its own samples."""
+    a = [(m, 0, p, f"GPU-{p}", "exclusive", 1.0) for m in range(3) for p in range(2)]  # ns-a: minutes 0-2
+    a += [(9, 0, 1, "GPU-2", "exclusive", 1.0), (9, 0, 1, "GPU-3", "exclusive", 1.0)]  # train-1 of ns-a: 2 GPUs
+    b = [(m, 1, p, f"GPU-{p}", "exclusive", 1.0) for m in range(3, 8) for p in range(2)]  # ns-b: minutes 3-7
+    b += [(8, 1, 0, "GPU-0", "exclusive", 1.0), (8, 1, 0, "GPU-1", "exclusive", 1.0)]  # train-0 of ns-b: 2 GPUs
+    con = _store(a + b, gang=False, workloads=SHARED_NAMES)
+    try:
+        got = _seen_both_ways(con)
+    finally:
+        con.close()
+    pairs = ["train-0|GPU-0", "train-1|GPU-1"]
+    at = [START + timedelta(minutes=m) for m in range(10)]
+    assert got == [
+        ("ns-a", "Job", "train", "t-ns-a", pairs, 3, 6.0, at[0], at[2]),
+        ("ns-a", "Job", "train", "t-ns-a", ["train-1|GPU-2", "train-1|GPU-3"], 1, 2.0, at[9], at[9]),
+        ("ns-b", "Job", "train", "t-ns-b", ["train-0|GPU-0", "train-0|GPU-1"], 1, 2.0, at[8], at[8]),
+        ("ns-b", "Job", "train", "t-ns-b", pairs, 5, 10.0, at[3], at[7]),
+    ]
+    assert got == _expected(a + b, False, SHARED_NAMES)
 
 
 def test_a_day_without_allocations_sees_no_placement() -> None:
@@ -151,6 +226,29 @@ def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_a
     pairs = ["train-0|GPU-0", "train-0|GPU-1"]
     assert got == [("from-parquet", "ns-a", "Job", "train", pairs, 3, 3.0),
                    ("from-store", "ns-a", "Job", "train", pairs, 3, 3.0)]
+
+
+def test_parquet_rows_without_a_pod_name_count_for_their_owner_and_without_a_namespace_for_none(
+    tmp_path: Path,
+) -> None:
+    """Parquet written by other tools may leave a pod name or a namespace out (the store never does): a row
+    without a pod name still belongs to the workload it names (its GE-samples count; its pair is not listed),
+    and a workload without a namespace is no workload."""
+    rows = [(m, 0, 0, f"GPU-{g}", "exclusive", 1.0) for m in range(3) for g in range(3)]  # train-0 on 3 GPUs
+    rows += [(m, 2, 0, f"GPU-{g}", "exclusive", 1.0) for m in range(3) for g in (3, 4)]  # ns-b's pod on 2 GPUs
+    store = _store(rows, gang=False)
+    folder = tmp_path / "facts" / "allocations" / f"day={START.date()}"
+    folder.mkdir(parents=True)
+    blanked = ("SELECT * REPLACE (CASE WHEN device_id = 'GPU-2' THEN NULL ELSE pod END AS pod, "
+               "nullif(namespace, 'ns-b') AS namespace) FROM allocations")
+    store.execute(f"COPY ({blanked}) TO '{folder / 'part-0.parquet'}' (FORMAT parquet)")
+    try:
+        bind_facts(store, tmp_path / "facts", temporary=True)
+        got = _seen_both_ways(store)
+    finally:
+        store.close()
+    assert got == [("ns-a", "Job", "train", "t-ns-a", ["train-0|GPU-0", "train-0|GPU-1"], 3, 9.0,
+                    START, START + timedelta(minutes=2))]
 
 
 def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
