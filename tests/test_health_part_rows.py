@@ -5,7 +5,8 @@
 checked row by row against a plain reading of the samples, on traces shaped like real ones: bursty
 counters that sometimes reset, gaps, counters an older exporter never sent or sent only some of the
 time, GPUs lost for a while (``up = false``) or with no ``up`` reading, SM clocks with and without power
-readings, a window that starts off the bucket grid, and finest buckets of 5, 15 and 30 minutes.
+readings, a window that starts off the bucket grid, and finest buckets of 5, 15 and 30 minutes. The
+inventory plays no part: these stores list no GPU at all, and every GPU with samples has its rows.
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def _same(got: tuple[Any, ...], want: tuple[Any, ...]) -> bool:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(traces())
 def test_day_part_health_rows_are_what_the_samples_say(trace: tuple[Window, list[Sample], int]) -> None:
     window, samples, finest = trace
@@ -219,3 +220,11 @@ def test_day_part_health_rows_are_what_the_samples_say(trace: tuple[Window, list
         for key, row in want_b.items():
             assert _same(got_b[key], row), (key, got_b[key], row)
     assert not con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall(), "no temp table left"
+
+
+def test_a_day_without_gpu_samples_stores_no_health_rows() -> None:
+    con = store([{"ts": MIDNIGHT - timedelta(hours=1), "gpu_uuid": "GPU-A", **dict.fromkeys(COLUMNS, None)}])
+    health.insert_part_health(con, "empty", Window(MIDNIGHT, MIDNIGHT + timedelta(hours=2), 300), HealthRules())
+    assert con.execute("SELECT count(*) FROM part_health").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM part_trend_buckets").fetchone() == (0,)
+    assert not con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
