@@ -6,7 +6,8 @@ thermal-violation seconds per hour, minutes of clock drop under load per hour (a
 of the day's 95th-percentile power), and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each day
 part stores, per GPU and finest bucket (aligned to the epoch, so a bucket never crosses midnight),
 the last sample time, the counters' maxima and the clock-drop counts (``part_trend_buckets``, one read
-of the day's ``f_gpu_samples``, two when it has clock readings); the window takes the rates between
+of the day's ``f_gpu_samples`` per GPU and bucket, of only what the day's per-GPU pass ``an_gpu_day``
+says it measured; two when it has clock readings); the window takes the rates between
 consecutive buckets over the merged rows (across midnight) and counts XIDs from ``f_events``.
 
 Each signal has its own bucket (``TrendRule.bucket_seconds``: 15 minutes for counter rates, an hour for
