@@ -111,6 +111,8 @@ def classify_xid(code: int, rules: HealthRules) -> str:
     return rules.unknown_xid_state if rules.unknown_xid_state != "ok" else "info"
 
 
+_COLUMNS = ", ".join(f"p.{c}" for c in gpu_day.HEALTH_COLUMNS)
+
 PART_HEALTH_SELECT = """
 SELECT $part_id, p.gpu_uuid, {columns}, {crc_rate} FROM an_gpu_day p {crc_join}
 """
@@ -131,8 +133,6 @@ LEFT JOIN (  -- highest 5-minute NVLink CRC error rate (errors/s), only for GPUs
 ) c USING (gpu_uuid)
 """
 
-
-_COLUMNS = ", ".join(f"p.{c}" for c in gpu_day.HEALTH_COLUMNS)
 
 CRC_RATE_SECONDS = 300
 """The NVLink CRC error rate is measured over 5-minute spans whatever the analysis bucket (an hourly mean
