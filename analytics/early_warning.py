@@ -6,7 +6,8 @@ thermal-violation seconds per hour, minutes of clock drop under load per hour (a
 of the day's 95th-percentile power), and warn-class hardware XIDs (63, 92, 94, ...) per hour. Each day
 part stores, per GPU and finest bucket (aligned to the epoch, so a bucket never crosses midnight),
 the last sample time, the counters' maxima and the clock-drop counts (``part_trend_buckets``, one read
-of the day's ``f_gpu_samples``, two when it has clock readings); the window takes the rates between
+of the day's ``f_gpu_samples`` per GPU and bucket, of only what the day's per-GPU pass ``an_gpu_day``
+says it measured; two when it has clock readings); the window takes the rates between
 consecutive buckets over the merged rows (across midnight) and counts XIDs from ``f_events``.
 
 Each signal has its own bucket (``TrendRule.bucket_seconds``: 15 minutes for counter rates, an hour for
@@ -29,6 +30,7 @@ from datetime import datetime, timedelta
 import duckdb
 import numpy as np
 
+from gpulens.analytics import gpu_day
 from gpulens.analytics.facts import Window
 from gpulens.analytics.settings import EarlyWarningRules, HealthRules, TrendRule
 
@@ -123,42 +125,49 @@ HAVING epoch(max(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NO
 PART_TRENDS_SELECT = """
 SELECT $part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc, pcie, crc, thermal, n_clk, slow
 FROM (
-    SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, max(s.ts) AS last_ts, max(s.ecc_corrected_total) AS ecc,
-           max(s.pcie_replay_total) AS pcie, max(s.nvlink_crc_errors_total) AS crc,
-           max(s.thermal_violation_seconds_total) AS thermal,
-           count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz END) AS n_clk, {slow} AS slow
+    SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, max(s.ts) AS last_ts, {ecc} AS ecc, {pcie} AS pcie,
+           {crc} AS crc, {thermal} AS thermal, {n_clk} AS n_clk, {slow} AS slow
     FROM f_gpu_samples s {join}
-    WHERE s.ts >= $start AND s.ts < $end AND s.up IS NOT FALSE
+    WHERE s.ts >= $start AND s.ts < $end {up}
     GROUP BY s.gpu_uuid, tb
 )
 """
 """``part_trend_buckets`` rows of one day part: per GPU and bucket (aligned to the epoch), from samples of
 an up GPU."""
 
+_MAXIMA = {"ecc": "max(s.ecc_corrected_total)", "pcie": "max(s.pcie_replay_total)",
+           "crc": "max(s.nvlink_crc_errors_total)", "thermal": "max(s.thermal_violation_seconds_total)"}
+_CLOCK_SAMPLES = "count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz END)"
 _SLOW = "count(CASE WHEN s.sm_clock_hz < $drop * r.clk95 AND s.power_watts >= $power * r.pw95 THEN 1 END)"
+
+
+def part_trends_select(day: gpu_day.DaySeen) -> str:
+    """``PART_TRENDS_SELECT`` for a day that measured ``day``: what the day never measured is not read per
+    bucket (a counter never sent is NULL in every bucket, no SM clock reading counts no clock sample, a
+    day without a lost GPU needs no ``up`` filter); the clock drops join the day's reference (``an_clock_ref``)."""
+    sent = {"ecc": day.ecc_corrected, "pcie": day.pcie_replay, "crc": day.nvlink_crc, "thermal": day.thermal}
+    maxima = {k: sql if sent[k] else f"NULL::{'DOUBLE' if k == 'thermal' else 'BIGINT'}" for k, sql in _MAXIMA.items()}
+    if day.sm_clock:
+        clocks = {"n_clk": _CLOCK_SAMPLES, "slow": f"CASE WHEN any_value(r.gpu_uuid) IS NOT NULL THEN {_SLOW} END",
+                  "join": "LEFT JOIN an_clock_ref r ON r.gpu_uuid = s.gpu_uuid"}
+    else:  # no clock readings in the day: no reference to read
+        clocks = {"n_clk": "0::BIGINT", "slow": "NULL::BIGINT", "join": ""}
+    return PART_TRENDS_SELECT.format(**maxima, **clocks, up="AND s.up IS NOT FALSE" if day.lost else "")
 
 
 def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: EarlyWarningRules) -> None:
     """Write one day part's early-warning buckets: per GPU and bucket, the last time and the counter maxima
     (the window takes the rates between consecutive buckets, across midnight) and the clock drops under
-    load against the day's 95th percentiles (read only when the day has clock readings)."""
+    load against the day's 95th percentiles (read only when the day has clock readings). Reads
+    ``an_gpu_day`` (``gpu_day.build`` for the same span) to know what the day measured."""
     span = {"start": window.start, "end": window.end}
     params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
-    clocks = con.execute(
-        "SELECT count(sm_clock_hz) FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND power_watts IS NOT NULL",
-        span,
-    ).fetchone()
-    if clocks and clocks[0]:
+    day = gpu_day.seen(con)
+    if day.sm_clock:
         con.execute(_CLOCK_REFERENCE, {**span, "cover": rules.clock_reference_seconds})
-        sql = PART_TRENDS_SELECT.format(
-            slow=f"CASE WHEN any_value(r.gpu_uuid) IS NOT NULL THEN {_SLOW} END",
-            join="LEFT JOIN an_clock_ref r ON r.gpu_uuid = s.gpu_uuid",
-        )
         params |= {"drop": rules.clock_drop_ratio, "power": rules.clock_drop_power_ratio}
-    else:  # no clock readings in the day: no reference to read
-        sql = PART_TRENDS_SELECT.format(slow="NULL::BIGINT", join="")
     try:
-        con.execute("INSERT INTO part_trend_buckets " + sql, params)
+        con.execute("INSERT INTO part_trend_buckets " + part_trends_select(day), params)
     finally:
         con.execute("DROP TABLE IF EXISTS an_clock_ref")
 

@@ -20,7 +20,7 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics import early_warning
+from gpulens.analytics import early_warning, gpu_day
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.settings import HealthRules
@@ -111,34 +111,27 @@ def classify_xid(code: int, rules: HealthRules) -> str:
     return rules.unknown_xid_state if rules.unknown_xid_state != "ok" else "info"
 
 
+_COLUMNS = ", ".join(f"p.{c}" for c in gpu_day.HEALTH_COLUMNS)
+
 PART_HEALTH_SELECT = """
-WITH per_gpu AS (
-    SELECT gpu_uuid,
-           min(ecc_uncorrected_total) AS ecc_min, max(ecc_uncorrected_total) AS ecc_max,
-           max(retired_pages_total) AS retired_max,
-           bool_or(remapped_rows_failure) AS remap_failed, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
-           bool_or(NOT up) AS lost, min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last,
-           min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
-           min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
-           min(ts) AS first_ts, max(ts) AS last_ts
-    FROM f_gpu_samples WHERE ts >= $start AND ts < $end
-    GROUP BY gpu_uuid
-),
-crc AS (  -- highest 5-minute NVLink CRC error rate (errors/s), only for GPUs whose counter moved
+SELECT $part_id, p.gpu_uuid, {columns}, {crc_rate} FROM an_gpu_day p {crc_join}
+"""
+"""``part_health`` rows of one day part from its per-GPU sums (``an_gpu_day``, all samples): per GPU, the
+counters' minima and maxima and the signals' times (a counter's rise over the window is the largest
+maximum minus the smallest minimum of its days)."""
+
+_CRC_RATE = """
+LEFT JOIN (  -- highest 5-minute NVLink CRC error rate (errors/s), only for GPUs whose counter moved
     SELECT gpu_uuid, max(rate) AS crc_rate FROM (
         SELECT gpu_uuid,
                (max(nvlink_crc_errors_total) - min(nvlink_crc_errors_total))
                / greatest(epoch(max(ts)) - epoch(min(ts)), 1) AS rate
         FROM f_gpu_samples
-        WHERE ts >= $start AND ts < $end
-          AND gpu_uuid IN (SELECT gpu_uuid FROM per_gpu WHERE crc_max > crc_min)
+        WHERE ts >= $start AND ts < $end AND list_contains($moved, gpu_uuid)
         GROUP BY gpu_uuid, time_bucket(to_seconds($bs), ts, $start::TIMESTAMP)
     ) GROUP BY gpu_uuid
-)
-SELECT $part_id, p.*, c.crc_rate FROM per_gpu p LEFT JOIN crc c USING (gpu_uuid)
+) c USING (gpu_uuid)
 """
-"""``part_health`` rows of one day part: per GPU, the counters' minima and maxima and the signals' times
-(a counter's rise over the window is the largest maximum minus the smallest minimum of its days)."""
 
 
 CRC_RATE_SECONDS = 300
@@ -147,12 +140,28 @@ would hide a burst that the rule, 100+ errors/s, is about)."""
 
 
 def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: HealthRules) -> None:
-    """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction)."""
-    con.execute(
-        "INSERT INTO part_health " + PART_HEALTH_SELECT,
-        {"part_id": part_id, "start": window.start, "end": window.end, "bs": CRC_RATE_SECONDS},
-    )
-    early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
+    """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction),
+    from one grouping of its GPU samples per GPU (``gpu_day.py``); the samples are read again per GPU and
+    bucket for the early-warning buckets, and only where needed for the CRC rate and the clock drops."""
+    gpu_day.build(con, window)
+    try:
+        insert_part_health_rows(con, part_id, window)
+        early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
+    finally:
+        gpu_day.drop(con)
+
+
+def insert_part_health_rows(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write one day part's ``part_health`` rows from ``an_gpu_day``; the samples of GPUs whose NVLink CRC
+    counter moved are read again for their 5-minute rate (not at all when none moved)."""
+    moved = gpu_day.crc_moved(con)
+    params: dict[str, object] = {"part_id": part_id}
+    if moved:
+        sql = PART_HEALTH_SELECT.format(columns=_COLUMNS, crc_rate="c.crc_rate", crc_join=_CRC_RATE)
+        params |= {"start": window.start, "end": window.end, "bs": CRC_RATE_SECONDS, "moved": moved}
+    else:
+        sql = PART_HEALTH_SELECT.format(columns=_COLUMNS, crc_rate="NULL::DOUBLE", crc_join="")
+    con.execute("INSERT INTO part_health " + sql, params)
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> list[GpuHealth]:

@@ -107,7 +107,7 @@ def _placements_seen(s: RunState) -> None:
     insert_seen(s.con, s.run_id, s.window, s.settings.topology)
 
 
-@stage("GPU health seen", "f_gpu_samples", "an_clock_ref part_health part_trend_buckets")
+@stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_day part_health part_trend_buckets")
 def _health_seen(s: RunState) -> None:
     health.insert_part_health(s.con, s.run_id, s.window, s.settings.health)
 

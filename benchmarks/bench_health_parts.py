@@ -1,8 +1,8 @@
 """GPU health at fleet scale: the cost of a health day part and of the window-level early-warning stage.
 
 Reads the Parquet facts ``bench_analytics.py`` generated (``<dir>/facts/gpu_samples``, ``events``; 1,000
-GPUs per ``block=``), computes the health day part of each day (``part_health``, then
-``part_trend_buckets``), merges them and runs the window level (``bucket_signals``: rates from the
+GPUs per ``block=``), computes the health day part of each day (the per-GPU pass ``an_gpu_day``, then
+``part_health`` from it, then ``part_trend_buckets``), merges them and runs the window level (``bucket_signals``: rates from the
 merged buckets; ``detect``: the CUSUM; ``health.assess``: all of the window-level health stage). Prints
 wall and CPU seconds side by side; on a shared machine the CPU seconds say what the work costs.
 
@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
 
-from gpulens.analytics import early_warning, health  # noqa: E402
+from gpulens.analytics import early_warning, gpu_day, health  # noqa: E402
 from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
 from gpulens.analytics.facts import Window  # noqa: E402
 from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
@@ -71,21 +72,21 @@ def main() -> None:
         rules = HealthRules()
         window = Window(START, START + timedelta(days=args.days), 3600)
         ids: list[str] = []
-        seen = {"part_health": [0.0, 0.0], "part_trend_buckets": [0.0, 0.0]}
+        seen = {"per-GPU pass": [0.0, 0.0], "part_health": [0.0, 0.0], "part_trend_buckets": [0.0, 0.0]}
         for span in day_windows(window):
             pid = f"{span.start:%Y-%m-%d}"
-            params = {"part_id": pid, "start": span.start, "end": span.end, "bs": span.bucket_seconds}
             con.execute("BEGIN TRANSACTION")
-            t0, c0 = time.perf_counter(), _cpu()
-            con.execute("INSERT INTO part_health " + health.PART_HEALTH_SELECT, params)
-            t1, c1 = time.perf_counter(), _cpu()
-            early_warning.insert_part_trends(con, pid, span, rules.early_warning)
-            t2, c2 = time.perf_counter(), _cpu()
+            steps: tuple[tuple[str, Callable[[], None]], ...] = (
+                ("per-GPU pass", partial(gpu_day.build, con, span)),
+                ("part_health", partial(health.insert_part_health_rows, con, pid, span)),
+                ("part_trend_buckets", partial(early_warning.insert_part_trends, con, pid, span, rules.early_warning)),
+            )
+            for name, step in steps:
+                _, wall, cpu = _timed(step)
+                seen[name][0] += wall
+                seen[name][1] += cpu
+            gpu_day.drop(con)
             con.execute("COMMIT")
-            seen["part_health"][0] += t1 - t0
-            seen["part_health"][1] += c1 - c0
-            seen["part_trend_buckets"][0] += t2 - t1
-            seen["part_trend_buckets"][1] += c2 - c1
             ids.append(pid)
         rows = con.execute("SELECT count(*) FROM part_trend_buckets").fetchone()
         merge_parts(con, ids)
@@ -104,6 +105,7 @@ def main() -> None:
         print(f"{name:<34} {wall:8.2f} {cpu:8.2f}")
     print(json.dumps({
         "gpus": args.gpus, "days": days,
+        "gpu_day": {"seconds": round(seen["per-GPU pass"][0], 3), "cpu": round(seen["per-GPU pass"][1], 3)},
         "part_health": {"seconds": round(seen["part_health"][0], 3), "cpu": round(seen["part_health"][1], 3)},
         "part_trend_buckets": {"seconds": round(seen["part_trend_buckets"][0], 3),
                                "cpu": round(seen["part_trend_buckets"][1], 3)},

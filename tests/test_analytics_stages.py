@@ -30,6 +30,7 @@ STAGE_MODULES = {
     "analytics/day_parts.py": ("day parts", "read samples and allocations", "device buckets"),
     "analytics/health.py": ("health", "GPU health seen"),
     "analytics/early_warning.py": ("health", "GPU health seen"),
+    "analytics/gpu_day.py": ("GPU health seen",),
     "analytics/isolation.py": ("isolation risk",),
     "analytics/fragmentation.py": ("write fragmentation",),
     "analytics/chargeback.py": ("write chargeback", "part sums"),

@@ -1,0 +1,96 @@
+"""One read of a day part's GPU samples per GPU (``an_gpu_day``): its health sums and what the day measured.
+
+``an_gpu_day`` holds, per GPU with samples in the part's span, the minima, maxima and times of **all**
+its samples (``up = false`` ones included) that ``part_health`` stores (the times of a row-remap failure
+or of ``up = false`` from a second read of the few GPUs that had one), plus what the early-warning
+buckets (``early_warning.py``) learn from it before they read the samples per bucket: whether any GPU
+was lost (else every sample is one of an up GPU), which trend counters were sent at all, and whether the
+day has SM clock readings (else there is no clock reference to read and no clock sample to count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+from gpulens.analytics.facts import Window
+
+_BUILD = """
+CREATE OR REPLACE TEMP TABLE an_gpu_day AS
+SELECT gpu_uuid,
+       min(ecc_uncorrected_total) AS ecc_min, max(ecc_uncorrected_total) AS ecc_max,
+       max(retired_pages_total) AS retired_max,
+       bool_or(remapped_rows_failure) AS remap_failed, NULL::TIMESTAMP AS remap_ts,
+       bool_or(NOT up) AS lost, NULL::TIMESTAMP AS lost_first, NULL::TIMESTAMP AS lost_last,
+       min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
+       min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
+       min(ts) AS first_ts, max(ts) AS last_ts,
+       count(ecc_corrected_total) AS ecc_corrected_n, count(pcie_replay_total) AS pcie_replay_n,
+       count(sm_clock_hz) AS sm_clock_n
+FROM f_gpu_samples WHERE ts >= $start AND ts < $end
+GROUP BY gpu_uuid
+"""
+
+HEALTH_COLUMNS = ("ecc_min", "ecc_max", "retired_max", "remap_failed", "remap_ts", "lost", "lost_first", "lost_last",
+                  "thermal_min", "thermal_max", "crc_min", "crc_max", "first_ts", "last_ts")
+"""``part_health``'s columns between ``gpu_uuid`` and ``crc_rate``, in order."""
+
+
+@dataclass(frozen=True)
+class DaySeen:
+    """What the day's GPU samples held, over all GPUs (a column never sent reads NULL in every bucket)."""
+
+    lost: bool
+    """A GPU reported ``up = false``."""
+    ecc_corrected: bool
+    pcie_replay: bool
+    nvlink_crc: bool
+    thermal: bool
+    sm_clock: bool
+    """An SM clock reading (with or without a power reading)."""
+
+
+_SIGNAL_TIMES = """
+UPDATE an_gpu_day SET remap_ts = t.remap_ts, lost_first = t.lost_first, lost_last = t.lost_last
+FROM (
+    SELECT gpu_uuid, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
+           min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last
+    FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND list_contains($gpus, gpu_uuid)
+    GROUP BY gpu_uuid
+) t
+WHERE an_gpu_day.gpu_uuid = t.gpu_uuid
+"""
+"""The first row-remap failure and the first and last ``up = false`` of the GPUs that had one (rare: the
+samples of those GPUs only are read again; every other GPU's times are NULL, as there is none)."""
+
+
+def build(con: duckdb.DuckDBPyConnection, window: Window) -> None:
+    """Make ``an_gpu_day`` for the day part's span ``window`` (the caller drops it with :func:`drop`)."""
+    span = {"start": window.start, "end": window.end}
+    con.execute(_BUILD, span)
+    flagged = [r[0] for r in con.execute(
+        "SELECT gpu_uuid FROM an_gpu_day WHERE remap_failed OR lost ORDER BY 1"
+    ).fetchall()]
+    if flagged:
+        con.execute(_SIGNAL_TIMES, {**span, "gpus": flagged})
+
+
+def seen(con: duckdb.DuckDBPyConnection) -> DaySeen:
+    """What ``an_gpu_day`` says the day measured."""
+    row = con.execute(
+        "SELECT coalesce(bool_or(lost), false), coalesce(sum(ecc_corrected_n), 0) > 0, "
+        "coalesce(sum(pcie_replay_n), 0) > 0, count(crc_max) > 0, count(thermal_max) > 0, "
+        "coalesce(sum(sm_clock_n), 0) > 0 FROM an_gpu_day"
+    ).fetchone()
+    assert row is not None
+    return DaySeen(*(bool(v) for v in row))
+
+
+def crc_moved(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """GPUs whose NVLink CRC counter moved in the span."""
+    return [r[0] for r in con.execute("SELECT gpu_uuid FROM an_gpu_day WHERE crc_max > crc_min ORDER BY 1").fetchall()]
+
+
+def drop(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("DROP TABLE IF EXISTS an_gpu_day")

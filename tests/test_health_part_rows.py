@@ -1,0 +1,230 @@
+"""A day part's GPU health rows are what the samples say, however the day part reads them.
+
+``part_health`` (per GPU, over all of its samples in the span, ``up = false`` ones included) and
+``part_trend_buckets`` (per GPU and finest bucket aligned to the epoch, over samples of an up GPU) are
+checked row by row against a plain reading of the samples, on traces shaped like real ones: bursty
+counters that sometimes reset, gaps, counters an older exporter never sent or sent only some of the
+time, GPUs lost for a while (``up = false``) or with no ``up`` reading, SM clocks with and without power
+readings, a window that starts off the bucket grid, and finest buckets of 5, 15 and 30 minutes. The
+inventory plays no part: these stores list no GPU at all, and every GPU with samples has its rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+import duckdb
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulens.analytics import health
+from gpulens.analytics.day_parts import day_windows
+from gpulens.analytics.facts import Window
+from gpulens.analytics.result_tables import create_result_tables
+from gpulens.analytics.settings import EarlyWarningRules, HealthRules
+from gpulens.collector.schema import create_schema
+
+MIDNIGHT = datetime(2026, 1, 6)
+EPOCH = datetime(1970, 1, 1)
+COLUMNS = ("up", "power_watts", "sm_clock_hz", "ecc_corrected_total", "ecc_uncorrected_total", "retired_pages_total",
+           "remapped_rows_failure", "pcie_replay_total", "nvlink_crc_errors_total", "thermal_violation_seconds_total")
+COUNTERS = ("ecc_corrected_total", "ecc_uncorrected_total", "retired_pages_total", "pcie_replay_total",
+            "nvlink_crc_errors_total", "thermal_violation_seconds_total")
+Sample = dict[str, Any]
+"""A GPU sample: ``ts``, ``gpu_uuid`` and the readings of ``COLUMNS`` (None: not sent)."""
+
+
+def rules_with_finest(seconds: int) -> HealthRules:
+    """Default health rules whose finest early-warning bucket is ``seconds`` (300, 900 or 1800), with a
+    clock reference that needs only an hour of readings (so short traces have one)."""
+    ew = EarlyWarningRules()
+    update: dict[str, Any] = {"clock_reference_seconds": 3600}
+    for name, rule in ew.rules().items():
+        if rule.bucket_seconds < seconds or name == "ecc_corrected_per_hour":
+            update[name] = rule.model_copy(update={"bucket_seconds": seconds})
+    return HealthRules(early_warning=ew.model_copy(update=update))
+
+
+@st.composite
+def gpu_trace(draw: st.DrawFn, gpu: str, start: datetime, end: datetime) -> list[Sample]:
+    sent = {c: draw(st.sampled_from(["always", "always", "never", "sometimes"])) for c in COLUMNS}
+    totals = dict.fromkeys(COUNTERS, 0.0)
+    out = []
+    ts = start + timedelta(seconds=draw(st.integers(0, 600)))
+    while ts < end:
+        for c in COUNTERS:
+            step = draw(st.sampled_from([0, 0, 0, 0, 0, 1, 7, 250, -1]))
+            totals[c] = 0.0 if step < 0 else totals[c] + step  # -1: the counter reset (driver reload)
+        power = draw(st.sampled_from([90.0, 350.0, 600.0, 700.0]))
+        clock = draw(st.sampled_from([0.35e9, 1.2e9, 1.98e9, 1.98e9]))
+        reading: Sample = {
+            "up": draw(st.sampled_from([True, True, True, True, False])),
+            "power_watts": power, "sm_clock_hz": clock,
+            "remapped_rows_failure": draw(st.sampled_from([False, False, False, False, True])),
+            **{c: (v if c != "thermal_violation_seconds_total" else v / 4) for c, v in totals.items()},
+        }
+        for c in COLUMNS:
+            if sent[c] == "never" or (sent[c] == "sometimes" and draw(st.booleans())):
+                reading[c] = None
+        out.append({"ts": ts, "gpu_uuid": gpu, **reading})
+        ts += timedelta(seconds=draw(st.sampled_from([60, 60, 60, 60, 67, 300, 1800])))
+    return out
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> tuple[Window, list[Sample], int]:
+    """Three GPUs over a few hours around midnight (the window starting off the bucket grid), a finest bucket."""
+    start = MIDNIGHT - timedelta(seconds=draw(st.integers(1800, 4 * 3600)))
+    end = MIDNIGHT + timedelta(seconds=draw(st.integers(1800, 4 * 3600)))
+    samples = [s for gpu in ("GPU-A", "GPU-B", "GPU-C") for s in draw(gpu_trace(gpu, start, end))]
+    return Window(start, end, 300), samples, draw(st.sampled_from([300, 900, 1800]))
+
+
+def store(samples: list[Sample]) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_schema(con)
+    create_result_tables(con)
+    cols = ("ts", "gpu_uuid", *COLUMNS)
+    con.executemany(
+        f"INSERT INTO gpu_samples (node, source, {', '.join(cols)}) VALUES ('n', 'test'{', ?' * len(cols)})",  # noqa: S608
+        [[s[c] for c in cols] for s in samples],
+    )
+    con.execute("CREATE VIEW f_gpu_samples AS SELECT * FROM gpu_samples")
+    return con
+
+
+def _min(values: list[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
+
+
+def _max(values: list[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _any(values: list[bool | None]) -> bool | None:
+    known = [v for v in values if v is not None]
+    return any(known) if known else None
+
+
+def _seconds(ts: datetime) -> float:
+    return (ts - EPOCH).total_seconds()
+
+
+def spec_health(samples: list[Sample], span: Window) -> dict[str, tuple[Any, ...]]:
+    """Per GPU with samples in the span: the ``part_health`` columns after ``gpu_uuid``."""
+    by_gpu: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        if span.start <= s["ts"] < span.end:
+            by_gpu[s["gpu_uuid"]].append(s)
+    out = {}
+    for gpu, rows in by_gpu.items():
+        col = {c: [r[c] for r in rows] for c in COLUMNS}
+        ts = [r["ts"] for r in rows]
+        crc_min, crc_max = _min(col["nvlink_crc_errors_total"]), _max(col["nvlink_crc_errors_total"])
+        rate = None
+        if crc_min is not None and crc_max > crc_min:  # the highest 5-minute rate, buckets from the span start
+            five: dict[int, list[Sample]] = defaultdict(list)
+            for r in rows:
+                five[int((r["ts"] - span.start).total_seconds()) // 300].append(r)
+            rates = []
+            for b in five.values():
+                lo, hi = _min([r["nvlink_crc_errors_total"] for r in b]), _max([r["nvlink_crc_errors_total"] for r in b])
+                if lo is not None:
+                    span_s = _seconds(max(r["ts"] for r in b)) - _seconds(min(r["ts"] for r in b))
+                    rates.append((hi - lo) / max(span_s, 1))
+            rate = max(rates)
+        out[gpu] = (
+            _min(col["ecc_uncorrected_total"]), _max(col["ecc_uncorrected_total"]), _max(col["retired_pages_total"]),
+            _any(col["remapped_rows_failure"]), _min([r["ts"] for r in rows if r["remapped_rows_failure"]]),
+            _any([None if u is None else not u for u in col["up"]]),
+            _min([r["ts"] for r in rows if r["up"] is False]), _max([r["ts"] for r in rows if r["up"] is False]),
+            _min(col["thermal_violation_seconds_total"]), _max(col["thermal_violation_seconds_total"]),
+            crc_min, crc_max, min(ts), max(ts), rate,
+        )
+    return out
+
+
+def quantile_cont(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (DuckDB's ``quantile_cont``)."""
+    x = sorted(values)
+    pos = q * (len(x) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(x) - 1)
+    return x[lo] + (pos - lo) * (x[hi] - x[lo])
+
+
+def spec_trends(samples: list[Sample], span: Window, rules: HealthRules) -> dict[tuple[str, datetime], tuple[Any, ...]]:
+    """Per GPU and finest bucket (aligned to the epoch) with samples of an up GPU in the span: the
+    ``part_trend_buckets`` columns after ``bucket_start``."""
+    ew = rules.early_warning
+    bucket = ew.finest_bucket_seconds()
+    up = [s for s in samples if span.start <= s["ts"] < span.end and s["up"] is not False]
+    reference: dict[str, tuple[float, float]] = {}
+    for gpu in {s["gpu_uuid"] for s in up}:
+        mine = [s for s in up if s["gpu_uuid"] == gpu]
+        both = [s["ts"] for s in mine if s["sm_clock_hz"] is not None and s["power_watts"] is not None]
+        if both and (max(both) - min(both)).total_seconds() >= ew.clock_reference_seconds:
+            reference[gpu] = (quantile_cont([s["sm_clock_hz"] for s in mine if s["sm_clock_hz"] is not None], 0.95),
+                              quantile_cont([s["power_watts"] for s in mine if s["power_watts"] is not None], 0.95))
+    groups: dict[tuple[str, datetime], list[Sample]] = defaultdict(list)
+    for s in up:
+        start = EPOCH + timedelta(seconds=int(_seconds(s["ts"])) // bucket * bucket)
+        groups[(s["gpu_uuid"], start)].append(s)
+    out = {}
+    for (gpu, start), rows in groups.items():
+        clocked = [r for r in rows if r["sm_clock_hz"] is not None and r["power_watts"] is not None]
+        slow = None
+        if gpu in reference:
+            clk95, pw95 = reference[gpu]
+            slow = sum(1 for r in clocked if r["sm_clock_hz"] < ew.clock_drop_ratio * clk95
+                       and r["power_watts"] >= ew.clock_drop_power_ratio * pw95)
+        out[(gpu, start)] = (
+            max(r["ts"] for r in rows), _max([r["ecc_corrected_total"] for r in rows]),
+            _max([r["pcie_replay_total"] for r in rows]), _max([r["nvlink_crc_errors_total"] for r in rows]),
+            _max([r["thermal_violation_seconds_total"] for r in rows]), len(clocked), slow,
+        )
+    return out
+
+
+def _same(got: tuple[Any, ...], want: tuple[Any, ...]) -> bool:
+    return all(
+        (g is None and w is None) or (isinstance(w, float) and g is not None and math.isclose(g, w, rel_tol=1e-12))
+        or g == w
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces())
+def test_day_part_health_rows_are_what_the_samples_say(trace: tuple[Window, list[Sample], int]) -> None:
+    window, samples, finest = trace
+    rules = rules_with_finest(finest)
+    con = store(samples)
+    for n, span in enumerate(day_windows(window)):
+        health.insert_part_health(con, f"p{n}", span, rules)
+        rows = con.execute("SELECT * EXCLUDE (part_id) FROM part_health WHERE part_id = ?", [f"p{n}"]).fetchall()
+        got = {r[0]: r[1:] for r in rows}
+        want = spec_health(samples, span)
+        assert got.keys() == want.keys() and len(rows) == len(got)
+        for gpu, row in want.items():
+            assert _same(got[gpu], row), (gpu, got[gpu], row)
+        rows = con.execute("SELECT * EXCLUDE (part_id) FROM part_trend_buckets WHERE part_id = ?", [f"p{n}"]).fetchall()
+        got_b = {(r[0], r[1]): r[2:] for r in rows}
+        want_b = spec_trends(samples, span, rules)
+        assert got_b.keys() == want_b.keys() and len(rows) == len(got_b)
+        for key, row in want_b.items():
+            assert _same(got_b[key], row), (key, got_b[key], row)
+    assert not con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall(), "no temp table left"
+
+
+def test_a_day_without_gpu_samples_stores_no_health_rows() -> None:
+    con = store([{"ts": MIDNIGHT - timedelta(hours=1), "gpu_uuid": "GPU-A", **dict.fromkeys(COLUMNS, None)}])
+    health.insert_part_health(con, "empty", Window(MIDNIGHT, MIDNIGHT + timedelta(hours=2), 300), HealthRules())
+    assert con.execute("SELECT count(*) FROM part_health").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM part_trend_buckets").fetchone() == (0,)
+    assert not con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
