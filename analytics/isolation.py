@@ -331,7 +331,7 @@ def _gpus(
             gpu: int(held[::-1], 2) for gpu, held in con.execute(
                 """
                 SELECT d.gpu_uuid, bitstring_agg(c.code, 0, $last)::VARCHAR
-                FROM (SELECT DISTINCT device_id, tenant FROM an_alloc) a JOIN an_dev d USING (device_id)
+                FROM an_alloc a JOIN an_dev d USING (device_id)
                 JOIN (SELECT unnest($names) AS tenant, generate_subscripts($names, 1) - 1 AS code) c USING (tenant)
                 GROUP BY ALL
                 """,
@@ -416,16 +416,18 @@ def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, ris
     """Write the device and tenant rows of this run."""
     if not risks:
         return
-    cols: dict[str, list[object]] = {c: [] for c in column_names("isolation_risk")}
     fragments: dict[int, str] = {}  # a term's JSON by the term's id (rows share terms; ``risks`` keeps them alive)
-    for r in risks:
-        terms = "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t))
-                                 for t in r.terms]) + "]"
-        values = (run_id, window.start, window.end, r.scope, r.gpu_uuid, r.node, r.tenant, r.sharing_mode,
-                  r.score, terms)
-        for name, value in zip(cols, values, strict=True):
-            cols[name].append(value)
-    append_columns(con, "isolation_risk", cols)
+    terms = [
+        "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t)) for t in r.terms]) + "]"
+        for r in risks
+    ]
+    n = len(risks)
+    columns = (
+        [run_id] * n, [window.start] * n, [window.end] * n, [r.scope for r in risks], [r.gpu_uuid for r in risks],
+        [r.node for r in risks], [r.tenant for r in risks], [r.sharing_mode for r in risks],
+        [r.score for r in risks], terms,
+    )
+    append_columns(con, "isolation_risk", dict(zip(column_names("isolation_risk"), columns, strict=True)))
 
 
 def _term_json(t: Term) -> str:
