@@ -417,16 +417,16 @@ def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, ris
     if not risks:
         return
     fragments: dict[int, str] = {}  # a term's JSON by the term's id (rows share terms; ``risks`` keeps them alive)
-    terms = [
+    terms: list[object] = [
         "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t)) for t in r.terms]) + "]"
         for r in risks
     ]
     n = len(risks)
-    columns = (
-        [run_id] * n, [window.start] * n, [window.end] * n, [r.scope for r in risks], [r.gpu_uuid for r in risks],
-        [r.node for r in risks], [r.tenant for r in risks], [r.sharing_mode for r in risks],
-        [r.score for r in risks], terms,
-    )
+    constant: list[list[object]] = [[run_id] * n, [window.start] * n, [window.end] * n]
+    columns: list[list[object]] = [
+        *constant, [r.scope for r in risks], [r.gpu_uuid for r in risks], [r.node for r in risks],
+        [r.tenant for r in risks], [r.sharing_mode for r in risks], [r.score for r in risks], terms,
+    ]
     append_columns(con, "isolation_risk", dict(zip(column_names("isolation_risk"), columns, strict=True)))
 
 
