@@ -14,7 +14,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpulens.analytics import isolation
 from gpulens.analytics.run import analyze
 from gpulens.analytics.settings import AnalysisSettings, RiskWeights
 from tests.support.analytics_fleet import T0, Fleet
@@ -102,3 +105,32 @@ def test_terms_are_the_text_json_dumps_writes_for_names_that_need_escaping(tmp_p
     named = next(t["reason"] for t in mps if t["term"] == "gpu_cotenants")
     assert named == '4 other tenant(s) on this GPU: back\\slash, q"uote, tab\tbed, équipe'  # all but '<b>&'
     assert next(t["points"] for t in mps if t["term"] == "gpu_cotenants") == 29.0
+
+
+holdings = st.lists(
+    st.tuples(st.sampled_from(["GPU-1/0", "GPU-1/1", "GPU-2/0", "GPU-3/0", "gone/0"]),
+              st.sampled_from(["a", "a-b", "a/b", "", "é", 'q"', "b", "t-1", "t-10"])),
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(held=holdings)
+def test_both_reads_of_a_gpus_tenants_give_the_same_bits(held: list[tuple[str, str]]) -> None:
+    """A GPU's tenants as bits of the sorted names, read as bit strings (few tenants) or lists (many): the same
+    sets, every device of the GPU counted once, a device outside the inventory not at all."""
+    con = duckdb.connect()
+    con.execute("CREATE TEMP TABLE an_alloc (device_id VARCHAR, tenant VARCHAR, namespace VARCHAR)")
+    con.execute("CREATE TEMP TABLE an_dev (device_id VARCHAR, gpu_uuid VARCHAR)")
+    for device in ("GPU-1/0", "GPU-1/1", "GPU-2/0", "GPU-3/0"):
+        con.execute("INSERT INTO an_dev VALUES (?, ?)", [device, device.split("/")[0]])
+    for device, tenant in held:
+        con.execute("INSERT INTO an_alloc VALUES (?, ?, 'ns')", [device, tenant])
+    names = isolation._tenant_names(con)
+    expected: dict[str, set[str]] = {}
+    for device, tenant in held:
+        if not device.startswith("gone"):
+            expected.setdefault(device.split("/")[0], set()).add(tenant)
+    for most in (isolation.BITSTRING_MOST, 0):
+        bits = isolation._tenant_bits(con, names, bitstring_most=most)
+        assert {gpu: {n for i, n in enumerate(names) if b >> i & 1} for gpu, b in bits.items()} == expected
