@@ -514,9 +514,10 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, cols: Mapping[str
 def _column_array(np: Any, values: list[object], n: int) -> Any:
     """One column for DuckDB's scan: an object array (None is NULL), or float64 when it holds a NaN (only
     when every value is a number: None and NaN in one column cannot both survive)."""
-    if any(isinstance(v, float) and v != v for v in values) and all(isinstance(v, int | float) for v in values):
+    column = np.fromiter(values, dtype=object, count=n)
+    if n and (column != column).any() and all(isinstance(v, int | float) for v in values):  # x != x: NaN
         return np.asarray(values, dtype=np.float64)
-    return np.fromiter(values, dtype=object, count=n)
+    return column
 
 
 def column_names(table: str) -> list[str]:

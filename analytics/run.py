@@ -46,6 +46,9 @@ def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
         con.execute(f"SET memory_limit = '{settings.memory_limit}'")  # validated above
         con.execute("SET enable_progress_bar = false")
         con.execute("SET preserve_insertion_order = false")
+        # Every statement over the f_* views binds their Parquet files again: keep the files' footers once
+        # (DuckDB re-reads a file whose modification time changed).
+        con.execute("SET parquet_metadata_cache = true")
         create_schema(con)
         create_result_tables(con)
         return _analyze(con, settings)
