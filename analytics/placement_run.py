@@ -233,12 +233,16 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
     """(tenant, namespace, kind, workload) -> its distinct placements, longest held first."""
     merged: dict[tuple[str, str, str, tuple[str, ...]], list] = {}
-    for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
-        "SELECT namespace, kind, wname, tenant, sig, samples, ge_samples, first_ts, last_ts FROM an_placements"
-    ).fetchall():  # the window's day parts, merged below
-        key = (ns, kind, wname, tuple(sig))
-        if len(sig) < 2:
+    for row, ns, kind, wname, tenant, joined, pairs, listed, samples, ge_samples, first, last in con.execute(
+        """SELECT rowid, namespace, kind, wname, tenant, array_to_string(sig, chr(10)), len(sig), list_count(sig),
+                  samples, ge_samples, first_ts, last_ts FROM an_placements"""
+    ).fetchall():  # the window's day parts, merged below; the pairs come as one string (a list of strings costs 2x)
+        if pairs < 2:
             continue  # a single (pod, GPU) pair listed twice at one time
+        sig = tuple(joined.split("\n"))
+        if len(sig) != pairs or listed != pairs:  # a pair holding a line break (or a NULL): read it as listed
+            sig = tuple(con.execute("SELECT sig FROM an_placements WHERE rowid = ?", [row]).fetchall()[0][0])
+        key = (ns, kind, wname, sig)
         if key in merged:  # the same set on another day (or with a duplicated row at some time): one placement
             m = merged[key]
             m[1], m[2], m[3], m[4] = m[1] + samples, m[2] + ge_samples, min(m[3], first), max(m[4], last)

@@ -35,8 +35,9 @@ NODES = {  # node -> (rack label or None, [(numa, nvlink) per GPU])
     "n2": (None, [(0, "n2-nv0"), (0, "n2-nv0"), (1, "n2-nv0"), (1, "n2-nv0")]),
 }
 GPUS = [f"GPU-{node}-{i}" for node, (_, gpus) in NODES.items() for i in range(len(gpus))]
-PODS = ["w-0", "w-1", "w-10", "a|b", "w"]
-"""Pod names whose 'pod|GPU' pairs do not sort pod by pod ('w-1|...' < 'w-10|...' < 'w-1|...'), one holding '|'."""
+PODS = ["w-0", "w-1", "w-10", "a|b", "w", "x\ny"]
+"""Pod names whose 'pod|GPU' pairs do not sort pod by pod ('w-1|...' < 'w-10|...' < 'w-1|...'), one holding '|',
+one a line break (the store holds what it was given)."""
 
 placement = st.lists(st.tuples(st.sampled_from(PODS), st.sampled_from([*GPUS, "GPU-unknown"])),
                      min_size=2, max_size=8, unique=True)
@@ -110,7 +111,7 @@ def _expected(con: duckdb.DuckDBPyConnection, kind: str, placements: list[tuple[
 @example([("PyTorchJob", [([("w-1", "GPU-n0-0"), ("w-10", "GPU-n1-0"), ("w-1", "GPU-n2-0")], 30, 1.0, True),
                           ([("w-1", "GPU-n0-0"), ("w-1", "GPU-n0-1")], 30, 1.0 / 3.0, False),
                           ([("a|b", "GPU-n0-0"), ("a|b", "GPU-n1-2"), ("w", "GPU-unknown")], 5, 0.5, False)])])
-@example([("Job", [([("w-0", "GPU-n0-0"), ("w-0", "GPU-n2-3"), ("w-1", "GPU-n0-0")], 10, 1.0, False),
+@example([("Job", [([("w-0", "GPU-n0-0"), ("w-0", "GPU-n2-3"), ("w-1", "GPU-n0-0"), ("x\ny", "GPU-n2-0")], 10, 1.0, False),
                    ([("w-0", "GPU-n1-3"), ("w-1", "GPU-n1-1")], 40, 0.5, True)])])
 def test_ge_hours_affected_add_up_every_placement_spread_worse(
     workloads: list[tuple[str, list[tuple[list[tuple[str, str]], int, float, bool]]]],
