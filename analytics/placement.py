@@ -116,7 +116,8 @@ class FleetShapes:
     def largest(self, level: str) -> int | None:
         """GPUs of the largest domain of an intra-node ``level``; None when no GPU has a key there."""
         if level not in self._largest:
-            sizes = Counter(p.key(level) for p in self._fleet if p.key(level) is not None)
+            sizes = Counter(p.key(level) for p in self._fleet)
+            sizes.pop(None, None)
             self._largest[level] = max(sizes.values()) if sizes else None
         return self._largest[level]
 

@@ -39,14 +39,17 @@ def affected_hours(pairs: Sequence[Sequence[str]], ge_hours: Sequence[float], pl
         gpu_of.append(gpu_code.setdefault(gpu, len(gpu_code)))
     gpu_at = np.asarray(gpu_of, dtype=np.int64)[flat]  # per pair of every placement: its GPU
     held = [places.get(gpu) for gpu in gpu_code]  # a GPU not described has no key at any level
-    per_pod = np.zeros((len(pairs), len(pod_code)), dtype=np.int64)
-    np.add.at(per_pod, (rows, np.asarray(pod_of, dtype=np.int64)[flat]), 1)
+    per_pod = np.bincount(rows * len(pod_code) + np.asarray(pod_of, dtype=np.int64)[flat],
+                          minlength=len(pairs) * len(pod_code)).reshape(len(pairs), len(pod_code))  # GPUs per pod
     pods = (per_pod > 0).sum(axis=1)
     smallest = np.where(per_pod > 0, per_pod, np.iinfo(np.int64).max).min(axis=1)
     out: dict[str, float] = {}
     for index, level in enumerate(LEVELS):
         spanned, known = _spanned([p.chain[index] if p is not None else None for p in held], gpu_at, rows, len(pairs))
-        least = _least(level, devices, pods, smallest, fleet)
+        if not known.any():
+            continue  # no placement measured at this level: the fleet's domains there are not asked for
+        least = np.zeros(len(pairs), dtype=np.int64)
+        least[known] = _least(level, devices[known], pods[known], smallest[known], fleet)
         worse = known & (least >= 1) & (least < spanned)
         if worse.any():
             total = 0.0
