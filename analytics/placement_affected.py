@@ -77,6 +77,6 @@ def _spanned(keys: list[str | None], gpu_at: np.ndarray, rows: np.ndarray, n: in
 def _least(level: str, devices: np.ndarray, pods: np.ndarray, smallest: np.ndarray, fleet: FleetShapes) -> np.ndarray:
     """Per placement: :func:`least_domains` at ``level`` (0 where the fleet gives none)."""
     key = (devices * (int(pods.max()) + 1) + pods) * (int(smallest.max()) + 1) + smallest  # one int per shape
-    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     values = [least_domains(level, int(devices[i]), int(pods[i]), int(smallest[i]), fleet) for i in first]
     return np.array([v if v is not None else 0 for v in values], dtype=np.int64)[inverse.reshape(-1)]
