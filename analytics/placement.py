@@ -116,7 +116,8 @@ class FleetShapes:
     def largest(self, level: str) -> int | None:
         """GPUs of the largest domain of an intra-node ``level``; None when no GPU has a key there."""
         if level not in self._largest:
-            sizes = Counter(p.key(level) for p in self._fleet if p.key(level) is not None)
+            sizes = Counter(p.key(level) for p in self._fleet)
+            sizes.pop(None, None)
             self._largest[level] = max(sizes.values()) if sizes else None
         return self._largest[level]
 
@@ -150,11 +151,16 @@ def min_domains(
     if devices <= 0 or not pod_sizes:
         return None
     shapes = fleet if isinstance(fleet, FleetShapes) else FleetShapes(fleet)
+    return least_domains(level, devices, len(pod_sizes), min(pod_sizes), shapes)
+
+
+def least_domains(level: str, devices: int, pods: int, smallest: int, shapes: FleetShapes) -> int | None:
+    """:func:`min_domains` of ``devices`` GPUs in ``pods`` pods whose smallest holds ``smallest`` (pods >= 1)."""
     if level in INTRA_NODE:
         largest = shapes.largest(level)
         return None if largest is None else math.ceil(devices / largest)
-    reach = shapes.reach(level, max(1, min(pod_sizes)))  # the largest domains first, until every pod fits
-    used = bisect_left(reach, len(pod_sizes))
+    reach = shapes.reach(level, max(1, smallest))  # the largest domains first, until every pod fits
+    used = bisect_left(reach, pods)
     if used == len(reach):
         return None  # the fleet as described cannot hold the workload at all: no claim
     return used + 1

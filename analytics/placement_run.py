@@ -5,7 +5,8 @@ their own), groups them by owner (namespace, workload kind, workload name; where
 names a LeaderWorkerSet or pod group, see ``exporter/tenancy/gangs.py``, that group), and, per distinct
 placement (the set of pod/GPU pairs held at a sample time), measures every topology level with
 :mod:`gpulens.analytics.placement`. A workload's row per level describes the placement it held
-longest; ``ge_hours_affected`` adds up every placement of it that spanned more domains than needed.
+longest; ``ge_hours_affected`` adds up every placement of it that spanned more domains than needed
+(:mod:`gpulens.analytics.placement_affected`, all of a workload's placements at once).
 
 Stranded by topology is measured at the newest GPU sample of the window (``topology_stranded``).
 """
@@ -16,11 +17,13 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 import duckdb
 
 from gpulens.analytics.facts import Window
 from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
+from gpulens.analytics.placement_affected import affected_hours
 from gpulens.analytics.result_tables import append_columns, column_names, insert_columns
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
@@ -29,15 +32,31 @@ from gpulens.exporter.tenancy.gangs import GROUP_KINDS
 
 @dataclass(frozen=True)
 class Placement:
-    """One distinct placement of one workload: its GPUs (grouped by pod), how long and how much it was held."""
+    """One distinct placement of one workload: its (pod, GPU) pairs, how long and how much it was held."""
 
-    gpus: tuple[str, ...]
-    pod_sizes: tuple[int, ...]
-    """GPUs of each pod, in the order of ``gpus``."""
+    pairs: tuple[str, ...]
+    """Its 'pod|GPU' pairs, sorted (as a day part lists them)."""
     samples: int
     ge_hours: float
     first_ts: datetime
     last_ts: datetime
+
+    @cached_property
+    def _split(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        # 'pod|gpu' split at the last |; the list is sorted, so a pod's pairs are adjacent (they share the
+        # prefix 'pod|'): the GPUs come grouped by pod, and counting the pods in order gives each pod's size
+        pods, _, gpus = zip(*(item.rpartition("|") for item in self.pairs), strict=True)
+        return tuple(gpus), tuple(Counter(pods).values())
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """Its GPUs, grouped by pod."""
+        return self._split[0]
+
+    @property
+    def pod_sizes(self) -> tuple[int, ...]:
+        """GPUs of each pod, in the order of ``gpus``."""
+        return self._split[1]
 
 
 @dataclass(frozen=True)
@@ -281,12 +300,16 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
 def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) -> dict[tuple[str, str, str, str], list[Placement]]:
     """(tenant, namespace, kind, workload) -> its distinct placements, longest held first."""
     merged: dict[tuple[str, str, str, tuple[str, ...]], list] = {}
-    for ns, kind, wname, tenant, sig, samples, ge_samples, first, last in con.execute(
-        "SELECT namespace, kind, wname, tenant, sig, samples, ge_samples, first_ts, last_ts FROM an_placements"
-    ).fetchall():  # the window's day parts, merged below
-        key = (ns, kind, wname, tuple(sig))
-        if len(sig) < 2:
+    for row, ns, kind, wname, tenant, joined, pairs, listed, samples, ge_samples, first, last in con.execute(
+        """SELECT rowid, namespace, kind, wname, tenant, array_to_string(sig, chr(10)), len(sig), list_count(sig),
+                  samples, ge_samples, first_ts, last_ts FROM an_placements"""
+    ).fetchall():  # the window's day parts, merged below; the pairs come as one string (a list of strings costs 2x)
+        if pairs < 2:
             continue  # a single (pod, GPU) pair listed twice at one time
+        sig = tuple(joined.split("\n"))
+        if len(sig) != pairs or listed != pairs:  # a pair holding a line break (or a NULL): read it as listed
+            sig = tuple(con.execute("SELECT sig FROM an_placements WHERE rowid = ?", [row]).fetchall()[0][0])
+        key = (ns, kind, wname, sig)
         if key in merged:  # the same set on another day (or with a duplicated row at some time): one placement
             m = merged[key]
             m[1], m[2], m[3], m[4] = m[1] + samples, m[2] + ge_samples, min(m[3], first), max(m[4], last)
@@ -298,12 +321,8 @@ def observed(con: duckdb.DuckDBPyConnection, window: Window, interval: float) ->
         merged.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[1][1], kv[0][3])
     ):
         tenant_key = keys.setdefault((ns, kind, wname), str(tenant))
-        # 'pod|gpu' split at the last |; the list is sorted, so a pod's pairs are adjacent (they share the
-        # prefix 'pod|'): the GPUs come grouped by pod, and counting the pods in order gives each pod's size
-        pods, _, gpus = zip(*(str(item).rpartition("|") for item in sig), strict=True)
         out[(tenant_key, ns, kind, wname)].append(
-            Placement(tuple(gpus), tuple(Counter(pods).values()), int(samples),
-                      float(ge_samples) * interval / 3600.0, first, last)
+            Placement(sig, int(samples), float(ge_samples) * interval / 3600.0, first, last)
         )
     return out
 
@@ -339,13 +358,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
             shapes[model].update(pod_sizes)
             jobs[model].add(len(gpus))
         score = distance_score(held)
-        affected: dict[str, float] = defaultdict(float)
-        for other in placements:
-            if not all(map(places.__contains__, other.gpus)):
-                continue
-            for s in spread(list(map(places.__getitem__, other.gpus)), list(other.pod_sizes), fleet):
-                if s.excess > 0:
-                    affected[s.level] += other.ge_hours
+        affected = affected_hours([p.pairs for p in placements], [p.ge_hours for p in placements], places, fleet)
         total = sum(p.ge_hours for p in placements)
         for s in spread(held, pod_sizes, fleet):
             findings.append(Finding(

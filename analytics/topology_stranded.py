@@ -52,6 +52,27 @@ class StrandedRow:
 
 _NEWEST = "SELECT max(ts) FROM f_gpu_samples WHERE ts >= $start AND ts < $end"
 
+TAIL_SECONDS = 3600
+"""The window's last hour: read once for the fleet's newest sample and each GPU's newest before it, when they lie in it."""
+
+_TAIL = """
+WITH tail AS (SELECT gpu_uuid, ts, up FROM f_gpu_samples WHERE ts >= $lo AND ts < $end),
+newest AS (SELECT max(ts) AS ts FROM tail),
+recent AS (  -- as in _FREE, from the tail; complete only when the newest minus $fresh is inside the tail
+    SELECT t.gpu_uuid, t.ts, t.up FROM tail t, newest n WHERE t.ts >= n.ts - to_seconds($fresh) AND t.ts <= n.ts
+),
+fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid)
+SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AS up, n.ts AS newest
+FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts, newest n
+"""
+
+_HELD = """
+SELECT DISTINCT a.gpu_uuid, a.ts FROM f_allocations a
+SEMI JOIN (SELECT unnest($gpus) AS gpu_uuid, unnest($times) AS ts) f ON f.gpu_uuid = a.gpu_uuid AND f.ts = a.ts
+WHERE a.ts >= $oldest AND a.ts <= $newest
+"""
+"""Which of the GPUs are held at the given times (each GPU's newest sample)."""
+
 _FREE = """
 WITH recent AS (  -- only samples within $fresh of the fleet's newest can be a GPU's counted newest sample
     SELECT gpu_uuid, ts, up FROM f_gpu_samples WHERE ts >= $newest - to_seconds($fresh) AND ts <= $newest
@@ -79,6 +100,27 @@ def fleet_newest(con: duckdb.DuckDBPyConnection, window: Window) -> datetime | N
     return None
 
 
+def newest_states(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[str, datetime, bool]]:
+    """(GPU, its newest sample, free there) for every GPU sampled within ``FRESH_SECONDS`` of the fleet's newest.
+
+    The window's last hour is read once (the fleet's newest and every GPU's newest before it) when they lie in
+    it; otherwise the newest is looked for with :func:`fleet_newest` and the GPUs read after it."""
+    lo = max(window.start, window.end - timedelta(seconds=TAIL_SECONDS))
+    rows = con.execute(_TAIL, {"lo": lo, "end": window.end, "fresh": FRESH_SECONDS}).fetchall()
+    if rows and rows[0][3] - timedelta(seconds=FRESH_SECONDS) >= lo:
+        newest = rows[0][3]
+        times = {gpu: ts for gpu, ts, _, _ in rows}
+        held = set(con.execute(_HELD, {
+            "gpus": list(times), "times": list(times.values()), "oldest": min(times.values()), "newest": newest,
+        }).fetchall())
+        return [(gpu, ts, bool(up) and (gpu, ts) not in held) for gpu, ts, up, _ in rows]
+    newest = fleet_newest(con, window)
+    if newest is None:
+        return []
+    return [(gpu, ts, bool(free)) for gpu, ts, free in
+            con.execute(_FREE, {"newest": newest, "fresh": FRESH_SECONDS}).fetchall()]
+
+
 def _parent(place: GpuPlace, level: str) -> str | None:
     parent = PARENT[level]
     for candidate in (parent,) if isinstance(parent, str) else parent:
@@ -95,21 +137,23 @@ def stranded_by_topology(
     """One row per (level, domain) with free GPUs, for models that have multi-GPU shapes."""
     free: dict[str, bool] = {}
     at: datetime | None = None
-    newest = fleet_newest(con, window)
-    if newest is None:
-        return []
-    for gpu, ts, is_free in con.execute(_FREE, {"newest": newest, "fresh": FRESH_SECONDS}).fetchall():
+    for gpu, ts, is_free in newest_states(con, window):
         if gpu in places:
-            free[gpu] = bool(is_free)
+            free[gpu] = is_free
             at = ts if at is None or ts > at else at
     if at is None:
         return []
+    models = sorted(set(pod_shapes) | set(job_shapes))
+    fleets: dict[str, list[GpuPlace]] = {model: [] for model in models}
+    for p in places.values():  # each model's GPUs, in the fleet's order
+        fleet = fleets.get(p.gpu_model)
+        if fleet is not None:
+            fleet.append(p)
     rows: list[StrandedRow] = []
-    for model in sorted(set(pod_shapes) | set(job_shapes)):
-        fleet = [p for p in places.values() if p.gpu_model == model]
+    for model in models:
         for level in (*POD_LEVELS, *JOB_LEVELS):
             shapes = sorted(pod_shapes.get(model, set()) if level in POD_LEVELS else job_shapes.get(model, set()))
-            rows.extend(_level_rows(at, model, level, fleet, free, shapes))
+            rows.extend(_level_rows(at, model, level, fleets[model], free, shapes))
     return rows
 
 
