@@ -158,17 +158,16 @@ def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[st
     span, differs from that guess, the parts are computed again with it (the guessed ones, listed by
     no run, are dropped after the run).
     """
-    con, settings = state.con, state.settings
-    try:
-        return _ensure_parts(state, span_list)
-    finally:
-        if settings.parquet_dir is not None and any(s.files for s in span_list):
-            bind_facts(con, settings.parquet_dir, tables=[t for t in DAY_SCOPED if t in FACT_TABLES])
-
-
-def _ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:
-    con, settings = state.con, state.settings
     trust: list[frozenset[str]] = []  # worked out once, when the first day is read
+    try:
+        return _ensure_parts(state, span_list, trust)
+    finally:
+        if trust and trust[0] and state.settings.parquet_dir is not None:  # a day's files were bound: all again
+            bind_facts(state.con, state.settings.parquet_dir, tables=sorted(trust[0]))
+
+
+def _ensure_parts(state: RunState, span_list: list[Span], trust: list[frozenset[str]]) -> tuple[float, list[str]]:
+    con, settings = state.con, state.settings
 
     def read(span: Span) -> None:
         if not trust:
@@ -213,7 +212,7 @@ def _ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[s
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": "parquet" if s.parquet_dir is not None else "store", "version": 4,
+            "source": "parquet" if s.parquet_dir is not None else "store", "version": 5,
             "trends": _trend_parameters(s.health.early_warning), "gang_kinds": sorted(s.topology.gang_kinds)}
 
 
@@ -348,7 +347,7 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
        "analysis_spacings",
        "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
-       "part_placements part_health part_trend_buckets")
+       "part_placements part_health part_trend_buckets part_trend_gpus")
 def _parts(s: RunState) -> dict[str, object]:
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
     merge_parts(s.con, ids)

@@ -170,6 +170,17 @@ def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
         con.execute("INSERT INTO part_trend_buckets " + part_trends_select(day), params)
     finally:
         con.execute("DROP TABLE IF EXISTS an_clock_ref")
+    con.execute(PART_TREND_GPUS, {"part_id": part_id})
+
+
+PART_TREND_GPUS = """
+INSERT INTO part_trend_gpus
+SELECT $part_id, gpu_uuid, min(ecc_corrected_max), max(ecc_corrected_max), min(pcie_replay_max), max(pcie_replay_max),
+       min(nvlink_crc_max), max(nvlink_crc_max), min(thermal_max), max(thermal_max), max(clock_drop_samples)
+FROM part_trend_buckets WHERE part_id = $part_id GROUP BY gpu_uuid
+"""
+"""Per GPU of one day part: the range of its buckets' counter maxima and its most clock drops, so the window
+finds the GPUs whose counters moved from a row per GPU and day instead of every bucket."""
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -195,11 +206,11 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
     events = {"start": window.start, "end": window.end, "warn": sorted(health.warn_xids)}
     gpus = tuple(r[0] for r in con.execute(
         """
-        SELECT gpu_uuid FROM part_trend_buckets
-        WHERE list_contains($parts, part_id) AND bucket_start >= $start AND bucket_start < $end
+        SELECT gpu_uuid FROM part_trend_gpus  -- the parts' buckets all lie in the window
+        WHERE list_contains($parts, part_id)
         GROUP BY gpu_uuid
-        HAVING max(ecc_corrected_max) > min(ecc_corrected_max) OR max(pcie_replay_max) > min(pcie_replay_max)
-            OR max(nvlink_crc_max) > min(nvlink_crc_max) OR max(thermal_max) > min(thermal_max)
+        HAVING max(ecc_corrected_hi) > min(ecc_corrected_lo) OR max(pcie_replay_hi) > min(pcie_replay_lo)
+            OR max(nvlink_crc_hi) > min(nvlink_crc_lo) OR max(thermal_hi) > min(thermal_lo)
             OR max(clock_drop_samples) > 0
         INTERSECT SELECT gpu_uuid FROM an_dev
         UNION SELECT gpu_uuid FROM f_events
@@ -207,7 +218,7 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
               AND gpu_uuid IN (SELECT gpu_uuid FROM an_dev)
         ORDER BY 1
         """,
-        {**span, "xstart": events["start"], "xend": events["end"], "warn": events["warn"]},
+        {"parts": parts, "xstart": events["start"], "xend": events["end"], "warn": events["warn"]},
     ).fetchall())
     values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
     rows = con.execute(

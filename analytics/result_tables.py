@@ -360,6 +360,19 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("clock_samples", "BIGINT NOT NULL", "Samples with both an SM clock and a power reading."),
         _c("clock_drop_samples", "BIGINT", "Of those, samples below clock_drop_ratio of the day's 95th-percentile clock while drawing at least clock_drop_power_ratio of the day's 95th-percentile power (NULL: none measured)."),
     ],
+    "part_trend_gpus": [
+        PART_KEY,
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with early-warning buckets in the span."),
+        _c("ecc_corrected_lo", "BIGINT", "Smallest of its buckets' ecc_corrected_max (NULL: not measured)."),
+        _c("ecc_corrected_hi", "BIGINT", "Largest of them."),
+        _c("pcie_replay_lo", "BIGINT", "Smallest of its buckets' pcie_replay_max."),
+        _c("pcie_replay_hi", "BIGINT", "Largest of them."),
+        _c("nvlink_crc_lo", "BIGINT", "Smallest of its buckets' nvlink_crc_max."),
+        _c("nvlink_crc_hi", "BIGINT", "Largest of them."),
+        _c("thermal_lo", "DOUBLE", "Smallest of its buckets' thermal_max."),
+        _c("thermal_hi", "DOUBLE", "Largest of them."),
+        _c("clock_drop_samples", "BIGINT", "Largest of its buckets' clock_drop_samples."),
+    ],
     "part_fleet": [
         PART_KEY,
         _c("day", "DATE NOT NULL", "UTC day."),
@@ -371,7 +384,7 @@ PART_TABLES: dict[str, list[Column]] = {
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
 PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health",
-             "part_trend_buckets")
+             "part_trend_buckets", "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""
 
 RESULT_TABLES = (
