@@ -89,7 +89,8 @@ SELECT $part_id,
             WHEN pl.shapes IS NULL THEN 'no pending demand: free capacity is idle, not stranded'
             WHEN n.unusable_ge < 1e-9 THEN 'every free unit fits a pending shape'
             ELSE 'free capacity that no pending shape fits, while demand was pending' END
-FROM per_node n JOIN (SELECT DISTINCT nk, node, gpu_model FROM an_dev) names USING (nk)
+FROM per_node n JOIN (SELECT nk, any_value(node) AS node, any_value(gpu_model) AS gpu_model FROM an_dev GROUP BY nk) names
+    USING (nk)  -- nk numbers (node, model): one name row each
 LEFT JOIN pending_lists pl USING (b)
 """
 

@@ -25,7 +25,7 @@ works on those small integer keys, and names are joined back only in the rows wr
 - ``an_db``: per device and bucket of its life, known hours, allocated hours and scale factors;
 - ``an_gpub``: per GPU split into several devices (MIG) and bucket, shares present;
 - ``an_known`` and ``an_alloc``: per device, samples with and without activity readings, and which
-  tenants and namespaces held it in the window (what isolation risk reads).
+  tenants and namespaces held it in the window, each once (what isolation risk reads).
 """
 
 from __future__ import annotations
@@ -394,18 +394,21 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
 
 IDLE_SELECT_TEMPLATE = """
 WITH held AS ({held}),
-allocated AS (  -- each holder's GE-samples by the class of their own sample, never a bucket mean
-    SELECT h.dk, h.b, h.tenant, c.state,
+classes AS (  -- each holder's GE-samples by the class of their own sample, never a bucket mean
+    SELECT h.dk, h.b, h.tenant, v.i,
+           CASE v.i WHEN 0 THEN h.ge_idle WHEN 1 THEN h.ge_active ELSE h.ge_unmeasured END AS ge_samples,
+           CASE v.i WHEN 0 THEN h.samples_idle WHEN 1 THEN h.samples_active ELSE h.samples_unmeasured END AS samples
+    FROM held h CROSS JOIN (VALUES (0), (1), (2)) v(i)
+),
+allocated AS (  -- a class without GE-samples has no hours: dropped before the join (rows keeps > 1e-12)
+    SELECT c.dk, c.b, c.tenant, ['allocated-idle', 'allocated-active', 'allocated-unmeasured'][c.i + 1] AS state,
            c.ge_samples * $w * db.sample_scale * db.alloc_scale AS ge_hours,
            c.samples,
            c.ge_samples * $w * db.sample_scale * db.alloc_scale / db.ge * db.memory_avg AS memory_byte_hours,
            db.memory_avg AS memory_avg_bytes,
            db.cost_factor
-    FROM held h JOIN an_db db USING (dk, b)
-    CROSS JOIN LATERAL (VALUES ('allocated-idle', h.ge_idle, h.samples_idle),
-                               ('allocated-active', h.ge_active, h.samples_active),
-                               ('allocated-unmeasured', h.ge_unmeasured, h.samples_unmeasured))
-        c(state, ge_samples, samples)
+    FROM classes c JOIN an_db db USING (dk, b)
+    WHERE c.ge_samples > 0
 ),
 free AS (
     SELECT dk, b, NULL::VARCHAR AS tenant, 'unallocated' AS state,

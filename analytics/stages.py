@@ -98,7 +98,7 @@ def _write_fragmentation(s: RunState) -> None:
 def _part_sums(s: RunState) -> None:
     p = {"part_id": s.run_id}
     s.con.execute("INSERT INTO part_devices SELECT $part_id, device_id, n, n_activity FROM an_known", p)
-    s.con.execute("INSERT INTO part_tenancy SELECT DISTINCT $part_id, device_id, tenant, namespace FROM an_alloc", p)
+    s.con.execute("INSERT INTO part_tenancy SELECT $part_id, device_id, tenant, namespace FROM an_alloc", p)  # rows distinct
     chargeback.insert_part_inputs(s.con, s.run_id, s.window)
 
 
