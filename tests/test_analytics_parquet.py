@@ -15,6 +15,15 @@ from tests.support.analytics_fleet import T0, Fleet
 from tests.test_analytics_idle_capacity import build, settings
 
 
+def idle_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple]:
+    """A run's ``idle_capacity`` rows, rounded, in order."""
+    return con.execute(
+        """SELECT bucket_start, device_id, tenant, state, round(ge_hours, 9), round(cost_usd, 9), samples
+           FROM idle_capacity WHERE run_id = ? ORDER BY ALL""",
+        [run_id],
+    ).fetchall()
+
+
 def test_the_parquet_path_gives_the_same_idle_capacity_and_chargeback(tmp_path: Path) -> None:
     store = tmp_path / "store.duckdb"
     build(store)
@@ -29,19 +38,12 @@ def test_the_parquet_path_gives_the_same_idle_capacity_and_chargeback(tmp_path: 
     assert from_parquet.fact_source == str(tmp_path / "export")
     con = duckdb.connect(str(store), read_only=True)
 
-    def idle(run_id: str) -> list[tuple]:
-        return con.execute(
-            """SELECT bucket_start, device_id, tenant, state, round(ge_hours, 9), round(cost_usd, 9)
-               FROM idle_capacity WHERE run_id = ? ORDER BY ALL""",
-            [run_id],
-        ).fetchall()
-
     def bill(run_id: str) -> list[tuple]:
         return con.execute(
             'SELECT "SubAccountId", "x_CostState", "BilledCost" FROM chargeback WHERE run_id = ? ORDER BY ALL', [run_id]
         ).fetchall()
 
-    assert idle(from_parquet.run_id) == idle(from_store.run_id) != []
+    assert idle_rows(con, from_parquet.run_id) == idle_rows(con, from_store.run_id) != []
     assert bill(from_parquet.run_id) == bill(from_store.run_id)
     con.close()
 
@@ -105,15 +107,7 @@ def test_facts_across_midnight_give_the_store_s_analysis_however_the_days_are_pa
     con.close()
     from_parquet = analyze(store, window.model_copy(update={"parquet_dir": out}))
     con = duckdb.connect(str(store), read_only=True)
-
-    def idle(run_id: str) -> list[tuple]:
-        return con.execute(
-            """SELECT bucket_start, device_id, tenant, state, round(ge_hours, 9), samples
-               FROM idle_capacity WHERE run_id = ? ORDER BY ALL""",
-            [run_id],
-        ).fetchall()
-
-    assert idle(from_parquet.run_id) == idle(from_store.run_id) != []
+    assert idle_rows(con, from_parquet.run_id) == idle_rows(con, from_store.run_id) != []
     assert {k: round(v, 9) for k, v in from_parquet.ge_hours_by_state.items()} == {
         k: round(v, 9) for k, v in from_store.ge_hours_by_state.items()}
     con.close()

@@ -93,6 +93,16 @@ def _seen_both_ways(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
     return held
 
 
+def _seen_from(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
+               workloads: list[Workload] | None = None) -> list[tuple[object, ...]]:
+    """The placements ``seen`` finds (both ways) in a store of these rows."""
+    con = _store(rows, gang) if workloads is None else _store(rows, gang, workloads)
+    try:
+        return _seen_both_ways(con)
+    finally:
+        con.close()
+
+
 def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
               workloads: list[Workload] = WORKLOADS) -> list[tuple[object, ...]]:
     """The definition, in plain Python: per workload, each distinct multiset of (pod, GPU) pairs it held at
@@ -133,12 +143,7 @@ def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bo
 def test_each_workloads_distinct_placements_are_seen_once_with_their_pairs(
     rows: list[tuple[int, int, int, str, str | None, float]], gang: bool
 ) -> None:
-    con = _store(rows, gang)
-    try:
-        got = _seen_both_ways(con)
-    finally:
-        con.close()
-    assert got == _expected(rows, gang)
+    assert _seen_from(rows, gang) == _expected(rows, gang)
 
 
 @settings(max_examples=60, deadline=None)
@@ -148,12 +153,7 @@ def test_owners_sharing_pod_names_each_see_their_own_placements(
 ) -> None:
     """A pod's name does not say its owner when another owner held the same name that day: each row is
     still counted for the owner it names (or the LeaderWorkerSet the inventory puts it in)."""
-    con = _store(rows, gang, SHARED_NAMES)
-    try:
-        got = _seen_both_ways(con)
-    finally:
-        con.close()
-    assert got == _expected(rows, gang, SHARED_NAMES)
+    assert _seen_from(rows, gang, SHARED_NAMES) == _expected(rows, gang, SHARED_NAMES)
 
 
 @settings(max_examples=40, deadline=None)
@@ -164,12 +164,7 @@ def test_a_fleet_of_exclusive_whole_gpus_sees_the_same_placements(
 ) -> None:
     """The common shape (every row an exclusive whole GPU, so a pod's rows are all its owner's) lets the
     rows be found by namespace and pod alone: the placements are the same as by the definition."""
-    con = _store(rows, gang, SHARED_NAMES)
-    try:
-        got = _seen_both_ways(con)
-    finally:
-        con.close()
-    assert got == _expected(rows, gang, SHARED_NAMES)
+    assert _seen_from(rows, gang, SHARED_NAMES) == _expected(rows, gang, SHARED_NAMES)
 
 
 def test_the_same_pod_names_in_two_namespaces_are_two_workloads() -> None:
