@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,11 +75,15 @@ def _load_until(url: str, tmp: Path, marker: str, *, screenshot: Path | None = N
     """Load ``url`` until the DOM shows ``marker`` (and the screenshot is a real page).
 
     Virtual time runs ahead of the app's websocket, so a load can end before Streamlit has drawn
-    the page; the first load also warms the server's imports and caches. Returns the last DOM.
+    the page; the first load also warms the server's imports and caches. A busy machine can keep the
+    server from answering for a while, so each retry waits a little longer (real time) before it loads
+    again. Returns the last DOM.
     """
     dom = ""
     problem: str | None = "not loaded"
     for attempt in range(attempts):
+        if attempt:
+            time.sleep(min(2.0 * attempt, 8.0))
         run_dir = tmp / f"run{attempt}"
         dom = _browse(url, run_dir, screenshot=screenshot)
         problem = None if marker in dom else f"{marker!r} not in the page"
