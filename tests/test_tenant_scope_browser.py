@@ -15,18 +15,19 @@ import pytest
 
 from tests.support.exporter import stop_process
 from tests.support.header_proxy import header_proxy, rewrite_head
+from tests.support.headless_chromium import chromium_path
 from tests.support.prometheus import free_port
 from tests.support.report_store import build_store
 from tests.support.streamlit_app import wait_healthy
 from tests.support.tenant_names import leaks
-from tests.test_browser_screenshots import _browse, _chromium, _keep, _load_until
+from tests.test_browser_screenshots import _keep, _load_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def app_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    _chromium()
+    chromium_path()
     tmp = tmp_path_factory.mktemp("scoped")
     store = build_store(tmp / "gpulens.duckdb")
     access = tmp / "access.yaml"
@@ -40,7 +41,6 @@ def app_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
-        _browse(f"http://127.0.0.1:{port}/", tmp / "warm-up")  # the first load warms imports and caches
         yield port
     finally:
         stop_process(proc)
