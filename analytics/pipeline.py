@@ -13,4 +13,4 @@ PIPELINE: tuple[Stage, ...] = (*PREPARE, *WRITE)
 
 PART_STAGES: tuple[Stage, ...] = (*PART_READ, *PART_WRITE)
 
-__all__ = ["PART_SETUP", "PART_STAGES", "PIPELINE", "PREPARE", "WRITE", "check_order"]
+__all__ = ["PARTS", "PART_SETUP", "PART_STAGES", "PIPELINE", "PREPARE", "WINDOW", "WRITE", "check_order"]

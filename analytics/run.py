@@ -21,9 +21,10 @@ from pathlib import Path
 import duckdb
 
 from gpulens.analytics import chargeback
+from gpulens.analytics.checkpoint import background_checkpoint
 from gpulens.analytics.facts import Window, bind_facts, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
-from gpulens.analytics.pipeline import PREPARE, WRITE
+from gpulens.analytics.pipeline import PARTS, WINDOW, WRITE
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.queue_use import has_queue_data, queue_use
 from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
@@ -76,7 +77,9 @@ def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> Anal
         ).fetchall()
     }
     state = RunState(con, settings, window, values={"value:model_prices": model_prices}, done=clock.done)
-    run_stages(state, PREPARE)
+    run_stages(state, (PARTS,))
+    with background_checkpoint(con):  # the new parts reach the file while the window-level stages run
+        run_stages(state, WINDOW)
     interval = float(state.value("interval"))  # type: ignore[arg-type]
     parameters = {
         **settings.parameters(),
