@@ -212,7 +212,7 @@ def _ensure_parts(state: RunState, span_list: list[Span], trust: list[frozenset[
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": "parquet" if s.parquet_dir is not None else "store", "version": 5,
+            "source": "parquet" if s.parquet_dir is not None else "store", "version": 6,
             "trends": _trend_parameters(s.health.early_warning), "gang_kinds": sorted(s.topology.gang_kinds)}
 
 
@@ -347,7 +347,7 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
        "analysis_spacings",
        "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
-       "part_placements part_health part_trend_buckets part_trend_gpus")
+       "part_placements part_health part_trend_buckets part_trend_quiet part_trend_gpus")
 def _parts(s: RunState) -> dict[str, object]:
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
     merge_parts(s.con, ids)

@@ -123,17 +123,19 @@ HAVING epoch(max(ts) FILTER (WHERE sm_clock_hz IS NOT NULL AND power_watts IS NO
 95th percentiles of its SM clock and power over the day (a GPU without one has its clock drops unmeasured)."""
 
 PART_TRENDS_SELECT = """
-SELECT $part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc, pcie, crc, thermal, n_clk, slow
+SELECT $part_id AS part_id, gpu_uuid, make_timestamp(tb * $tb_us) AS bucket_start, last_ts, ecc AS ecc_corrected_max,
+       pcie AS pcie_replay_max, crc AS nvlink_crc_max, thermal AS thermal_max, n_clk AS clock_samples,
+       slow AS clock_drop_samples
 FROM (
     SELECT s.gpu_uuid, epoch_us(s.ts) // $tb_us AS tb, max(s.ts) AS last_ts, {ecc} AS ecc, {pcie} AS pcie,
            {crc} AS crc, {thermal} AS thermal, {n_clk} AS n_clk, {slow} AS slow
     FROM f_gpu_samples s {join}
-    WHERE s.ts >= $start AND s.ts < $end {up}
+    WHERE s.ts >= $start AND s.ts < $end {up} {only}
     GROUP BY s.gpu_uuid, tb
 )
 """
 """``part_trend_buckets`` rows of one day part: per GPU and bucket (aligned to the epoch), from samples of
-an up GPU."""
+an up GPU (``{only}``: of some GPUs only)."""
 
 _MAXIMA = {"ecc": "max(s.ecc_corrected_total)", "pcie": "max(s.pcie_replay_total)",
            "crc": "max(s.nvlink_crc_errors_total)", "thermal": "max(s.thermal_violation_seconds_total)"}
@@ -141,10 +143,11 @@ _CLOCK_SAMPLES = "count(CASE WHEN s.power_watts IS NOT NULL THEN s.sm_clock_hz E
 _SLOW = "count(CASE WHEN s.sm_clock_hz < $drop * r.clk95 AND s.power_watts >= $power * r.pw95 THEN 1 END)"
 
 
-def part_trends_select(day: gpu_day.DaySeen) -> str:
+def part_trends_select(day: gpu_day.DaySeen, only: str = "") -> str:
     """``PART_TRENDS_SELECT`` for a day that measured ``day``: what the day never measured is not read per
     bucket (a counter never sent is NULL in every bucket, no SM clock reading counts no clock sample, a
-    day without a lost GPU needs no ``up`` filter); the clock drops join the day's reference (``an_clock_ref``)."""
+    day without a lost GPU needs no ``up`` filter); the clock drops join the day's reference (``an_clock_ref``).
+    ``only``: a further condition on the samples ``s``."""
     sent = {"ecc": day.ecc_corrected, "pcie": day.pcie_replay, "crc": day.nvlink_crc, "thermal": day.thermal}
     maxima = {k: sql if sent[k] else f"NULL::{'DOUBLE' if k == 'thermal' else 'BIGINT'}" for k, sql in _MAXIMA.items()}
     if day.sm_clock:
@@ -152,14 +155,19 @@ def part_trends_select(day: gpu_day.DaySeen) -> str:
                   "join": "LEFT JOIN an_clock_ref r ON r.gpu_uuid = s.gpu_uuid"}
     else:  # no clock readings in the day: no reference to read
         clocks = {"n_clk": "0::BIGINT", "slow": "NULL::BIGINT", "join": ""}
-    return PART_TRENDS_SELECT.format(**maxima, **clocks, up="AND s.up IS NOT FALSE" if day.lost else "")
+    return PART_TRENDS_SELECT.format(**maxima, **clocks, up="AND s.up IS NOT FALSE" if day.lost else "",
+                                     only=f"AND {only}" if only else "")
 
 
 def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: EarlyWarningRules) -> None:
     """Write one day part's early-warning buckets: per GPU and bucket, the last time and the counter maxima
     (the window takes the rates between consecutive buckets, across midnight) and the clock drops under
     load against the day's 95th percentiles (read only when the day has clock readings). Reads
-    ``an_gpu_day`` (``gpu_day.build`` for the same span) to know what the day measured."""
+    ``an_gpu_day`` (``gpu_day.build`` for the same span) to know what the day measured.
+
+    The buckets are summed up per GPU as they are made (``an_trend_gpus``): a GPU whose buckets are all quiet
+    is stored as one ``part_trend_quiet`` row, and only the other GPUs' samples are read again for their
+    bucket rows (none when every GPU was quiet)."""
     span = {"start": window.start, "end": window.end}
     params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
     day = gpu_day.seen(con)
@@ -167,20 +175,75 @@ def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
         con.execute(_CLOCK_REFERENCE, {**span, "cover": rules.clock_reference_seconds})
         params |= {"drop": rules.clock_drop_ratio, "power": rules.clock_drop_power_ratio}
     try:
-        con.execute("INSERT INTO part_trend_buckets " + part_trends_select(day), params)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE an_trend_gpus AS {TREND_GPUS.format(buckets=part_trends_select(day))}",  # noqa: S608
+                    params)
+        con.execute(PART_TREND_GPUS, {"part_id": part_id})
+        con.execute(PART_TREND_QUIET, {"part_id": part_id})
+        busy = [r[0] for r in con.execute("SELECT gpu_uuid FROM an_trend_gpus WHERE NOT quiet ORDER BY 1").fetchall()]
+        if busy:
+            con.execute("INSERT INTO part_trend_buckets " + part_trends_select(day, "list_contains($busy, s.gpu_uuid)"),
+                        {**params, "busy": busy})
     finally:
         con.execute("DROP TABLE IF EXISTS an_clock_ref")
-    con.execute(PART_TREND_GPUS, {"part_id": part_id})
+        con.execute("DROP TABLE IF EXISTS an_trend_gpus")
 
+
+TREND_GPUS = """
+SELECT gpu_uuid,
+       min(ecc_corrected_max) AS ecc_lo, max(ecc_corrected_max) AS ecc_hi, min(pcie_replay_max) AS pcie_lo,
+       max(pcie_replay_max) AS pcie_hi, min(nvlink_crc_max) AS crc_lo, max(nvlink_crc_max) AS crc_hi,
+       min(thermal_max) AS thermal_lo, max(thermal_max) AS thermal_hi, max(clock_drop_samples) AS drops,
+       min(bucket_start) AS first_bucket, max(bucket_start) AS last_bucket,
+       arg_min(last_ts, bucket_start) AS first_last_ts, max(last_ts) AS last_ts, sum(clock_samples) AS clock_samples,
+       coalesce(count(*) = (epoch_us(max(bucket_start)) - epoch_us(min(bucket_start))) // $tb_us + 1
+       AND (count(ecc_corrected_max) = 0 OR (count(ecc_corrected_max) = count(*) AND ecc_lo = ecc_hi))
+       AND (count(pcie_replay_max) = 0 OR (count(pcie_replay_max) = count(*) AND pcie_lo = pcie_hi))
+       AND (count(nvlink_crc_max) = 0 OR (count(nvlink_crc_max) = count(*) AND crc_lo = crc_hi))
+       AND (count(thermal_max) = 0 OR (count(thermal_max) = count(*) AND thermal_lo = thermal_hi))
+       AND (max(clock_samples) = 0 OR count(clock_drop_samples) = 0
+            OR (min(clock_samples) > 0 AND count(clock_drop_samples) = count(*) AND drops = 0)), false) AS quiet
+FROM ({buckets})
+GROUP BY gpu_uuid
+"""
+"""Per GPU of one day part, over its buckets ``{buckets}``: the range of their counter maxima, their most clock
+drops, and whether they are all **quiet**: a bucket at every step between its first and last, each counter
+unmeasured in all of them or the same in all, and clock drops unmeasured in all of them (no clock reading, or
+no reference) or measured as none in every one. A quiet GPU's rates inside the day are all zero or all
+unmeasured, so the window rebuilds its buckets exactly from one row (``TREND_ROWS``). Most GPUs are quiet on
+most days: a fleet stores a row per GPU and day for them instead of one per bucket."""
 
 PART_TREND_GPUS = """
 INSERT INTO part_trend_gpus
-SELECT $part_id, gpu_uuid, min(ecc_corrected_max), max(ecc_corrected_max), min(pcie_replay_max), max(pcie_replay_max),
-       min(nvlink_crc_max), max(nvlink_crc_max), min(thermal_max), max(thermal_max), max(clock_drop_samples)
-FROM part_trend_buckets WHERE part_id = $part_id GROUP BY gpu_uuid
+SELECT $part_id, gpu_uuid, ecc_lo, ecc_hi, pcie_lo, pcie_hi, crc_lo, crc_hi, thermal_lo, thermal_hi, drops
+FROM an_trend_gpus
 """
 """Per GPU of one day part: the range of its buckets' counter maxima and its most clock drops, so the window
 finds the GPUs whose counters moved from a row per GPU and day instead of every bucket."""
+
+PART_TREND_QUIET = """
+INSERT INTO part_trend_quiet
+SELECT $part_id, gpu_uuid, first_bucket, last_bucket, first_last_ts, last_ts, ecc_lo, pcie_lo, crc_lo, thermal_lo,
+       clock_samples, drops
+FROM an_trend_gpus WHERE quiet
+"""
+"""The quiet GPUs of one day part, a row each (their counters are the same in every bucket)."""
+
+TREND_ROWS = """
+SELECT gpu_uuid, bucket_start, last_ts, ecc_corrected_max, pcie_replay_max, nvlink_crc_max, thermal_max,
+       CASE WHEN clock_samples > 0 THEN 60.0 * clock_drop_samples / clock_samples END AS clock_drop_minutes
+FROM part_trend_buckets WHERE list_contains($parts, part_id) AND list_contains($gpus, gpu_uuid)
+UNION ALL
+SELECT gpu_uuid, b.bucket_start,
+       CASE b.bucket_start WHEN first_bucket THEN first_last_ts WHEN last_bucket THEN last_ts ELSE b.bucket_start END,
+       ecc_corrected_max, pcie_replay_max, nvlink_crc_max, thermal_max,
+       CASE WHEN clock_samples > 0 THEN 60.0 * clock_drop_samples / clock_samples END  -- 0 or NULL in every bucket
+FROM part_trend_quiet,
+     LATERAL (SELECT unnest(generate_series(first_bucket, last_bucket, to_microseconds($tb_us))) AS bucket_start) b
+WHERE list_contains($parts, part_id) AND list_contains($gpus, gpu_uuid)
+"""
+"""Early-warning buckets of the GPUs ``$gpus`` in the day parts ``$parts``: the stored ones, and those of quiet
+GPUs rebuilt (a middle bucket's last sample read as its start: its rate is a zero rise, or unmeasured, either
+way; the first and last keep their own, which rates across midnight need). Clock drops come as minutes per hour."""
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -222,15 +285,13 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
     ).fetchall())
     values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
     rows = con.execute(
-        """
+        f"""
         SELECT t.gpu_uuid, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
-               t.ecc_corrected_max, t.pcie_replay_max, t.nvlink_crc_max, t.thermal_max,
-               CASE WHEN t.clock_samples > 0 THEN 60.0 * t.clock_drop_samples / t.clock_samples END AS slow
-        FROM part_trend_buckets t
-        WHERE list_contains($parts, t.part_id) AND t.bucket_start >= $start AND t.bucket_start < $end
-              AND list_contains($gpus, t.gpu_uuid)
-        """,  # a filter on the scan, not a join: the few GPUs' rows of millions, for 2/3 of the CPU
-        {**span, "origin": origin, "bs": bucket, "gpus": list(gpus)},
+               t.ecc_corrected_max, t.pcie_replay_max, t.nvlink_crc_max, t.thermal_max, t.clock_drop_minutes AS slow
+        FROM ({TREND_ROWS}) t
+        WHERE t.bucket_start >= $start AND t.bucket_start < $end
+        """,  # noqa: S608 - a constant; the GPUs are a filter on the scans, not a join (the few GPUs' rows of millions)
+        {**span, "origin": origin, "bs": bucket, "gpus": list(gpus), "tb_us": bucket * 1_000_000},
     ).fetchnumpy()
     index = {g: n for n, g in enumerate(gpus)}
     cols: list[np.ndarray] = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]

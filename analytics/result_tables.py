@@ -350,7 +350,7 @@ PART_TABLES: dict[str, list[Column]] = {
     ],
     "part_trend_buckets": [
         PART_KEY,
-        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples (up) in the bucket."),
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples (up) in the bucket whose buckets of the span are not all quiet (see part_trend_quiet)."),
         _c("bucket_start", "TIMESTAMP NOT NULL", "Start of the finest early-warning bucket (aligned to the epoch; 15 min by default)."),
         _c("last_ts", "TIMESTAMP NOT NULL", "Last sample of the GPU in the bucket (rates run from one bucket's last sample to the next)."),
         _c("ecc_corrected_max", "BIGINT", "Largest correctable ECC total (NULL: not measured)."),
@@ -359,6 +359,20 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("thermal_max", "DOUBLE", "Largest thermal-violation seconds total."),
         _c("clock_samples", "BIGINT NOT NULL", "Samples with both an SM clock and a power reading."),
         _c("clock_drop_samples", "BIGINT", "Of those, samples below clock_drop_ratio of the day's 95th-percentile clock while drawing at least clock_drop_power_ratio of the day's 95th-percentile power (NULL: none measured)."),
+    ],
+    "part_trend_quiet": [
+        PART_KEY,
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU whose early-warning buckets of the span are all quiet: stored as this one row, not in part_trend_buckets."),
+        _c("first_bucket", "TIMESTAMP NOT NULL", "Start of its first bucket; it has a bucket at every finest step from here to last_bucket."),
+        _c("last_bucket", "TIMESTAMP NOT NULL", "Start of its last bucket."),
+        _c("first_last_ts", "TIMESTAMP NOT NULL", "Last sample in the first bucket."),
+        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample in the last bucket (a quiet bucket in between reads as its start)."),
+        _c("ecc_corrected_max", "BIGINT", "The correctable ECC total of every bucket (NULL: not measured in any)."),
+        _c("pcie_replay_max", "BIGINT", "The PCIe replay total of every bucket."),
+        _c("nvlink_crc_max", "BIGINT", "The NVLink CRC error total of every bucket."),
+        _c("thermal_max", "DOUBLE", "The thermal-violation seconds total of every bucket."),
+        _c("clock_samples", "BIGINT NOT NULL", "Samples with an SM clock and a power reading, over all its buckets."),
+        _c("clock_drop_samples", "BIGINT", "0: every bucket has clock readings and none dropped; NULL: drops measured in none of its buckets."),
     ],
     "part_trend_gpus": [
         PART_KEY,
@@ -384,7 +398,7 @@ PART_TABLES: dict[str, list[Column]] = {
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
 PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health",
-             "part_trend_buckets", "part_trend_gpus")
+             "part_trend_buckets", "part_trend_quiet", "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""
 
 RESULT_TABLES = (

@@ -107,7 +107,7 @@ def _placements_seen(s: RunState) -> None:
     insert_seen(s.con, s.run_id, s.window, s.settings.topology)
 
 
-@stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_day part_health part_trend_buckets part_trend_gpus")
+@stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_day an_trend_gpus part_health part_trend_buckets part_trend_quiet part_trend_gpus")
 def _health_seen(s: RunState) -> None:
     health.insert_part_health(s.con, s.run_id, s.window, s.settings.health)
 
@@ -118,7 +118,8 @@ PART_WRITE: tuple[Stage, ...] = (
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
-@stage("health", "an_dev an_health part_trend_buckets part_trend_gpus value:parts f_events", "value:health")
+@stage("health", "an_dev an_health part_trend_buckets part_trend_quiet part_trend_gpus value:parts f_events",
+       "value:health")
 def _health(s: RunState) -> dict[str, object]:
     parts: list[str] = s.value("parts")  # type: ignore[assignment]
     return {"value:health": health.assess(s.con, s.window, s.settings.health, parts)}

@@ -2,7 +2,7 @@
 
 Reads the Parquet facts ``bench_analytics.py`` generated (``<dir>/facts/gpu_samples``, ``events``; 1,000
 GPUs per ``block=``), computes the health day part of each day (the per-GPU pass ``an_gpu_day``, then
-``part_health`` from it, then ``part_trend_buckets``), merges them and runs the window level (``bucket_signals``: rates from the
+``part_health`` from it, then ``part_trend_buckets`` and ``part_trend_quiet``), merges them and runs the window level (``bucket_signals``: rates from the
 merged buckets; ``detect``: the CUSUM; ``health.assess``: all of the window-level health stage). Prints
 wall and CPU seconds side by side; on a shared machine the CPU seconds say what the work costs.
 
@@ -89,6 +89,7 @@ def main() -> None:
             con.execute("COMMIT")
             ids.append(pid)
         rows = con.execute("SELECT count(*) FROM part_trend_buckets").fetchone()
+        quiet = con.execute("SELECT count(*) FROM part_trend_quiet").fetchone()
         merge_parts(con, ids)
         signals, sig_wall, sig_cpu = _timed(lambda: early_warning.bucket_signals(con, window, rules, ids))
         _, det_wall, det_cpu = _timed(lambda: early_warning.detect(signals, rules.early_warning))
@@ -96,7 +97,8 @@ def main() -> None:
         con.close()
 
     days = len(ids)
-    print(f"{args.gpus} GPUs x {days} days: {rows[0] if rows else 0:,} early-warning bucket rows")
+    print(f"{args.gpus} GPUs x {days} days: {rows[0] if rows else 0:,} early-warning bucket rows, "
+          f"{quiet[0] if quiet else 0:,} quiet GPU-days stored as a row each")
     print(f"{'stage':<34} {'wall s':>8} {'CPU s':>8} {'per day s':>10}")
     for name, (wall, cpu) in seen.items():
         print(f"{'day part: ' + name:<34} {wall:8.2f} {cpu:8.2f} {wall / days:10.3f}")
@@ -104,7 +106,7 @@ def main() -> None:
                             ("window: health.assess (all)", all_wall, all_cpu)):
         print(f"{name:<34} {wall:8.2f} {cpu:8.2f}")
     print(json.dumps({
-        "gpus": args.gpus, "days": days,
+        "gpus": args.gpus, "days": days, "bucket_rows": rows[0] if rows else 0, "quiet_rows": quiet[0] if quiet else 0,
         "gpu_day": {"seconds": round(seen["per-GPU pass"][0], 3), "cpu": round(seen["per-GPU pass"][1], 3)},
         "part_health": {"seconds": round(seen["part_health"][0], 3), "cpu": round(seen["part_health"][1], 3)},
         "part_trend_buckets": {"seconds": round(seen["part_trend_buckets"][0], 3),

@@ -136,8 +136,10 @@ def test_counter_rates_from_day_parts_equal_the_rates_over_the_whole_window_and_
 
 def part_clock_drops(con: duckdb.DuckDBPyConnection) -> set[tuple[int, int | None]]:
     """Per stored day part: its samples with clock and power readings, and how many were clock drops."""
-    return set(con.execute("SELECT sum(clock_samples)::INT, sum(clock_drop_samples)::INT FROM part_trend_buckets "
-                           "GROUP BY part_id").fetchall())
+    return set(con.execute(
+        "SELECT sum(clock_samples)::INT, sum(clock_drop_samples)::INT FROM (SELECT part_id, clock_samples, "
+        "clock_drop_samples FROM part_trend_buckets UNION ALL SELECT part_id, clock_samples, clock_drop_samples "
+        "FROM part_trend_quiet) GROUP BY part_id").fetchall())
 
 
 def clocked(day_clock: dict[int, float], slow: range = range(0)) -> list[Sample]:

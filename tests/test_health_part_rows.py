@@ -1,8 +1,9 @@
 """A day part's GPU health rows are what the samples say, however the day part reads them.
 
 ``part_health`` (per GPU, over all of its samples in the span, ``up = false`` ones included) and
-``part_trend_buckets`` (per GPU and finest bucket aligned to the epoch, over samples of an up GPU) are
-checked row by row against a plain reading of the samples, on traces shaped like real ones: bursty
+``part_trend_buckets`` (per GPU and finest bucket aligned to the epoch, over samples of an up GPU; a GPU
+whose buckets of the day are all quiet is one ``part_trend_quiet`` row instead) are checked row by row
+against a plain reading of the samples, on traces shaped like real ones: bursty
 counters that sometimes reset, gaps, counters an older exporter never sent or sent only some of the
 time, GPUs lost for a while (``up = false``) or with no ``up`` reading, SM clocks with and without power
 readings, a window that starts off the bucket grid, and finest buckets of 5, 15 and 30 minutes. The
@@ -191,6 +192,28 @@ def spec_trends(samples: list[Sample], span: Window, rules: HealthRules) -> dict
     return out
 
 
+def spec_quiet(buckets: dict[datetime, tuple[Any, ...]], finest: int) -> tuple[Any, ...] | None:
+    """A GPU's ``part_trend_quiet`` row (after ``gpu_uuid``) from its buckets of the span (start -> the
+    ``part_trend_buckets`` columns after ``bucket_start``), or None when they are not all quiet: a bucket at
+    every finest step from its first to its last, each counter None in all or the same in all, and clock
+    drops None in all, or every bucket with clock readings and no drop."""
+    starts = sorted(buckets)
+    rows = [buckets[b] for b in starts]
+    if len(starts) != (starts[-1] - starts[0]).total_seconds() // finest + 1:
+        return None
+    steady = []
+    for column in range(1, 5):
+        values = {r[column] for r in rows}
+        if len(values) != 1:
+            return None
+        steady.extend(values)
+    clocks, drops = [r[5] for r in rows], [r[6] for r in rows]
+    if not (max(clocks) == 0 or all(d is None for d in drops) or (min(clocks) > 0 and all(d == 0 for d in drops))):
+        return None
+    dropped = None if all(d is None for d in drops) else max(d for d in drops if d is not None)
+    return (starts[0], starts[-1], rows[0][0], rows[-1][0], *steady, sum(clocks), dropped)
+
+
 def _same(got: tuple[Any, ...], want: tuple[Any, ...]) -> bool:
     return all(
         (g is None and w is None) or (isinstance(w, float) and g is not None and math.isclose(g, w, rel_tol=1e-12))
@@ -213,9 +236,19 @@ def test_day_part_health_rows_are_what_the_samples_say(trace: tuple[Window, list
         assert got.keys() == want.keys() and len(rows) == len(got)
         for gpu, row in want.items():
             assert _same(got[gpu], row), (gpu, got[gpu], row)
+        per_gpu: dict[str, dict[datetime, tuple[Any, ...]]] = defaultdict(dict)
+        for (gpu, start), row in spec_trends(samples, span, rules).items():
+            per_gpu[gpu][start] = row
+        quiet = {gpu: q for gpu, buckets in per_gpu.items() if (q := spec_quiet(buckets, finest)) is not None}
+        rows = con.execute("SELECT * EXCLUDE (part_id) FROM part_trend_quiet WHERE part_id = ?", [f"p{n}"]).fetchall()
+        got_q = {r[0]: r[1:] for r in rows}
+        assert got_q.keys() == quiet.keys() and len(rows) == len(got_q)
+        for gpu, row in quiet.items():
+            assert _same(got_q[gpu], row), (gpu, got_q[gpu], row)
         rows = con.execute("SELECT * EXCLUDE (part_id) FROM part_trend_buckets WHERE part_id = ?", [f"p{n}"]).fetchall()
         got_b = {(r[0], r[1]): r[2:] for r in rows}
-        want_b = spec_trends(samples, span, rules)
+        want_b = {(gpu, start): row for gpu, buckets in per_gpu.items() if gpu not in quiet
+                  for start, row in buckets.items()}
         assert got_b.keys() == want_b.keys() and len(rows) == len(got_b)
         for key, row in want_b.items():
             assert _same(got_b[key], row), (key, got_b[key], row)
@@ -227,4 +260,5 @@ def test_a_day_without_gpu_samples_stores_no_health_rows() -> None:
     health.insert_part_health(con, "empty", Window(MIDNIGHT, MIDNIGHT + timedelta(hours=2), 300), HealthRules())
     assert con.execute("SELECT count(*) FROM part_health").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM part_trend_buckets").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM part_trend_quiet").fetchone() == (0,)
     assert not con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
