@@ -63,7 +63,14 @@ def header_proxy(upstream_port: int, headers: Mapping[str, str]) -> Iterator[str
         server = loop.run_until_complete(serve())
         loop.run_forever()
         server.close()
+        # connections still open end here, on the running loop: a pipe left pending would be finalised
+        # after the loop is gone, closing its writer on a closed loop
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.run_until_complete(server.wait_closed())
+        loop.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
