@@ -179,10 +179,10 @@ def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
                     params)
         con.execute(PART_TREND_GPUS, {"part_id": part_id})
         con.execute(PART_TREND_QUIET, {"part_id": part_id})
-        busy = [r[0] for r in con.execute("SELECT gpu_uuid FROM an_trend_gpus WHERE NOT quiet ORDER BY 1").fetchall()]
-        if busy:
-            con.execute("INSERT INTO part_trend_buckets " + part_trends_select(day, "list_contains($busy, s.gpu_uuid)"),
-                        {**params, "busy": busy})
+        busy = con.execute("SELECT count(*) FROM an_trend_gpus WHERE NOT quiet").fetchone()
+        if busy and busy[0]:  # a semi join: as cheap for a few busy GPUs as a list, and for thousands far cheaper
+            busy_only = "s.gpu_uuid IN (SELECT gpu_uuid FROM an_trend_gpus WHERE NOT quiet)"
+            con.execute("INSERT INTO part_trend_buckets " + part_trends_select(day, busy_only), params)
     finally:
         con.execute("DROP TABLE IF EXISTS an_clock_ref")
         con.execute("DROP TABLE IF EXISTS an_trend_gpus")
