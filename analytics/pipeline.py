@@ -5,12 +5,10 @@ from __future__ import annotations
 from gpulens.analytics.day_parts import PARTS
 from gpulens.analytics.stages import PART_READ, PART_SETUP, PART_WRITE, WINDOW, WRITE, Stage, check_order
 
-PREPARE: tuple[Stage, ...] = (PARTS, *WINDOW)
-"""Before the run's transaction: find or compute the day parts, merge them, then the window-level stages."""
-
-PIPELINE: tuple[Stage, ...] = (*PREPARE, *WRITE)
-"""Every window-level stage in run order (``PART_STAGES`` run inside ``PARTS``, once per new day part)."""
+PIPELINE: tuple[Stage, ...] = (PARTS, *WINDOW, *WRITE)
+"""Every window-level stage in run order: the day parts found or computed and merged, the window-level
+stages, then the run's writes in its transaction (``PART_STAGES`` run inside ``PARTS``, once per new day part)."""
 
 PART_STAGES: tuple[Stage, ...] = (*PART_READ, *PART_WRITE)
 
-__all__ = ["PARTS", "PART_SETUP", "PART_STAGES", "PIPELINE", "PREPARE", "WINDOW", "WRITE", "check_order"]
+__all__ = ["PARTS", "PART_SETUP", "PART_STAGES", "PIPELINE", "WINDOW", "WRITE", "check_order"]
