@@ -11,7 +11,9 @@ Each size runs, in fresh child processes (so peak RSS is per run): the floor, a 
 ``GROUP BY device_id, 5-minute bucket`` scan of the same device-sample files, then the full analysis
 of the window, then the next day's files arrive and the same-length window one day later is analysed
 on the analysed store (``incremental_ratio`` = that run / the full run). The last line is JSON:
-``ratio`` (analyze / floor), ``analyze.rss_gib`` and ``incremental_ratio`` per fleet size.
+``ratio`` (analyze / floor), ``analyze.rss_gib`` and ``incremental_ratio`` per fleet size. For context it also
+times the floor of all three facts ``analyze`` reads (the same plain grouping of the allocations and of the GPU
+samples as well) and prints ``ratio_all_facts`` (analyze / that).
 Wall and CPU seconds (user + system, all threads) are both printed: on a shared machine the CPU
 seconds say what the work costs, the wall seconds what the other jobs left of the cores.
 
@@ -204,20 +206,42 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _floor(facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
+FLOOR = {"device_samples": """
+    SELECT count(*) FROM (
+        SELECT device_id, time_bucket(INTERVAL 5 MINUTE, ts) AS b, count(*), avg(activity_ratio)
+        FROM read_parquet($glob, hive_partitioning = true) GROUP BY ALL)
+"""}
+"""The floor: one plain grouping of the device samples per device and 5-minute bucket."""
+
+FLOOR_ALL_FACTS = {
+    **FLOOR,
+    "allocations": """
+    SELECT count(*) FROM (
+        SELECT device_id, time_bucket(INTERVAL 5 MINUTE, ts) AS b, tenant, namespace, count(*), sum(gpu_equivalents)
+        FROM read_parquet($glob, hive_partitioning = true) GROUP BY ALL)
+""",
+    "gpu_samples": """
+    SELECT count(*) FROM (
+        SELECT gpu_uuid, time_bucket(INTERVAL 15 MINUTE, ts) AS b, count(*), max(ecc_uncorrected_total),
+               max(nvlink_crc_errors_total), max(thermal_violation_seconds_total), avg(power_watts)
+        FROM read_parquet($glob, hive_partitioning = true) GROUP BY ALL)
+""",
+}
+"""The floor of every fact ``analyze`` reads: the same plain grouping of each, once (device samples per device and
+5 minutes, allocations per holder and 5 minutes, GPU samples per GPU and 15 minutes). Context for ``ratio``: no
+analysis of the three facts reads less."""
+
+
+def _floor(facts: Path, queries: dict[str, str], queue) -> None:  # type: ignore[no-untyped-def]
     con = duckdb.connect()
     con.execute("SET memory_limit = '4GB'")
     con.execute("SET enable_progress_bar = false")
     t0, c0 = time.perf_counter(), _cpu_seconds()
-    rows = con.execute(
-        """
-        SELECT count(*) FROM (
-            SELECT device_id, time_bucket(INTERVAL 5 MINUTE, ts) AS b, count(*), avg(activity_ratio)
-            FROM read_parquet($glob, hive_partitioning = true) GROUP BY ALL)
-        """,
-        {"glob": str(facts / "device_samples" / "**" / "*.parquet")},
-    ).fetchone()
-    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "groups": rows[0] if rows else 0,
+    groups = 0
+    for table, sql in queries.items():
+        row = con.execute(sql, {"glob": str(facts / table / "**" / "*.parquet")}).fetchone()
+        groups += row[0] if row else 0
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "groups": groups,
                "rss_gib": _peak_rss_gib()})
 
 
@@ -265,17 +289,21 @@ def _run_fleet(root: Path, gpus: int, block: int, per_gpu: int, args: argparse.N
     work.mkdir(parents=True)
     subset(root / "facts", work / "facts", gpus // block, args.days)
     make_store(work / "store.duckdb", gpus)
-    floor = _in_child(_floor, work / "facts")
+    floor = _in_child(_floor, work / "facts", FLOOR)
+    floor_all = _in_child(_floor, work / "facts", FLOOR_ALL_FACTS)
     full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days)
     # The next day arrives (its files only); the same week-long window, one day later, on the analysed store.
     subset(root / "facts", work / "facts", gpus // block, args.days + 1)
     more = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days + 1)
-    row = {"gpus": gpus, "samples": gpus * per_gpu, "floor": floor, "analyze": full, "next_day": more,
-           "ratio": full["seconds"] / floor["seconds"], "incremental_ratio": more["seconds"] / full["seconds"]}
+    row = {"gpus": gpus, "samples": gpus * per_gpu, "floor": floor, "floor_all_facts": floor_all, "analyze": full,
+           "next_day": more, "ratio": full["seconds"] / floor["seconds"],
+           "ratio_all_facts": full["seconds"] / floor_all["seconds"], "incremental_ratio": more["seconds"] / full["seconds"]}
     print(f"{gpus:>6} {gpus * per_gpu:>11,} {floor['seconds']:>8.2f} {full['seconds']:>10.2f} "
           f"{row['ratio']:>5.1f}x {floor['cpu']:>12.1f} {full['cpu']:>14.1f} "
           f"{floor['rss_gib']:>8.2f} G {full['rss_gib']:>10.2f} G {more['seconds']:>9.2f} "
           f"{row['incremental_ratio']:>11.2f}x  {full['reconciled']}", flush=True)
+    print(f"        floor of all three facts {floor_all['seconds']:.2f} s ({floor_all['cpu']:.1f} CPU s): "
+          f"analyze {row['ratio_all_facts']:.1f}x that", flush=True)
     print("        phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in full["phases"].items()), flush=True)
     print("        +1 day: " + ", ".join(f"{k} {v:.1f}s" for k, v in more["phases"].items()), flush=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -291,9 +319,10 @@ def _median_run(runs: list[dict]) -> dict:  # type: ignore[type-arg]
 
     row = dict(sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2])
     row["ratio"] = median(r["ratio"] for r in runs)
+    row["ratio_all_facts"] = median(r["ratio_all_facts"] for r in runs)
     row["incremental_ratio"] = median(r["incremental_ratio"] for r in runs)
-    row["runs"] = [{"floor_s": r["floor"]["seconds"], "analyze_s": r["analyze"]["seconds"],
-                    "next_day_s": r["next_day"]["seconds"], "ratio": r["ratio"],
+    row["runs"] = [{"floor_s": r["floor"]["seconds"], "floor_all_facts_s": r["floor_all_facts"]["seconds"], "analyze_s": r["analyze"]["seconds"],
+                    "next_day_s": r["next_day"]["seconds"], "ratio": r["ratio"], "ratio_all_facts": r["ratio_all_facts"],
                     "incremental_ratio": r["incremental_ratio"]} for r in runs]
     return row
 
@@ -344,7 +373,8 @@ def main() -> None:
         if len(runs) > 1:
             ratios = ", ".join(f"{r['ratio']:.1f}" for r in runs)
             nexts = ", ".join(f"{r['incremental_ratio']:.2f}" for r in runs)
-            print(f"{'median':>6} of {len(runs)} runs: ratio {row['ratio']:.1f}x, +1 day/full "
+            print(f"{'median':>6} of {len(runs)} runs: ratio {row['ratio']:.1f}x (all facts' floor "
+                  f"{row['ratio_all_facts']:.1f}x), +1 day/full "
                   f"{row['incremental_ratio']:.2f}x (ratios {ratios}; +1 day {nexts})", flush=True)
     print(f"load average after the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(json.dumps(results, default=str))
