@@ -9,6 +9,7 @@ Shares of compute are GPU-equivalents (GE: 1 per whole GPU, g/7 per MIG instance
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -428,12 +429,20 @@ def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
     for table in TABLES:
         if table in DAY_PARTS:
             _create_part_view(con, table)
+        else:
+            con.execute(ddl(table))
+    have: dict[str, set[str]] = defaultdict(set)  # a table from an older release gets the columns added since
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND list_contains($tables, table_name)",
+        {"tables": [t for t in TABLES if t not in DAY_PARTS]},
+    ).fetchall():
+        have[table].add(column)
+    for table in TABLES:
+        if table in DAY_PARTS:
             continue
-        con.execute(ddl(table))
-        have = {r[0] for r in con.execute(  # a table from an older release gets the columns added since
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
         for c in TABLES[table]:
-            if c.name not in have:
+            if c.name not in have[table]:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
 
 

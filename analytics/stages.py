@@ -211,4 +211,4 @@ def _temp_tables(con: duckdb.DuckDBPyConnection | None) -> set[str]:
     """The connection's temp tables (a stage may only leave behind the ones it declares)."""
     if con is None:
         return set()
-    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}
+    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()}
