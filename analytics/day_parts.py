@@ -212,7 +212,7 @@ def _ensure_parts(state: RunState, span_list: list[Span], trust: list[frozenset[
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": "parquet" if s.parquet_dir is not None else "store", "version": 6,
+            "source": "parquet" if s.parquet_dir is not None else "store", "version": 7,
             "trends": _trend_parameters(s.health.early_warning), "gang_kinds": sorted(s.topology.gang_kinds)}
 
 

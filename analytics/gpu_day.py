@@ -27,7 +27,9 @@ SELECT gpu_uuid,
        min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
        min(ts) AS first_ts, max(ts) AS last_ts,
        count(ecc_corrected_total) AS ecc_corrected_n, count(pcie_replay_total) AS pcie_replay_n,
-       count(sm_clock_hz) AS sm_clock_n
+       count(sm_clock_hz) AS sm_clock_n,
+       NULL::TIMESTAMP AS remap_onset, NULL::BOOLEAN AS remap_at_first, NULL::BOOLEAN AS remap_at_last,
+       NULL::TIMESTAMP AS lost_onset, NULL::BOOLEAN AS lost_at_first, NULL::BOOLEAN AS lost_at_last
 FROM f_gpu_samples WHERE ts >= $start AND ts < $end
 GROUP BY gpu_uuid
 """
@@ -35,6 +37,13 @@ GROUP BY gpu_uuid
 HEALTH_COLUMNS = ("ecc_min", "ecc_max", "retired_max", "remap_failed", "remap_ts", "lost", "lost_first", "lost_last",
                   "thermal_min", "thermal_max", "crc_min", "crc_max", "first_ts", "last_ts")
 """``part_health``'s columns between ``gpu_uuid`` and ``crc_rate``, in order."""
+
+ONSET_COLUMNS = ("remap_onset", "remap_at_first", "remap_at_last", "lost_onset", "lost_at_first", "lost_at_last")
+"""``part_health``'s last columns, after ``crc_rate``: where a failure state (row-remap failure, ``up = false``)
+was seen to begin inside the span (a failed reading after a reading that was not), and whether the span's first
+and last readings were failed, so the window can tell a failure that began on a later day from one that was
+already there when its first reading came. A GPU without such a reading in the span has ``remap_failed`` /
+``lost`` there (false, or NULL when never read)."""
 
 
 @dataclass(frozen=True)
@@ -52,17 +61,32 @@ class DaySeen:
 
 
 _SIGNAL_TIMES = """
-UPDATE an_gpu_day SET remap_ts = t.remap_ts, lost_first = t.lost_first, lost_last = t.lost_last
+UPDATE an_gpu_day SET remap_ts = t.remap_ts, lost_first = t.lost_first, lost_last = t.lost_last,
+       remap_onset = t.remap_onset, remap_at_first = t.remap_at_first, remap_at_last = t.remap_at_last,
+       lost_onset = t.lost_onset, lost_at_first = t.lost_at_first, lost_at_last = t.lost_at_last
 FROM (
-    SELECT gpu_uuid, min(ts) FILTER (WHERE remapped_rows_failure) AS remap_ts,
-           min(ts) FILTER (WHERE NOT up) AS lost_first, max(ts) FILTER (WHERE NOT up) AS lost_last
-    FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND list_contains($gpus, gpu_uuid)
+    SELECT gpu_uuid, min(ts) FILTER (WHERE remap) AS remap_ts,
+           min(ts) FILTER (WHERE remap AND NOT remap_before) AS remap_onset,
+           arg_min(remap, ts) FILTER (WHERE remap IS NOT NULL) AS remap_at_first,
+           arg_max(remap, ts) FILTER (WHERE remap IS NOT NULL) AS remap_at_last,
+           min(ts) FILTER (WHERE lost) AS lost_first, max(ts) FILTER (WHERE lost) AS lost_last,
+           min(ts) FILTER (WHERE lost AND NOT lost_before) AS lost_onset,
+           arg_min(lost, ts) FILTER (WHERE lost IS NOT NULL) AS lost_at_first,
+           arg_max(lost, ts) FILTER (WHERE lost IS NOT NULL) AS lost_at_last
+    FROM (
+        SELECT gpu_uuid, ts, remapped_rows_failure AS remap, NOT up AS lost,
+               lag(remapped_rows_failure IGNORE NULLS) OVER w AS remap_before,  -- the reading before, if any
+               lag(NOT up IGNORE NULLS) OVER w AS lost_before
+        FROM f_gpu_samples WHERE ts >= $start AND ts < $end AND list_contains($gpus, gpu_uuid)
+        WINDOW w AS (PARTITION BY gpu_uuid ORDER BY ts)
+    )
     GROUP BY gpu_uuid
 ) t
 WHERE an_gpu_day.gpu_uuid = t.gpu_uuid
 """
-"""The first row-remap failure and the first and last ``up = false`` of the GPUs that had one (rare: the
-samples of those GPUs only are read again; every other GPU's times are NULL, as there is none)."""
+"""The first row-remap failure and the first and last ``up = false`` of the GPUs that had one, with where such a
+state began in the span and whether the span's first and last readings had it (rare: the samples of those GPUs
+only are read again; every other GPU's times are NULL, as there is none)."""
 
 
 def build(con: duckdb.DuckDBPyConnection, window: Window) -> None:

@@ -41,6 +41,9 @@ class Evidence:
     reason: str
     first_ts: datetime | None = None
     last_ts: datetime | None = None
+    onset_ts: datetime | None = None
+    """A failure state's (row-remap failure, lost GPU) first reading after one without it in the window: when the
+    failure began, as measured. None when it was already there at the window's first reading."""
 
     def as_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -57,8 +60,13 @@ class Evidence:
 
     @property
     def marks_failure(self) -> bool:
-        """Drain evidence whose ``first_ts`` is when the hard failure happened."""
+        """Drain evidence that says when a hard failure happened (``failed_at``)."""
         return self.severity == "drain" and (self.signal.startswith("xid_") or self.signal in _FAILURE_SIGNALS)
+
+    @property
+    def failed_at(self) -> datetime | None:
+        """When the hard failure happened: an XID's first event, a failure state's measured onset."""
+        return self.onset_ts if self.signal in _FAILURE_SIGNALS else self.first_ts
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ class GpuHealth:
 
     @property
     def failure_ts(self) -> datetime | None:
-        return min((e.first_ts for e in self.evidence if e.marks_failure and e.first_ts is not None), default=None)
+        return min((t for e in self.evidence if e.marks_failure and (t := e.failed_at) is not None), default=None)
 
     @property
     def lead_seconds(self) -> float | None:
@@ -112,9 +120,14 @@ def classify_xid(code: int, rules: HealthRules) -> str:
 
 
 _COLUMNS = ", ".join(f"p.{c}" for c in gpu_day.HEALTH_COLUMNS)
+_NAMES = ", ".join(("part_id", "gpu_uuid", *gpu_day.HEALTH_COLUMNS, "crc_rate", *gpu_day.ONSET_COLUMNS))
+
+_ONSETS = ("p.remap_onset, coalesce(p.remap_at_first, p.remap_failed), coalesce(p.remap_at_last, p.remap_failed), "
+           "p.lost_onset, coalesce(p.lost_at_first, p.lost), coalesce(p.lost_at_last, p.lost)")
+"""``gpu_day.ONSET_COLUMNS``: a GPU never failed in the span was read not failed (or never read) first and last."""
 
 PART_HEALTH_SELECT = """
-SELECT $part_id, p.gpu_uuid, {columns}, {crc_rate} FROM an_gpu_day p {crc_join}
+SELECT $part_id, p.gpu_uuid, {columns}, {crc_rate}, """ + _ONSETS + """ FROM an_gpu_day p {crc_join}
 """
 """``part_health`` rows of one day part from its per-GPU sums (``an_gpu_day``, all samples): per GPU, the
 counters' minima and maxima and the signals' times (a counter's rise over the window is the largest
@@ -161,7 +174,25 @@ def insert_part_health_rows(con: duckdb.DuckDBPyConnection, part_id: str, window
         params |= {"start": window.start, "end": window.end, "bs": CRC_RATE_SECONDS, "moved": moved}
     else:
         sql = PART_HEALTH_SELECT.format(columns=_COLUMNS, crc_rate="NULL::DOUBLE", crc_join="")
-    con.execute("INSERT INTO part_health " + sql, params)
+    con.execute(f"INSERT INTO part_health ({_NAMES}) " + sql, params)  # by name: an older store's new columns are last
+
+
+WINDOW_HEALTH = """
+WITH days AS (  -- each day part's row, with the GPU's last readings of the day before it (NULL: none read)
+    SELECT *, lag(remap_at_last) OVER w AS remap_before, lag(lost_at_last) OVER w AS lost_before
+    FROM an_health WINDOW w AS (PARTITION BY gpu_uuid ORDER BY first_ts)
+)
+SELECT gpu_uuid, max(ecc_max) - min(ecc_min), max(retired_max), bool_or(remap_failed), min(remap_ts),
+       min(CASE WHEN remap_at_first AND NOT remap_before THEN remap_ts ELSE remap_onset END),
+       bool_or(lost), min(lost_first), max(lost_last),
+       min(CASE WHEN lost_at_first AND NOT lost_before THEN lost_first ELSE lost_onset END),
+       max(thermal_max) - min(thermal_min), max(crc_max) - min(crc_min), min(first_ts), max(last_ts), max(crc_rate)
+FROM days GROUP BY gpu_uuid
+"""
+"""Per GPU, its day parts' sums over the window: counter rises, failure states with their first readings and where
+they were seen to begin (in a day, or at a day's first reading after a day that ended without it; a failure
+already there at the window's first reading began before it, when, nobody measured), the window's first and
+last sample and the highest CRC rate."""
 
 
 def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> list[GpuHealth]:
@@ -171,17 +202,10 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
     gpus = con.execute("SELECT DISTINCT gpu_uuid, node FROM an_dev ORDER BY ALL").fetchall()
     counters: dict[str, tuple] = {}
     crc_rates: dict[str, float] = {}
-    for row in con.execute(
-        """
-        SELECT gpu_uuid, max(ecc_max) - min(ecc_min), max(retired_max), bool_or(remap_failed), min(remap_ts),
-               bool_or(lost), min(lost_first), max(lost_last), max(thermal_max) - min(thermal_min),
-               max(crc_max) - min(crc_min), min(first_ts), max(last_ts), max(crc_rate)
-        FROM an_health GROUP BY gpu_uuid
-        """
-    ).fetchall():
-        counters[row[0]] = row[1:12]
-        if row[12] is not None:
-            crc_rates[row[0]] = float(row[12])
+    for row in con.execute(WINDOW_HEALTH).fetchall():
+        counters[row[0]] = row[1:14]
+        if row[14] is not None:
+            crc_rates[row[0]] = float(row[14])
     xids: dict[str, list[tuple[int, int, datetime, datetime]]] = defaultdict(list)
     for gpu, code, count, first, last in con.execute(
         """
@@ -228,7 +252,7 @@ def _not_measured(names: list[str], whole: bool) -> Evidence:
 def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRules) -> list[Evidence]:
     if row is None:
         return [_not_measured(list(_SIGNALS), whole=True)]
-    dbe, retired, remap_fail, remap_ts, lost, lost_first, lost_last, thermal, crc, first, last = row
+    dbe, retired, remap_fail, remap_ts, remap_onset, lost, lost_first, lost_last, lost_onset, thermal, crc, first, last = row
     thermal = None if thermal is None else float(thermal)
     ev: list[Evidence] = []
     missing = [name for name, value in zip(_SIGNALS, (dbe, retired, remap_fail, lost, thermal, crc), strict=True)
@@ -245,9 +269,10 @@ def _counter_evidence(row: tuple | None, crc_rate: float | None, rules: HealthRu
             )
         )
     if remap_fail:
-        ev.append(Evidence("row_remap_failure", 1, None, "drain", "row remapping failed", remap_ts, last))
+        ev.append(Evidence("row_remap_failure", 1, None, "drain", "row remapping failed", remap_ts, last, remap_onset))
     if lost:
-        ev.append(Evidence("gpu_lost", 1, None, "drain", "GPU reported lost (up = false)", lost_first, lost_last))
+        ev.append(Evidence("gpu_lost", 1, None, "drain", "GPU reported lost (up = false)", lost_first, lost_last,
+                           lost_onset))
     if crc_rate is not None and crc_rate >= rules.nvlink_crc_per_second_warn:
         ev.append(
             Evidence(

@@ -121,7 +121,7 @@ TABLES: dict[str, list[Column]] = {
         _c("last_evidence_ts", "TIMESTAMP", "Latest time of a warn/drain signal in the window."),
         _c("trend_start_ts", "TIMESTAMP", "When the earliest raised early-warning trend started (its run-up's first hour)."),
         _c("warning_ts", "TIMESTAMP", "When the first early-warning trend was raised (end of that hour)."),
-        _c("failure_ts", "TIMESTAMP", "First hard failure in the window (drain-class XID, lost GPU, remap failure)."),
+        _c("failure_ts", "TIMESTAMP", "First hard failure seen to begin in the window (drain-class XID; lost GPU or remap failure after a reading without it)."),
         _c("lead_seconds", "DOUBLE", "failure_ts - warning_ts where the warning came first; NULL otherwise."),
     ],
     "placement": [
@@ -349,6 +349,12 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("first_ts", "TIMESTAMP NOT NULL", "First sample."),
         _c("last_ts", "TIMESTAMP NOT NULL", "Last sample."),
         _c("crc_rate", "DOUBLE", "Highest NVLink CRC error rate over 5 minutes (errors/s); NULL when the counter did not move."),
+        _c("remap_onset", "TIMESTAMP", "First failed row-remap reading after one that was not (a failure that began in the span)."),
+        _c("remap_at_first", "BOOLEAN", "The span's first row-remap reading was failed (NULL: none read)."),
+        _c("remap_at_last", "BOOLEAN", "The span's last row-remap reading was failed (NULL: none read)."),
+        _c("lost_onset", "TIMESTAMP", "First up = false after an up = true (lost in the span)."),
+        _c("lost_at_first", "BOOLEAN", "The span's first up reading was false (NULL: none read)."),
+        _c("lost_at_last", "BOOLEAN", "The span's last up reading was false (NULL: none read)."),
     ],
     "part_trend_buckets": [
         PART_KEY,
@@ -426,22 +432,26 @@ def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
     for table, cols in PART_TABLES.items():
         body = ",\n    ".join(f'"{c.name}" {c.type}' for c in cols)
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)")
+    _add_new_columns(con, PART_TABLES)
     for table in TABLES:
         if table in DAY_PARTS:
             _create_part_view(con, table)
         else:
             con.execute(ddl(table))
-    have: dict[str, set[str]] = defaultdict(set)  # a table from an older release gets the columns added since
+    _add_new_columns(con, {t: cols for t, cols in TABLES.items() if t not in DAY_PARTS})
+
+
+def _add_new_columns(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[Column]]) -> None:
+    """A table from an older release gets the columns added since (appended, NULL in its earlier rows)."""
+    have: dict[str, set[str]] = defaultdict(set)
     for table, column in con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() "
         "AND schema_name = 'main' AND list_contains($tables, table_name)",
-        {"tables": [t for t in TABLES if t not in DAY_PARTS]},
+        {"tables": list(tables)},
     ).fetchall():
         have[table].add(column)
-    for table in TABLES:
-        if table in DAY_PARTS:
-            continue
-        for c in TABLES[table]:
+    for table, cols in tables.items():
+        for c in cols:
             if c.name not in have[table]:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
 

@@ -146,8 +146,17 @@ def spec_health(samples: list[Sample], span: Window) -> dict[str, tuple[Any, ...
             _min([r["ts"] for r in rows if r["up"] is False]), _max([r["ts"] for r in rows if r["up"] is False]),
             _min(col["thermal_violation_seconds_total"]), _max(col["thermal_violation_seconds_total"]),
             crc_min, crc_max, min(ts), max(ts), rate,
+            *_onsets([(r["ts"], r["remapped_rows_failure"]) for r in rows]),
+            *_onsets([(r["ts"], None if r["up"] is None else not r["up"]) for r in rows]),
         )
     return out
+
+
+def _onsets(readings: list[tuple[datetime, bool | None]]) -> tuple[Any, ...]:
+    """A failure state's first reading after one without it, and the span's first and last readings (None: none)."""
+    known = sorted((ts, v) for ts, v in readings if v is not None)
+    onset = next((ts for (_, before), (ts, now) in zip(known, known[1:], strict=False) if now and not before), None)
+    return onset, known[0][1] if known else None, known[-1][1] if known else None
 
 
 def quantile_cont(values: list[float], q: float) -> float:
