@@ -91,49 +91,52 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     )
     row = con.execute("SELECT count(*) FROM an_gaps").fetchone()
     gap_filter = _GAP_FILTER if row is not None and row[0] else ""
-    # Per device and bucket: samples, their class counts and the sum of their time hashes. Grouped by the
-    # integer key alone (a device id in the key costs ~10% of this read): samples of devices the inventory
-    # does not list fall into dk NULL, and only when there are any is their own read made (``an_kb_unlisted``,
-    # which only the sample interval uses).
+    # Per device and bucket: samples, their class counts and the sum of their time hashes. Grouped by the device id
+    # as read (no join per sample: the device key is joined to the grouped rows, ~15% less CPU than joining each
+    # sample to an_dev); samples of devices the inventory does not list get dk NULL, and are what the sample
+    # interval alone uses (``an_kb_unlisted``). n and n_activity follow from the class counts (c is 0, 1 or 2).
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_kb AS
-        SELECT dk, b, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
-               count(*) FILTER (WHERE c = 0) AS n_idle, count(*) FILTER (WHERE c = 1) AS n_active,
-               count(*) FILTER (WHERE c = 2) AS n_unmeasured,
-               count(*) FILTER (WHERE c < 2) AS n_activity,
-               avg(memory_used_bytes) AS memory_avg, sum(hash(ts)) AS ts_sig
+        SELECT d.dk, k.b, k.n_idle + k.n_active + k.n_unmeasured AS n, k.first_ts, k.last_ts,
+               k.n_idle, k.n_active, k.n_unmeasured, k.n_idle + k.n_active AS n_activity,
+               k.memory_avg, k.ts_sig, k.device_id
         FROM (
-            SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, s.memory_used_bytes, {_CLASS} AS c
-            FROM f_device_samples s LEFT JOIN an_dev d USING (device_id)
-            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-        )
-        GROUP BY ALL
+            SELECT device_id, b, min(ts) AS first_ts, max(ts) AS last_ts,
+                   count(*) FILTER (WHERE c = 0) AS n_idle, count(*) FILTER (WHERE c = 1) AS n_active,
+                   count(*) FILTER (WHERE c = 2) AS n_unmeasured,
+                   avg(memory_used_bytes) AS memory_avg, sum(hash(ts)) AS ts_sig
+            FROM (
+                SELECT s.device_id, {BUCKET_OF_TS} AS b, s.ts, s.memory_used_bytes, {_CLASS} AS c
+                FROM f_device_samples s
+                WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            )
+            GROUP BY ALL
+        ) k LEFT JOIN an_dev d USING (device_id)
         """,  # noqa: S608 - constant fragments; values are bound
         {**params, "thr": threshold},
     )
-    unlisted = "" if _has_unlisted(con, "an_kb") else "false AND"
     con.execute(
-        f"""
+        """
         CREATE OR REPLACE TEMP TABLE an_kb_unlisted AS
-        SELECT s.device_id, {BUCKET_OF_TS} AS b, count(*) AS n, min(s.ts) AS first_ts, max(s.ts) AS last_ts
-        FROM f_device_samples s ANTI JOIN an_dev d USING (device_id)
-        WHERE {unlisted} s.ts >= $start AND s.ts < $end {gap_filter}
-        GROUP BY ALL
-        """,  # noqa: S608 - constant fragments; values are bound
-        params,
+        SELECT device_id, b, n, first_ts, last_ts FROM an_kb WHERE dk IS NULL
+        """
     )
     con.execute("DELETE FROM an_kb WHERE dk IS NULL")
-    # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes.
+    # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes. Grouped by the
+    # device id as read, the device key joined to the grouped rows (rows of unlisted devices: dk NULL, one row
+    # per device id; only their existence and an_alloc read them).
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_held AS
-        SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m, sum(s.gpu_equivalents) AS ge,
-               min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi, sum(hash(s.ts)) AS ts_sig,
-               min(s.ts) AS first_ts, max(s.ts) AS last_ts
-        FROM f_allocations s LEFT JOIN an_dev d USING (device_id)
-        WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-        GROUP BY ALL
+        SELECT d.dk, h.* FROM (
+            SELECT s.device_id, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m,
+                   sum(s.gpu_equivalents) AS ge, min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi,
+                   sum(hash(s.ts)) AS ts_sig, min(s.ts) AS first_ts, max(s.ts) AS last_ts
+            FROM f_allocations s
+            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            GROUP BY ALL
+        ) h LEFT JOIN an_dev d USING (device_id)
         """,  # noqa: S608 - constant fragments; values are bound
         params,
     )
@@ -163,21 +166,13 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         """
     )
     if _has_unlisted(con, "an_held"):
-        con.execute(
-            f"""
-            INSERT INTO an_alloc
-            SELECT DISTINCT s.device_id, s.tenant, s.namespace
-            FROM f_allocations s ANTI JOIN an_dev d USING (device_id)
-            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
-            """,  # noqa: S608 - constant fragments; values are bound
-            {"start": window.start, "end": window.end},
-        )
+        con.execute("INSERT INTO an_alloc SELECT DISTINCT device_id, tenant, namespace FROM an_held WHERE dk IS NULL")
     con.execute("DROP TABLE an_held")
     # The holders' sum per device and bucket, for the device buckets.
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_kb_held AS
-        SELECT k.*, h.ge_samples FROM an_kb k
+        SELECT k.* EXCLUDE (device_id), h.ge_samples FROM an_kb k
         LEFT JOIN (SELECT dk, b, sum(ge_samples) AS ge_samples FROM an_hold GROUP BY dk, b) h USING (dk, b)
         """
     )
@@ -191,14 +186,16 @@ _CLASS = """CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_r
 
 
 _DECIDE = """
-held AS (  -- no sample in the holder's bucket (tier 1) or span (tier 2): it held no measured time
+holder AS (  -- no sample in the holder's bucket (tier 1) or span (tier 2): it held no measured time
     SELECT h.dk, h.b, h.tenant, h.namespace, h.ge_lo, coalesce(h.m // c.n, 0) AS k, coalesce(c.n, 0) AS n,
            coalesce(c.n_idle, 0) AS n_idle, coalesce(c.n_active, 0) AS n_active,
            coalesce(c.n_unmeasured, 0) AS n_unmeasured,
-           bool_and(c.n IS NULL OR coalesce(h.m % c.n = 0 AND h.ts_sig = h.m // c.n * c.sig AND h.ge_lo = h.ge_hi,
-                                            false))
-               OVER (PARTITION BY h.dk, h.b) AS exact
+           c.n IS NULL OR coalesce(h.m % c.n = 0 AND h.ts_sig = h.m // c.n * c.sig AND h.ge_lo = h.ge_hi, false) AS ok
     FROM {holders} h LEFT JOIN {covered} c ON {on}
+),
+held AS (  -- a bucket is exact when all its holders are (a group and a join: cheaper than a window over them)
+    SELECT h.* EXCLUDE (ok), e.exact
+    FROM holder h JOIN (SELECT dk, b, bool_and(ok) AS exact FROM holder GROUP BY dk, b) e USING (dk, b)
 )
 SELECT dk, b, tenant, namespace, ge_lo * k * n AS ge_samples, k * n AS samples,
        ge_lo * k * n_idle AS ge_idle, k * n_idle AS samples_idle,
@@ -232,16 +229,19 @@ def _cover_ranges(con: duckdb.DuckDBPyConnection, params: dict[str, object], thr
             FROM an_held h SEMI JOIN (SELECT DISTINCT dk, b FROM an_hold WHERE joined) j USING (dk, b)
         ),
         cover AS (
-            SELECT h.hid, count(*) AS n, sum(hash(s.ts)) AS sig,
+            SELECT s.hid, count(*) AS n, sum(hash(s.ts)) AS sig,
                    count(*) FILTER (WHERE s.c = 0) AS n_idle, count(*) FILTER (WHERE s.c = 1) AS n_active,
                    count(*) FILTER (WHERE s.c = 2) AS n_unmeasured
-            FROM (
-                SELECT d.dk, {BUCKET_OF_TS} AS b, s.ts, {_CLASS} AS c
-                FROM f_device_samples s JOIN an_dev d USING (device_id)
-                WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            FROM (  -- each sample joined by its device id as read (slow carries it), its class after the join
+                SELECT h.hid, s.ts, {_CLASS} AS c
+                FROM (
+                    SELECT s.device_id, {BUCKET_OF_TS} AS b, s.ts, s.activity_ratio
+                    FROM f_device_samples s
+                    WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+                ) s
+                JOIN slow h ON h.device_id = s.device_id AND h.b = s.b AND s.ts BETWEEN h.first_ts AND h.last_ts
             ) s
-            JOIN slow h ON h.dk = s.dk AND h.b = s.b AND s.ts BETWEEN h.first_ts AND h.last_ts
-            GROUP BY h.hid
+            GROUP BY s.hid
         ),
         {_DECIDE.format(holders="slow", covered="cover", on="c.hid = h.hid")}
         UNION ALL
@@ -307,8 +307,7 @@ _FEW_DEVICES = 2000
 
 def _has_unlisted(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Whether facts name devices that the inventory does not list (``table`` is one of our constants)."""
-    sampled = " AND n > 0" if table == "an_kb" else ""
-    row = con.execute(f"SELECT count(*) FROM {table} WHERE dk IS NULL{sampled}").fetchone()  # noqa: S608
+    row = con.execute(f"SELECT count(*) FROM {table} WHERE dk IS NULL").fetchone()  # noqa: S608
     return bool(row and row[0])
 
 
