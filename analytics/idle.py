@@ -12,9 +12,10 @@ exceed the measured capacity. A MIG GPU's slices that no GPU instance covers are
 ``unpartitioned`` pseudo-device (``device_id`` = GPU UUID), unallocated whenever the GPU reports.
 Per GPU and bucket, costs add up to exactly price x bucket hours.
 
-How it runs at fleet scale: the facts are read once each and aggregated per device key ``dk`` (an
-integer from ``an_dev``) and bucket number ``b`` (0 = the window's first bucket); every later step
-works on those small integer keys, and names are joined back only in the rows written. Temp tables:
+How it runs at fleet scale: the facts are read once each and aggregated per device (its id as read, the
+integer key ``dk`` from ``an_dev`` joined to the groups, not to every row) and bucket number ``b`` (0 = the
+window's first bucket); every later step works on those small integer keys, and names are joined back
+only in the rows written. Temp tables:
 
 - ``an_hold``: per device, bucket, tenant and namespace, the holders' GE-samples, split by the class
   of the device sample at each allocation row's time (idle, active, unmeasured);
