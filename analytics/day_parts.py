@@ -86,14 +86,15 @@ def day_windows(window: Window) -> list[Window]:
 def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | None) -> list[Span]:
     """The window's spans with the fingerprints of their facts and of their devices (``an_dev``)."""
     files = _parquet_files(parquet_dir)
+    days = day_windows(window)
     out = []
-    for w in day_windows(window):
+    for w, devices in zip(days, _devices(con, days), strict=True):
         facts: list[object] = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
         mine = {t: [f for f in listed if f[0] is None or w.start.date() == f[0]] for t, listed in sorted(files.items())}
         facts += list(mine.items())
         scoped = tuple((t, tuple(f[1] for f in mine[t])) for t in DAY_SCOPED
                        if any(f[0] is not None for f in mine.get(t, ())))
-        out.append(Span(w, _hash(facts), _devices(con, w), scoped))
+        out.append(Span(w, _hash(facts), devices, scoped))
     return out
 
 
@@ -135,18 +136,24 @@ def _store_facts(con: duckdb.DuckDBPyConnection, w: Window, tables: list[str]) -
     return [batches[0] if batches else None, counts]
 
 
-def _devices(con: duckdb.DuckDBPyConnection, w: Window) -> str:
-    """Hash of the devices present in the span, as the part's SQL sees them (lifetimes clipped to it)."""
-    row = con.execute(
+def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window]) -> list[str]:
+    """Per span, the hash of the devices present in it, as the part's SQL sees them (lifetimes clipped to it):
+    the text of (count, sum of hashes), every span in one statement."""
+    rows = con.execute(
         """
-        SELECT count(*), sum(hash((device_id, gpu_uuid, node, gpu_model, kind, profile, sharing_mode, ge, slices,
-                                   cost_share, list_price, contracted_price, gpu_instance_id, multi_device,
-                                   greatest(coalesce(first_seen, $s), $s), least(coalesce(last_seen, $e), $e))))
-        FROM an_dev WHERE (first_seen IS NULL OR first_seen < $e) AND (last_seen IS NULL OR last_seen >= $s)
+        SELECT w.i, count(d.device_id),
+               sum(hash((d.device_id, d.gpu_uuid, d.node, d.gpu_model, d.kind, d.profile, d.sharing_mode, d.ge,
+                         d.slices, d.cost_share, d.list_price, d.contracted_price, d.gpu_instance_id, d.multi_device,
+                         greatest(coalesce(d.first_seen, w.s), w.s), least(coalesce(d.last_seen, w.e), w.e))))
+                 FILTER (WHERE d.device_id IS NOT NULL)
+        FROM (SELECT unnest($s) AS s, unnest($e) AS e, generate_subscripts($s, 1) AS i) w
+        LEFT JOIN an_dev d ON (d.first_seen IS NULL OR d.first_seen < w.e) AND (d.last_seen IS NULL OR d.last_seen >= w.s)
+        GROUP BY w.i
         """,
-        {"s": w.start, "e": w.end},
-    ).fetchone()
-    return str(row)
+        {"s": [w.start for w in spans], "e": [w.end for w in spans]},
+    ).fetchall()
+    by_span = {int(i): (n, h) for i, n, h in rows}
+    return [str(by_span[i + 1]) for i in range(len(spans))]
 
 
 def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:

@@ -10,10 +10,13 @@ twice changes nothing.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -40,6 +43,25 @@ _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
 
 def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
     """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run)."""
+    with _no_cycle_collection():
+        return _open_and_analyze(db_path, settings)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause Python's cycle collector for the run: the stages build a few hundred thousand small objects (terms,
+    rows, evidence) that reference counting frees, and each collection pass would walk all of them (0.17-0.20 s
+    of a next-day run at 8,000 GPUs); what cycles the run leaves are collected after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _open_and_analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
     con = connect_store(db_path, read_only=False)
     try:
         if not _MEMORY.match(settings.memory_limit):
