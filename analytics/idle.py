@@ -166,7 +166,7 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         FROM (SELECT DISTINCT dk, tenant, namespace FROM an_held WHERE dk IS NOT NULL) h JOIN an_dev d USING (dk)
         """
     )
-    if _has_unlisted(con, "an_held"):
+    if _has_unlisted(con):
         con.execute("INSERT INTO an_alloc SELECT DISTINCT device_id, tenant, namespace FROM an_held WHERE dk IS NULL")
     con.execute("DROP TABLE an_held")
     # The holders' sum per device and bucket, for the device buckets.
@@ -306,9 +306,9 @@ _FEW_DEVICES = 2000
 """At most this many devices in the row-by-row buckets: read their facts by device id."""
 
 
-def _has_unlisted(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    """Whether facts name devices that the inventory does not list (``table`` is one of our constants)."""
-    row = con.execute(f"SELECT count(*) FROM {table} WHERE dk IS NULL").fetchone()  # noqa: S608
+def _has_unlisted(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the allocations name devices that the inventory does not list (rows of ``an_held`` without a key)."""
+    row = con.execute("SELECT count(*) FROM an_held WHERE dk IS NULL").fetchone()
     return bool(row and row[0])
 
 

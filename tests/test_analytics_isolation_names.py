@@ -134,3 +134,24 @@ def test_both_reads_of_a_gpus_tenants_give_the_same_bits(held: list[tuple[str, s
     for most in (isolation.BITSTRING_MOST, 0):
         bits = isolation._tenant_bits(con, names, bitstring_most=most)
         assert {gpu: {n for i, n in enumerate(names) if b >> i & 1} for gpu, b in bits.items()} == expected
+
+
+def test_a_namespace_used_only_on_a_device_the_inventory_does_not_list_is_still_named(tmp_path: Path) -> None:
+    """Tenant t held the listed GPU-A from namespace na and GPU-Z, which the inventory does not list, from nz:
+    both namespaces lack a NetworkPolicy, and t's row names both."""
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.samples("GPU-A", count=60, activity=0.5)
+    f.alloc("GPU-A", "t", count=60, namespace="na", pod="t-a")
+    f.con.executemany(
+        """INSERT INTO allocations (ts, node, gpu_uuid, device_id, namespace, pod, container, tenant, gpu_equivalents,
+           source) VALUES (?, 'n1', 'GPU-Z', 'GPU-Z', 'nz', 't-z', 'main', 't', 1.0, 'test')""",
+        [[T0 + timedelta(seconds=60 * i)] for i in range(60)],
+    )
+    for ns in ("na", "nz"):
+        f.namespace(ns, "t", policies=0)
+    f.close()
+    summary = analyze(path, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=END))
+    assert reasons(path, summary.run_id)[("tenant", "t")]["no_network_policy"] == "no NetworkPolicy in namespace(s) t/na, t/nz"
