@@ -37,7 +37,12 @@ from gpulens.exporter.kube_api import (
     segment,
 )
 
-RBAC = (RbacRule("", "nodes", ("get", "list", "patch"), cluster_scoped=True),)
+RBAC = (
+    RbacRule("", "nodes", ("get", "list", "patch"), cluster_scoped=True),
+    RbacRule("", "pods", ("list",), cluster_scoped=True),
+    RbacRule("resource.k8s.io", "resourceslices", ("list",), cluster_scoped=True),
+    RbacRule("resource.k8s.io", "devicetaintrules", ("list", "patch", "delete"), cluster_scoped=True),
+)
 _PASSIVE = {"keep": "unchanged", "skip": "skipped", "refuse": "refused", "hold": "held"}
 
 

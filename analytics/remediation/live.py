@@ -22,8 +22,10 @@ class LiveNode:
     tainted: bool
     tainted_at: datetime | None
     opted_out: bool
-    blocked: str | None = None
-    """``cordoned``, ``NotReady`` or ``tainted <key>:<effect>`` (someone else's); None: schedulable."""
+    unready: tuple[str, ...] = ()
+    """``cordoned``, ``NotReady``: why the Node takes no new work whatever the pods tolerate."""
+    taints: tuple[str, ...] = ()
+    """Others' NoSchedule / NoExecute taints, as ``key=value:effect``."""
     rules: tuple[str, ...] = ()
     """Names of the DeviceTaintRules gpulens owns for this Node's devices."""
 
@@ -31,23 +33,38 @@ class LiveNode:
     def quarantined(self) -> bool:
         return self.tainted or bool(self.rules)
 
+    def blocked(self, pool_taints: frozenset[str]) -> str | None:
+        """Why the Node cannot take new work, leaving our taint and the taints of its whole pool aside
+        (a dedicated pool's taint, which every node of the flavor carries, is what its workloads tolerate)."""
+        why = [*self.unready, *(f"tainted {t}" for t in self.taints if t not in pool_taints)]
+        return ", ".join(why) or None
+
 
 def opted_out(metadata: dict[str, Any]) -> bool:
     return str((metadata.get("annotations") or {}).get(OPT_OUT_ANNOTATION, "")).strip().lower() == "false"
 
 
-def blocked(node: dict[str, Any]) -> str | None:
-    """Why a Node cannot take new work, leaving our own taint aside (None: it can)."""
+def unready(node: dict[str, Any]) -> tuple[str, ...]:
     why = []
     if (node.get("spec") or {}).get("unschedulable"):
         why.append("cordoned")
     ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
     if ready and ready[0].get("status") != "True":
         why.append("NotReady")
-    why += [f"tainted {t.get('key')}:{t.get('effect')}" for t in live_taints(node)
-            if t.get("key") != TAINT_KEY and t.get("effect") in BLOCKING_EFFECTS
-            and t.get("key") != "node.kubernetes.io/unschedulable"]
-    return ", ".join(why) or None
+    return tuple(why)
+
+
+def blocking_taints(node: dict[str, Any]) -> tuple[str, ...]:
+    """Others' taints that keep new pods off (NoSchedule, NoExecute); the cordon's own taint is ``cordoned``."""
+    return tuple(f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in live_taints(node)
+                 if t.get("key") not in (TAINT_KEY, "node.kubernetes.io/unschedulable")
+                 and t.get("effect") in BLOCKING_EFFECTS)
+
+
+def pool_taints(nodes: list[LiveNode]) -> frozenset[str]:
+    """The blocking taints every node of a flavor carries (its dedicated-pool taints)."""
+    sets = [frozenset(n.taints) for n in nodes]
+    return frozenset.intersection(*sets) if sets else frozenset()
 
 
 def _stamp(meta: dict[str, Any]) -> datetime | None:
@@ -69,6 +86,6 @@ def live_nodes(api: KubernetesReads, rules: dict[str, tuple[str, ...]] | None = 
     for item in listing.get("items", []):
         meta = item.get("metadata", {})
         name = meta.get("name", "")
-        out[name] = LiveNode(our_taint(item) is not None, _stamp(meta), opted_out(meta), blocked(item),
-                             (rules or {}).get(name, ()))
+        out[name] = LiveNode(our_taint(item) is not None, _stamp(meta), opted_out(meta), unready(item),
+                             blocking_taints(item), (rules or {}).get(name, ()))
     return out

@@ -20,7 +20,7 @@ import yaml
 from gpulens.analytics.remediation.apply import NodeOutcome, TaintApplier
 from gpulens.analytics.remediation.decide import Decision, NodeCase, breakers, decide
 from gpulens.analytics.remediation.device_rules import DraApi, discover, our_rules, rule_object
-from gpulens.analytics.remediation.live import LiveNode, live_nodes
+from gpulens.analytics.remediation.live import LiveNode, live_nodes, pool_taints
 from gpulens.analytics.remediation.plan import RemediationInputs, load_inputs
 from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.scope import ScopeChoice, dry_run_scope, live_scope
@@ -94,9 +94,11 @@ def _cases(inputs: RemediationInputs, live: dict[str, LiveNode] | None,
            scopes: dict[str, ScopeChoice]) -> list[NodeCase]:
     cases = list(inputs.cases)
     if live is not None:
+        cases = [c for c in cases if c.node in live]
+        pools = {f: pool_taints([live[c.node] for c in cases if c.flavor == f]) for f in {c.flavor for c in cases}}
         cases = [replace(c, tainted=live[c.node].quarantined, tainted_at=live[c.node].tainted_at,
-                         opted_out=live[c.node].opted_out, blocked=live[c.node].blocked)
-                 for c in cases if c.node in live]
+                         opted_out=live[c.node].opted_out, blocked=live[c.node].blocked(pools[c.flavor]))
+                 for c in cases]
     return [replace(c, scope=scopes[c.node].scope, scope_reason=scopes[c.node].reason) if c.node in scopes else c
             for c in cases]
 
