@@ -159,6 +159,6 @@ def _quarantine(members: list[NodeCase], policy: RemediationPolicy, effects: dic
 
 
 def _cap_text(policy: RemediationPolicy, total: int, cap: int) -> str:
-    share = f"{policy.max_share:.0%} of {total}"
-    count = f", --max-nodes {policy.max_nodes}" if policy.max_nodes is not None else ""
-    return f"{cap} ({share}, at least one{count})"
+    share = f"{policy.max_share:.0%} of {total}" + (" rounded down, at least one" if policy.max_share > 0 else "")
+    count = f"; --max-nodes {policy.max_nodes}" if policy.max_nodes is not None else ""
+    return f"{cap} ({share}{count})"
