@@ -117,15 +117,15 @@ def plan(db: Path, policy: RemediationPolicy, now: datetime) -> RemediationRepor
 
 
 def check_out(out: Path) -> None:
-    """``--out`` must be a directory gpulens can write, checked before the first request to a cluster."""
+    """``--out`` must be a directory gpulens can write or create, checked before the first request to a
+    cluster (nothing is created here: the files are written after the decisions)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from exc
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UserError(f"--out {out}: not writable")
+    existing = next((p for p in (out, *out.absolute().parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise UserError(f"--out {out}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {existing} is not writable")
 
 
 def write_dry_run(report: RemediationReport, out: Path, now: datetime) -> list[Path]:
@@ -146,8 +146,9 @@ def _files(report: RemediationReport, d: Decision, now: datetime) -> list[tuple[
     inputs = report.inputs
     start, end = inputs.window
     ev = inputs.evidence.get(d.node)
-    head = [f"# gpulens remediate ({'applied' if report.applied else 'dry run'}): {d.action} {d.node} ({d.flavor}): "
-            f"{d.reason}",
+    outcome = next((f" -> {o.status}: {o.message}" for o in report.outcomes if o.node == d.node), "")
+    head = [f"# gpulens remediate ({'--apply' if report.applied else 'dry run'}): {d.action} {d.node} ({d.flavor}): "
+            f"{d.reason}{outcome}".replace("\n", " "),
             f"# health run {inputs.run_id}, window {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC"]
     if ev is not None:
         head += [f"# evidence: {r}".replace("\n", " ") for r in ev.reasons[:10]]
