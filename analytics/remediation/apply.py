@@ -100,6 +100,7 @@ class TaintApplier:
 
     def _node_write(self, d: Decision, patch: Callable[[dict[str, Any]], dict[str, Any]], value: str = "") -> NodeOutcome:
         path = f"{NODES}/{segment(d.node)}"
+        kueue: str | None = None
         for attempt in range(1, self.max_attempts + 1):
             try:
                 live = self.api.get(path)
@@ -117,7 +118,8 @@ class TaintApplier:
                 return NodeOutcome(d.node, d.action, "unchanged", "already tainted", attempt)
             if d.action == "untaint" and current is None:
                 return NodeOutcome(d.node, d.action, "unchanged", "no gpulens taint", attempt)
-            kueue = exposure_note(self.api, d.node) if d.action == "taint" else ""
+            if kueue is None:  # once, before the first write
+                kueue = exposure_note(self.api, d.node) if d.action == "taint" else ""
             try:
                 self.api.merge_patch(path, patch(live))
             except ConflictError:

@@ -66,7 +66,8 @@ class RemediationReport:
         for d in self.decisions:
             ev = self.inputs.evidence.get(d.node)
             lead = f", warned {ev.lead_seconds / 3600:.1f} h before failing" if ev and ev.lead_seconds else ""
-            scope = f" [{d.scope_reason}]" if d.scope_reason and d.action in ("taint", "refuse", "hold") else ""
+            shown = d.scope_reason and d.scope_reason != d.reason and d.action in ("taint", "refuse", "hold")
+            scope = f" [{d.scope_reason}]" if shown else ""
             o = outcomes.get(d.node)
             done = f" -> {o.status}: {o.message}" if o else ""
             lines.append(f"  {d.action:8} {d.node} ({d.flavor}): {d.reason}{lead}{scope}{done}")
