@@ -88,3 +88,37 @@ def speaks(long: pl.DataFrame) -> Speaks:
         warnings.append(f"serves {len(unknown)} DCGM field(s) that gpulens's name table ({TABLE_SOURCE}) does "
                         f"not know, not stored: {_listed(unknown)}")
     return Speaks(generation, tuple(warnings))
+
+
+def speaks_by_target(long: pl.DataFrame, label: str = "instance") -> dict[str, Speaks]:
+    """:func:`speaks` per scrape target of samples read from Prometheus (by its ``instance`` label)."""
+    if long.height == 0 or label not in long.columns:
+        return {}
+    parts = long.filter(pl.col(label).is_not_null()).partition_by(label, as_dict=True)
+    return {str(key[0]): speaks(part) for key, part in parts.items()}
+
+
+@dataclass
+class TargetGenerations:
+    """The generations each target spoke over a collection, in order (an upgrade shows as two), and the
+    warnings met, each once."""
+
+    seen: dict[str, list[str]]
+    warnings: dict[str, None]
+
+    @classmethod
+    def empty(cls) -> TargetGenerations:
+        return cls({}, {})
+
+    def add(self, by_target: dict[str, Speaks]) -> None:
+        for target, said in sorted(by_target.items()):
+            if said.generation is not None:
+                seen = self.seen.setdefault(target, [])
+                if not seen or seen[-1] != said.generation:
+                    seen.append(said.generation)
+            for warning in said.warnings:
+                self.warnings[f"{target}: {warning}"] = None
+
+    def lines(self) -> list[str]:
+        """``target T: speaks A`` (``, then B`` after an upgrade), one per target."""
+        return [f"target {target}: speaks {', then '.join(seen)}" for target, seen in sorted(self.seen.items())]

@@ -126,3 +126,17 @@ def test_a_scrape_with_none_of_the_known_names_is_a_warning_not_a_silent_gap() -
 def test_a_gpulens_exporter_target_speaks_gpulens_and_an_unrelated_one_nothing() -> None:
     assert speaks(parse_exposition('gpulens_gpu_up{gpu="GPU-1"} 1\n')).generation == "gpulens exporter"
     assert speaks(parse_exposition("kueue_pending_workloads 3\n")).generation is None
+
+
+def test_a_target_upgraded_during_a_collection_is_said_to_speak_both_in_order_and_each_warning_once() -> None:
+    from gpulens.collector.dcgm_generation import TargetGenerations, speaks_by_target
+
+    before = parse_exposition('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",instance="n1:9400"} 42\n')
+    mixed = parse_exposition('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",instance="n1:9400"} 42\n'
+                             'DCGM_FI_DEV_GPU_UTIL_RATIO{UUID="GPU-1",instance="n1:9400"} 0.42\n')
+    after = parse_exposition('DCGM_FI_DEV_GPU_UTIL_RATIO{UUID="GPU-1",instance="n1:9400"} 0.42\n')
+    seen = TargetGenerations.empty()
+    for chunk in (before, mixed, mixed, after):
+        seen.add(speaks_by_target(chunk))
+    assert seen.lines() == [f"target n1:9400: speaks {PRE_4_9}, then {MIXED}, then {V4_9_OR_LATER}"]
+    assert len(seen.warnings) == 1 and next(iter(seen.warnings)).startswith("n1:9400: mixes dcgm-exporter")

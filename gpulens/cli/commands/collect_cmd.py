@@ -168,6 +168,10 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
                                 progress=progress, rollups=rollups)
     if summary.rejected.total:
         _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
+    for line in summary.speaks:
+        _say(line)
+    for line in summary.naming_warnings:
+        _say(f"gpulens: warning: {line}")
     _say(f"prometheus{' rollups' if rollups else ''}: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
 
