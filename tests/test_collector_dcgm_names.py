@@ -68,6 +68,12 @@ def test_the_old_and_new_name_of_every_ingested_field_convert_to_the_same_base_u
             assert UNITS[field.legacy_unit].base == UNITS[str(field.new_unit)].base, field
 
 
+def test_every_unit_a_new_name_states_converts_to_a_base_unit() -> None:
+    assert set(dcgm_names.NEW_NAME_UNITS.values()) <= set(UNITS)
+    assert dcgm_names.NEW_NAME_UNITS["DCGM_FI_DEV_GPU_TEMP_CELSIUS"] == "degC"
+    assert dcgm_names.NEW_NAME_UNITS["DCGM_FI_DEV_NVLINK_TX_BYTES_TOTAL"] == "bytes"
+
+
 def test_every_name_the_collector_ingests_is_in_the_table() -> None:
     assert set(DCGM_METRICS) == set(READ_AS)
     assert set(DCGM_METRICS) <= KNOWN_NAMES
