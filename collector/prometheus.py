@@ -26,6 +26,7 @@ import httpx
 import numpy as np
 import polars as pl
 
+from gpulens.collector.dcgm_generation import TargetGenerations, speaks_by_target
 from gpulens.collector.mapping import (
     DCGM_METRICS,
     GPULENS_METRICS,
@@ -228,6 +229,10 @@ class RangeSummary:
     skipped: int
     rejected: Rejections = field(default_factory=Rejections)
     """Impossible values set to NULL (or dropped) across the collection."""
+    speaks: tuple[str, ...] = ()
+    """Which naming generation each scrape target (``instance``) spoke: ``target T: speaks ...``."""
+    naming_warnings: tuple[str, ...] = ()
+    """Targets that mixed dcgm-exporter generations, each once."""
 
     @property
     def rows(self) -> int:
@@ -326,6 +331,7 @@ def collect_range(
     done: list[WindowResult] = []
     skipped = 0
     rejected = Rejections()
+    generations = TargetGenerations.empty()
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for w_start, w_end in chunk_windows(start, end, step, max_points):
             if store.window_complete(source, w_start, w_end):
@@ -346,6 +352,7 @@ def collect_range(
             parts = [p for p in pool.map(fetch, names) if p.height]
             long, bad = validate_samples(pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame())
             rejected = rejected + bad
+            generations.add(speaks_by_target(long))
             frames = to_store_frames(long, schema, ROLLUP_SOURCE if rollups else SOURCE) if long.height else {}
             if rollups and "device_samples" in frames:
                 frames["device_samples"] = drop_unread_device_rows(frames["device_samples"])
@@ -363,4 +370,4 @@ def collect_range(
             result = store.ingest_window(source, w_start, w_end, frames, gaps, replace_gaps=True)
             done.append(result)
             progress(result)
-    return RangeSummary(tuple(done), skipped, rejected)
+    return RangeSummary(tuple(done), skipped, rejected, tuple(generations.lines()), tuple(generations.warnings))

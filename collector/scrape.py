@@ -21,6 +21,7 @@ import polars as pl
 
 from gpulens.collector.bounded_get import DEFAULT_MAX_BYTES, FetchError, Limits, bounded_get
 from gpulens.collector.bounded_get import new_client as new_bounded_client
+from gpulens.collector.dcgm_generation import Speaks, speaks
 from gpulens.collector.exposition import ExpositionError, parse_exposition
 from gpulens.collector.mapping import SchemaName, to_store_frames
 from gpulens.collector.store import Gap, Store
@@ -41,6 +42,8 @@ class TargetResult:
     error: str | None = None
     rejected: Rejections = field(default_factory=Rejections)
     """Impossible values of this target set to NULL (the target's other samples are stored)."""
+    speaks: Speaks = field(default_factory=lambda: Speaks(None))
+    """Which naming generation the target speaks (gpulens, a dcgm-exporter generation) and its warnings."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,10 @@ class ScrapeSummary:
 
     @property
     def warnings(self) -> list[str]:
-        """One line per target whose impossible values were set to NULL."""
-        return [f"{t.url}: {t.rejected.describe()}" for t in self.targets if t.rejected.total]
+        """One line per target whose impossible values were set to NULL, and per naming problem of a target
+        (mixed dcgm-exporter generations, no known field, fields the name table does not know)."""
+        rejected = [f"{t.url}: {t.rejected.describe()}" for t in self.targets if t.rejected.total]
+        return rejected + [f"{t.url}: {w}" for t in self.targets for w in t.speaks.warnings]
 
 
 def fetch(client: httpx.Client, url: str, limits: Limits | None = None) -> str:
@@ -161,7 +166,7 @@ def fetch_cycle(
             gaps.append(Gap(url, now, now + interval, error or "failed"))
             results.append(TargetResult(url, error=error))
         else:
-            results.append(TargetResult(url, samples=long.height, rejected=rejected))
+            results.append(TargetResult(url, samples=long.height, rejected=rejected, speaks=speaks(long)))
     return Cycle(now, frames, tuple(gaps), tuple(results))
 
 

@@ -14,6 +14,7 @@ import typer.main
 import yaml
 
 from gpulens.cli import app
+from gpulens.dashboards.grafana.generate import DASHBOARDS
 from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.exporter.tenancy.resolver import TenantResolver
@@ -282,7 +283,7 @@ def test_the_prometheusrule_is_labelled_for_kube_prometheus_stack_and_well_forme
 
 def test_the_dashboard_configmaps_carry_the_grafana_sidecar_label() -> None:
     maps = [obj for obj in rendered() if obj["kind"] == "ConfigMap" and obj["metadata"]["name"].startswith("grafana-")]
-    assert len(maps) == 4
+    assert len(maps) == len(DASHBOARDS)
     for config_map in maps:
         assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert all(key.endswith(".json") for key in config_map["data"])

@@ -77,9 +77,15 @@ def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, 
     seconds = parse_duration(timeout, what="--timeout")
     failures: dict[str, list[str]] = {}
     cycles = [0]
+    told: dict[str, str] = {}
 
     def report(summary: ScrapeSummary) -> None:
         cycles[0] += 1
+        for target in summary.targets:  # said once per target, and again when it changes (an upgrade)
+            generation = target.speaks.generation
+            if generation is not None and told.get(target.url) != generation:
+                told[target.url] = generation
+                _say(f"target {target.url}: speaks {generation}")
         for err in summary.errors:
             _say(f"gpulens: warning: {err}")
         for line in summary.warnings:
@@ -162,6 +168,10 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
                                 progress=progress, rollups=rollups)
     if summary.rejected.total:
         _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
+    for line in summary.speaks:
+        _say(line)
+    for line in summary.naming_warnings:
+        _say(f"gpulens: warning: {line}")
     _say(f"prometheus{' rollups' if rollups else ''}: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
 
