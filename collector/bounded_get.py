@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from gpulens.core.redact import redact
+from gpulens.core.redact import redact, redact_logs_of
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Default body cap (64 MiB): an exporter of a full 8-GPU node with MIG answers well under 1 MiB."""
@@ -38,6 +38,7 @@ class Limits:
 
 def new_client(timeout: float, headers: dict[str, str] | None = None) -> httpx.Client:
     """A client for bounded GETs: no redirects, no kept-alive connections (each GET owns its socket)."""
+    redact_logs_of("httpx")  # it logs each request's URL, credentials included
     return httpx.Client(
         timeout=timeout,
         follow_redirects=False,

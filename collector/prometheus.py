@@ -47,7 +47,7 @@ from gpulens.collector.store import Gap, Store, WindowResult
 from gpulens.collector.timeparse import format_time
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
-from gpulens.core.redact import redact
+from gpulens.core.redact import redact, redact_logs_of
 
 SOURCE = "prometheus"
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -127,6 +127,7 @@ class PrometheusClient:
             if not settings.ca_file.is_file():
                 raise UserError(f"CA file {settings.ca_file} does not exist")
             verify = str(settings.ca_file)
+        redact_logs_of("httpx")  # it logs each request's URL, credentials included
         self._http = httpx.Client(headers=headers, verify=verify, timeout=settings.timeout, transport=transport)
 
     def close(self) -> None:

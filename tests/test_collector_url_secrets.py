@@ -6,6 +6,7 @@ stdout are searched for the password, and so is every column of every table of t
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gpulens.collector.prometheus import HttpSettings, PrometheusClient
+from gpulens.collector.scrape import scrape_once
 from gpulens.core.redact import redact
 from tests.support.cli import gpulens
 from tests.support.http_stub import Responder, http_stand_in
@@ -175,3 +178,17 @@ def test_a_url_that_is_not_http_is_refused_without_echoing_its_password() -> Non
 ])
 def test_redact_masks_the_password_of_every_url_in_a_text(text: str, shown: str) -> None:
     assert redact(text) == shown
+
+
+def test_the_http_librarys_request_log_names_the_target_without_its_password(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpx logs every request's full URL at INFO: a program that shows INFO logs must not show the password."""
+    caplog.set_level(logging.INFO)
+    with http_stand_in(_answer(500, b"", [])) as scrape_target, http_stand_in(_query_api(200, EMPTY_MATRIX)) as api:
+        scrape_once(str(tmp_path / "s.duckdb"), [_with_credentials(f"{scrape_target}/metrics")], clock=lambda: T0)
+        with PrometheusClient(HttpSettings(_with_credentials(api), retries=0)) as client:
+            client.query_range("up", T0, T0 + 60, 60)
+    requests = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert len(requests) == 2 and all("scraper:***@127.0.0.1" in line for line in requests), requests
+    assert SECRET not in caplog.text
