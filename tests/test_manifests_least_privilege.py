@@ -3,20 +3,65 @@ root whose memory limit covers the largest kubelet reply it accepts."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
-from gpulens.exporter.kubelet.client import MAX_RECEIVE_BYTES
+import pytest
+
+from gpulens.exporter.kubelet.client import (
+    MAX_GPU_GRANTS,
+    MAX_RECEIVE_BYTES,
+    KubeletUnavailableError,
+    parse_list_response,
+)
+from gpulens.exporter.kubelet.proto import api_pb2
+from tests.support.cli import ROOT
 from tests.support.rbac import granted
 from tests.test_manifests import containers, one, pod_spec, rendered
 
 READ_VERBS = frozenset({"get", "list", "watch"})
 MIB = 1024 * 1024
 
-WORST_CASE_BYTES_PER_REPLY_BYTE = 68
-"""Peak memory per byte of a PodResources ``List`` reply, in the worst case: a reply made only of
-one-character GPU device ids (3 wire bytes each, the densest) parses into 66 bytes of upb message and
-``DeviceGrant`` objects per wire byte (measured on CPython 3.11 with protobuf's upb, 16 MiB reply:
-1.06 GiB); the gRPC receive buffer and the wire bytes add one copy each."""
+PARSED_BYTES_PER_REPLY_BYTE = 24
+"""Bound of the memory a parsed PodResources ``List`` reply takes per wire byte; measured 18 for the
+densest reply (empty device ids, 2 wire bytes each) with protobuf's upb on CPython 3.11 (next test)."""
+BYTES_PER_GRANT = 512
+"""Bound of the memory per GPU grant built from a reply (its strings are shared with its pod and
+container); measured 171 (next test)."""
+REPLY_COPIES = 3
+"""The reply's bytes as gRPC received them, as handed to the parser, and the grants' own strings (device
+ids, DRA pool and device names) copied out of it."""
+
+_MEASURE = """
+import gc, resource, sys
+from gpulens.exporter.kubelet.client import MAX_GPU_GRANTS, parse_list_response
+from gpulens.exporter.kubelet.proto import api_pb2
+reply = api_pb2.ListPodResourcesResponse()
+if sys.argv[1] == "grants":  # the most GPU grants a reply may hold, with long shared names
+    pod = reply.pod_resources.add(name="p" * 2000, namespace="n" * 2000)
+    pod.containers.add(name="c" * 2000).devices.add(resource_name="nvidia.com/gpu").device_ids.extend(
+        [""] * MAX_GPU_GRANTS)
+else:  # 4 MiB of the densest content: empty ids of a device that is not a GPU
+    i = 0
+    while reply.ByteSize() < 4 * 1024 * 1024:
+        pod = reply.pod_resources.add(name=f"p{i}", namespace="n")
+        pod.containers.add(name="c").devices.add(resource_name="x").device_ids.extend([""] * 5000)
+        i += 1
+wire = reply.SerializeToString()
+del reply, pod
+gc.collect()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+view = parse_list_response(api_pb2.ListPodResourcesResponse.FromString(wire))
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+print(grown / len(wire) if sys.argv[1] == "reply" else grown / len(view.devices))
+"""
+
+
+def _measured(kind: str) -> float:
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, kind], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=True)
+    return float(proc.stdout)
 
 
 def _mebibytes(quantity: str) -> float:
@@ -91,8 +136,25 @@ def test_the_exporter_memory_limit_covers_the_largest_kubelet_reply_it_accepts()
     (container,) = containers(one("DaemonSet", "gpulens-exporter"))
     limit = _mebibytes(container["resources"]["limits"]["memory"])
     running = _mebibytes(container["resources"]["requests"]["memory"])  # the exporter between replies
-    worst_reply = WORST_CASE_BYTES_PER_REPLY_BYTE * MAX_RECEIVE_BYTES / MIB
-    assert limit >= running + worst_reply, (limit, running, worst_reply)
+    reply = (REPLY_COPIES + PARSED_BYTES_PER_REPLY_BYTE) * MAX_RECEIVE_BYTES / MIB
+    grants = MAX_GPU_GRANTS * BYTES_PER_GRANT / MIB
+    assert limit >= running + reply + grants, (limit, running, reply, grants)
+
+
+def test_a_parsed_reply_and_its_grants_stay_within_the_bounds_the_memory_limit_assumes() -> None:
+    """Peak memory growth of the parse itself (not time), in a fresh interpreter."""
+    assert _measured("reply") <= PARSED_BYTES_PER_REPLY_BYTE
+    assert _measured("grants") <= BYTES_PER_GRANT
+
+
+def test_a_reply_with_more_gpu_grants_than_the_bound_is_refused_before_they_are_built() -> None:
+    reply = api_pb2.ListPodResourcesResponse()
+    devices = reply.pod_resources.add(name="p", namespace="n").containers.add(name="c").devices
+    devices.add(resource_name="nvidia.com/gpu").device_ids.extend(["x"] * MAX_GPU_GRANTS)
+    assert len(parse_list_response(reply).devices) == MAX_GPU_GRANTS
+    devices.add(resource_name="nvidia.com/mig-1g.18gb").device_ids.append("y")
+    with pytest.raises(KubeletUnavailableError, match=f"more than {MAX_GPU_GRANTS} GPU grants"):
+        parse_list_response(reply)
 
 
 def test_the_base_installs_the_network_policies_and_the_analytics_identity() -> None:
