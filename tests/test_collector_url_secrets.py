@@ -18,6 +18,7 @@ import pytest
 
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient
 from gpulens.collector.scrape import scrape_once
+from gpulens.collector.store import Store, to_datetime
 from gpulens.core.redact import redact
 from tests.support.cli import gpulens
 from tests.support.http_stub import Responder, http_stand_in
@@ -192,3 +193,31 @@ def test_the_http_librarys_request_log_names_the_target_without_its_password(
     requests = [r.getMessage() for r in caplog.records if r.name == "httpx"]
     assert len(requests) == 2 and all("scraper:***@127.0.0.1" in line for line in requests), requests
     assert SECRET not in caplog.text
+
+
+def test_a_store_written_before_redaction_has_its_stored_passwords_masked_when_next_opened(tmp_path: Path) -> None:
+    db = tmp_path / "old.duckdb"
+    Store(str(db)).close()
+    old_base, new_base = f"http://scraper:{SECRET}@prom:9090", "http://scraper:***@prom:9090"
+    con = duckdb.connect(str(db))
+    con.execute("DELETE FROM schema_info WHERE key = 'url_credentials_redacted'")  # as an older version left it
+    con.execute("INSERT INTO gaps VALUES ('scrape', ?, ?, ?, 'HTTP 500'), (?, ?, ?, ?, 'no device samples')",
+                [f"http://scraper:{SECRET}@node:9400/metrics", to_datetime(T0), to_datetime(T0 + 15),
+                 f"prometheus:{old_base}", old_base, to_datetime(T0), to_datetime(T0 + 60)])
+    con.execute("INSERT INTO ingest_batches VALUES (?, ?, ?, 0, ?), (?, ?, ?, 0, ?)",
+                [f"prometheus:{old_base}", to_datetime(T0), to_datetime(T0 + 60), to_datetime(T0),
+                 f"prometheus:{new_base}", to_datetime(T0), to_datetime(T0 + 60), to_datetime(T0)])  # both spellings
+    con.execute("INSERT INTO watermarks VALUES (?, ?, ?), (?, ?, ?)",
+                [f"prometheus:{old_base}", to_datetime(T0 + 600), to_datetime(T0),
+                 f"prometheus:{new_base}", to_datetime(T0 + 60), to_datetime(T0)])
+    con.close()
+    with Store(str(db)) as store:
+        assert store.watermark(f"prometheus:{new_base}") == T0 + 600  # the later mark survives
+        assert store.window_done(f"prometheus:{new_base}", T0, T0 + 60)
+    stored = _stored_text(db)
+    assert SECRET not in stored
+    con = duckdb.connect(str(db), read_only=True)
+    assert sorted(con.execute("SELECT source, target FROM gaps").fetchall()) == [
+        (f"prometheus:{new_base}", new_base), ("scrape", "http://scraper:***@node:9400/metrics")]
+    assert con.execute("SELECT count(*) FROM ingest_batches").fetchone() == (1,)
+    con.close()
