@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import duckdb
 
+from gpulens.collector.stored_credentials import redact_stored_credentials
+
 SCHEMA_VERSION = 1
 
 DIMENSIONS = {
@@ -262,6 +264,7 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
     _relax_pending_quantity(con)
     con.execute("ALTER TABLE device_samples ADD COLUMN IF NOT EXISTS activity_signal VARCHAR")
+    redact_stored_credentials(con)
     con.execute(
         "INSERT OR REPLACE INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
     )

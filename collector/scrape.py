@@ -3,7 +3,8 @@
 Targets are fetched and parsed in parallel, each within its own whole-request deadline and body cap
 (:mod:`collector.bounded_get`); a target that fails (unreachable, HTTP error, redirect, too slow, too
 big, malformed exposition) is reported with its URL (and line), recorded as a gap (target = URL), and
-does not stop the others. Values are checked per sample (:mod:`collector.validate`): an impossible
+does not stop the others. A URL's credentials (``https://user:secret@host/``) are used for the request
+only: every message and stored target names it redacted (``https://user:***@host/``). Values are checked per sample (:mod:`collector.validate`): an impossible
 one becomes NULL and is counted on its target's result. A cycle is one window of source ``scrape``: the good
 targets' samples are mapped and written together in one transaction (fixed costs paid once per cycle,
 not per target). Samples without their own timestamp get the scrape time.
@@ -28,6 +29,7 @@ from gpulens.collector.store import Gap, Store
 from gpulens.collector.store_errors import StoreBusy
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
+from gpulens.core.redact import redact
 
 SOURCE = "scrape"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -38,6 +40,7 @@ class TargetResult:
     """One target of one scrape cycle: samples read, or the error that made it a gap."""
 
     url: str
+    """The target's URL with its credentials redacted (as shown and stored)."""
     samples: int = 0
     error: str | None = None
     rejected: Rejections = field(default_factory=Rejections)
@@ -149,11 +152,12 @@ def fetch_cycle(
     scrape_ms = int(round(now * 1000))
 
     def work(url: str) -> tuple[str, pl.DataFrame | None, Rejections, str | None]:
+        name = redact(url)  # the request alone sees the credentials
         try:
-            long, rejected = _parse_target(url, fetch(client, url, limits), scrape_ms)
-            return url, long, rejected, None
+            long, rejected = _parse_target(name, fetch(client, url, limits), scrape_ms)
+            return name, long, rejected, None
         except (ScrapeError, ExpositionError) as exc:
-            return url, None, Rejections(), str(exc)
+            return name, None, Rejections(), redact(str(exc))
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
         fetched = list(pool.map(work, urls))

@@ -6,7 +6,8 @@ defaults.
 
 Tenant names are data: pages show them only through dataframes, charts and ``st.text`` (never
 markdown or HTML). Behind an authenticating proxy (``--trusted-user-header`` ...), every query runs
-on the caller's tenant scope, and a caller without access gets the "no access" page and no data.
+on the caller's tenant scope, and a caller without access gets the "no access" page and no data; with
+``--trusted-proxy``, only requests whose peer is that proxy are read for headers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gpulens.dashboards.streamlit.access import (
     current_options,
     decide,
     load_access_file,
+    require_safe_listen,
 )
 from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
 
@@ -48,6 +50,12 @@ def request_headers() -> Mapping[str, str]:
     return st.context.headers
 
 
+def request_peer() -> str | None:
+    """The address this session's connection comes from; None for 127.0.0.1 and ::1 (as Streamlit reports
+    them) and for a session without a connection."""
+    return st.context.ip_address
+
+
 @st.cache_resource(show_spinner=False, ttl=300)
 def _access_file(path: str, mtime_ns: int) -> AccessFile:
     return load_access_file(Path(path))
@@ -59,6 +67,7 @@ def caller() -> Decision:
         trusted = current_options()
         if trusted is None:
             return Decision(TenantScope.everything(), None)
+        require_safe_listen(st.get_option("server.address"), trusted)  # started without `gpulens dashboard`
         try:
             mtime = trusted.access_file.stat().st_mtime_ns
         except OSError:
@@ -67,7 +76,7 @@ def caller() -> Decision:
     except UserError as exc:
         st.error(str(exc))
         st.stop()
-    return decide(request_headers(), trusted, access)
+    return decide(request_headers(), trusted, access, request_peer())
 
 
 def caller_scope() -> TenantScope:

@@ -11,6 +11,7 @@ import typer
 
 from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
+from gpulens.core.redact import redact
 
 COLLECT_HELP = (
     "Fill the DuckDB store (--db) from exactly one source; every window is written in one transaction, "
@@ -116,7 +117,7 @@ def _require_http_url(url: str, flag: str) -> None:
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"{flag} {url!r} is not an http:// or https:// URL (e.g. http://prometheus:9090)")
+        raise UserError(f"{flag} {redact(url)!r} is not an http:// or https:// URL (e.g. http://prometheus:9090)")
 
 
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
@@ -149,7 +150,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
             if mark is None:  # nothing collected from there yet (a CronJob's first run): the last day
                 start_s = end_s - FIRST_COLLECTION_SECONDS
                 what = "rollups" if rollups else "raw series"
-                _say(f"first collection of {what} from {url}: from {format_time(start_s)} (a day back; give --start to "
+                _say(f"first collection of {what} from {client.name}: from {format_time(start_s)} (a day back; give --start to "
                      f"collect earlier history)")
             else:
                 start_s = mark
@@ -167,7 +168,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
                                 schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
                                 progress=progress, rollups=rollups)
     if summary.rejected.total:
-        _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
+        _say(f"gpulens: warning: {redact(url)}: {summary.rejected.describe()}")
     for line in summary.speaks:
         _say(line)
     for line in summary.naming_warnings:
