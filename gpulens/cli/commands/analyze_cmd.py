@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpulens.cli.flag_errors import Flag, duration
+from gpulens.cli.flag_errors import Flag, duration, finite
 from gpulens.core.errors import UserError
 
 FLAGS = {
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: just after the newest sample.")
         ] = None,
         activity_threshold: Annotated[
-            float, typer.Option(help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
+            float, typer.Option(callback=finite, help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
         ] = 0.05,
         prices: Annotated[
             Path | None,

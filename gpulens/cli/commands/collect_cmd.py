@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import number
 from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
 
@@ -186,8 +187,6 @@ def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: 
     from gpulens.collector.backfill import ChunkProgress, backfill_simulated
     from gpulens.collector.timeparse import parse_duration, parse_time
 
-    if days <= 0:
-        raise UserError("--days must be positive")
     step_s = parse_duration(step, what="--step")
     end_s = parse_time(end, what="--end") if end else time.time()
     end_s = (end_s // step_s) * step_s
@@ -244,7 +243,7 @@ def register(app: typer.Typer) -> None:
                  "--tenancy-config (default: the built-in rule order).")] = None,
         simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
         scenario: Annotated[Path | None, typer.Option(help="--simulate: scenario YAML (default: built-in).")] = None,
-        days: Annotated[float, typer.Option(help="--simulate: days of history.")] = 14.0,
+        days: Annotated[float, typer.Option(callback=number(gt=0, unit="days"), help="--simulate: days of history.")] = 14.0,
     ) -> None:
         if schema not in ("gpulens", "dcgm", "auto"):
             raise UserError(f"invalid --schema {schema!r}: use gpulens, dcgm or auto")

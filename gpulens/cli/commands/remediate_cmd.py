@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import finite
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -41,10 +42,10 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
         ] = None,
         max_share: Annotated[
-            float, typer.Option("--max-share", help="Most of a flavor's nodes tainted at once, in %.")
+            float, typer.Option("--max-share", callback=finite, help="Most of a flavor's nodes tainted at once, in %.")
         ] = 10.0,
         healthy_hours: Annotated[
-            float, typer.Option("--healthy-hours", help="Remove the taint after this many hours without a signal.")
+            float, typer.Option("--healthy-hours", callback=finite, help="Remove the taint after this many hours without a signal.")
         ] = 24.0,
         no_execute: Annotated[
             bool, typer.Option("--no-execute-on-drain", help="Use NoExecute (evicts pods) for drain-state nodes.")
