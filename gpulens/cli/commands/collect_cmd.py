@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from gpulens.cli.flag_errors import number
+from gpulens.collector.store_errors import storage_failures
 from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
 
@@ -256,15 +257,16 @@ def register(app: typer.Typer) -> None:
             raise UserError("--rollups goes with --prometheus URL (it reads rollups recorded in Prometheus)")
         if urls and not scrape:
             raise UserError(f"unexpected argument {urls[0]!r} (URLs go with --scrape)")
-        if scrape:
-            _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
-        elif prometheus is not None:
-            _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
-                            insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
-        elif kubernetes:
-            _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
-        else:
-            _run_simulate(db, scenario, days, step or "60s", end)
+        with storage_failures(db):  # a full disk, a damaged block: one line naming the store
+            if scrape:
+                _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
+            elif prometheus is not None:
+                _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
+                                insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
+            elif kubernetes:
+                _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
+            else:
+                _run_simulate(db, scenario, days, step or "60s", end)
 
     @app.command("export-parquet")
     def export_parquet_cmd(
