@@ -30,6 +30,8 @@ log = logging.getLogger("gpulens.store")
 class StoreVersionUnsupported(UserError):
     """The store was written by a newer gpulens (or records a version that is not one): refused as it is."""
 
+    brief = "The store was written by a newer gpulens: the platform team has to upgrade gpulens."
+
     def __init__(self, path: str | Path, found: str) -> None:
         what = f"schema version {found}" if found.isdigit() else f"an unknown schema version {found!r}"
         super().__init__(

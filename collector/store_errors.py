@@ -22,12 +22,13 @@ from gpulens.core.errors import UserError
 class StoreError(UserError):
     """The store at a path cannot be used as asked; the message says why and what to do."""
 
-    brief = "The store cannot be used right now: see the server's log."
-    """The same, short and without the server's paths, for a browser (the dashboard)."""
+    brief = "The store cannot be used right now: the server's log says why."
 
 
 class StoreMissing(StoreError):
     """The store file does not exist (nothing was collected into it yet)."""
+
+    brief = "There is no store yet: the platform team has to collect data first."
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(f"no store at {path}: run `gpulens demo` or `gpulens collect --db {path}` first")
@@ -35,6 +36,8 @@ class StoreMissing(StoreError):
 
 class StoreBusy(StoreError):
     """Another process holds the store's write lock (a collector, analyze, recommend)."""
+
+    brief = "The store is being written by another process: reload the page in a moment."
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(
