@@ -52,7 +52,6 @@ def _say_store_upgrades() -> None:
     if not any(isinstance(h, _Notes) for h in store_log.handlers):
         store_log.addHandler(_Notes())
     store_log.setLevel(logging.INFO)
-    store_log.propagate = False
 
 
 def run() -> None:
