@@ -86,3 +86,18 @@ def test_the_shared_check_passes_a_value_within_bounds_and_an_unset_flag() -> No
     check = number(gt=0, le=90, unit="days")
     assert check(DAYS, 0.5) == 0.5  # type: ignore[arg-type]
     assert check(DAYS, None) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("args", "message"), [
+    (["collect", "--simulate", "--days", "1e300"], "--days: must be at most 3660 days (got 1e+300 days)"),
+    (["collect", "--simulate", "--days", "1e6"], "--days: must be at most 3660 days (got 1000000 days)"),
+    (["recommend", "--history-days", "1e300"], "--history-days: must be at most 3660 days (got 1e+300 days)"),
+    (["recommend", "--window-days", "1e300"], "--window-days: must be at most 3660 days (got 1e+300 days)"),
+    (["recommend", "--min-cut-days", "-1"], "--min-cut-days: must be at least 0 days (got -1 days)"),
+])
+def test_a_days_flag_out_of_range_is_refused_by_its_name_in_days(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, err = _gpulens([*args, "--db", str(tmp_path / "missing.duckdb")], monkeypatch, capsys)
+    assert (code, err.strip()) == (2, f"gpulens: error: {message}")

@@ -133,3 +133,13 @@ def number(
 
 finite = number()
 """The callback of a number flag without bounds of its own (pydantic settings check its range)."""
+
+DAYS_LIMIT = 3660.0
+"""The longest span a flag in days takes (ten years): more than any store holds, and its dates stay in range
+(``--days 1e6`` reached year -711; ``1e300`` planned chunks forever)."""
+
+
+def days(*, ge: float | None = None, gt: float | None = None) -> Callable[
+        [typer.CallbackParam, float | int | None], float | int | None]:
+    """The callback of a flag in days: finite, within ``ge`` / ``gt``, at most :data:`DAYS_LIMIT`."""
+    return number(ge=ge, gt=gt, le=DAYS_LIMIT, unit="days")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gpulens.cli.flag_errors import number
+from gpulens.cli.flag_errors import days as days_flag
 from gpulens.collector.store_errors import storage_failures
 from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
@@ -244,7 +244,7 @@ def register(app: typer.Typer) -> None:
                  "--tenancy-config (default: the built-in rule order).")] = None,
         simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
         scenario: Annotated[Path | None, typer.Option(help="--simulate: scenario YAML (default: built-in).")] = None,
-        days: Annotated[float, typer.Option(callback=number(gt=0, unit="days"), help="--simulate: days of history.")] = 14.0,
+        days: Annotated[float, typer.Option(callback=days_flag(gt=0), help="--simulate: days of history.")] = 14.0,
     ) -> None:
         if schema not in ("gpulens", "dcgm", "auto"):
             raise UserError(f"invalid --schema {schema!r}: use gpulens, dcgm or auto")
