@@ -42,14 +42,15 @@ class StoreVersionUnsupported(UserError):
 
 def stored_version(con: duckdb.DuckDBPyConnection) -> str | None:
     """The version the store records, as written; ``None`` for a new file or one without the marker."""
+    # fetchall, not fetchone: a result left unfinished blocks the connection's next relation query
     has_table = con.execute(
         "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
         "AND table_name = 'schema_info'"
-    ).fetchone()
+    ).fetchall()
     if not has_table:
         return None
-    row = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchone()
-    return None if row is None else str(row[0])
+    rows = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchall()
+    return str(rows[0][0]) if rows else None
 
 
 def check_version(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
@@ -72,12 +73,12 @@ class Migration:
 
 
 def _column_nullable(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool | None:
-    row = con.execute(
+    rows = con.execute(
         "SELECT is_nullable FROM information_schema.columns "
         "WHERE table_name = ? AND column_name = ? AND table_schema = current_schema()",
         [table, column],
-    ).fetchone()
-    return None if row is None else row[0] == "YES"
+    ).fetchall()
+    return rows[0][0] == "YES" if rows else None
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -107,5 +108,5 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def store_path(con: duckdb.DuckDBPyConnection) -> str:
     """The file the connection's database lives in (``memory`` for an in-memory one)."""
-    row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
-    return str(row[0]) if row and row[0] else "memory"
+    rows = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    return str(rows[0][0]) if rows and rows[0][0] else "memory"
