@@ -54,7 +54,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--serve/--no-serve", help="Keep the live exporters serving after the demo until Ctrl-C."),
         ] = False,
     ) -> None:
-        run_demo(out=out, scenario_path=scenario, days=days, step=step, serve=serve)
+        from gpulens.collector.store_errors import storage_failures
+
+        with storage_failures(out / "gpulens.duckdb"):  # a full disk under --out: one line naming the store
+            run_demo(out=out, scenario_path=scenario, days=days, step=step, serve=serve)
 
 
 def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:
