@@ -17,6 +17,8 @@ from typing import Any
 
 import duckdb
 
+from gpulens.collector.schema_version import log, store_path
+
 
 @dataclass(frozen=True)
 class Column:
@@ -454,6 +456,8 @@ def _add_new_columns(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[C
         for c in cols:
             if c.name not in have[table]:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
+                log.warning("the store %s was upgraded: %s gets the column %s (NULL in the rows stored before)",
+                            store_path(con), table, c.name)
 
 
 def _create_part_view(con: duckdb.DuckDBPyConnection, view: str) -> None:

@@ -39,6 +39,7 @@ def streamlit_command(db: Path, *, port: int, host: str, trusted: TrustedHeaders
         "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
         "--client.toolbarMode", "viewer",
+        "--client.showErrorDetails", "none",  # an unexpected error: a generic message, its trace only in the log
         "--",
         "--db", str(db.resolve()),
         *access,

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import days as days_flag
+from gpulens.collector.store_errors import storage_failures
 from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact
@@ -197,8 +199,6 @@ def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: 
     from gpulens.collector.backfill import ChunkProgress, backfill_simulated
     from gpulens.collector.timeparse import parse_duration, parse_time
 
-    if days <= 0:
-        raise UserError("--days must be positive")
     step_s = parse_duration(step, what="--step")
     end_s = parse_time(end, what="--end") if end else time.time()
     end_s = (end_s // step_s) * step_s
@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
                  "--tenancy-config (default: the built-in rule order).")] = None,
         simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
         scenario: Annotated[Path | None, typer.Option(help="--simulate: scenario YAML (default: built-in).")] = None,
-        days: Annotated[float, typer.Option(help="--simulate: days of history.")] = 14.0,
+        days: Annotated[float, typer.Option(callback=days_flag(gt=0), help="--simulate: days of history.")] = 14.0,
     ) -> None:
         if schema not in ("gpulens", "dcgm", "auto"):
             raise UserError(f"invalid --schema {schema!r}: use gpulens, dcgm or auto")
@@ -268,15 +268,16 @@ def register(app: typer.Typer) -> None:
             raise UserError("--rollups goes with --prometheus URL (it reads rollups recorded in Prometheus)")
         if urls and not scrape:
             raise UserError(f"unexpected argument {urls[0]!r} (URLs go with --scrape)")
-        if scrape:
-            _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
-        elif prometheus is not None:
-            _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
-                            insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
-        elif kubernetes:
-            _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
-        else:
-            _run_simulate(db, scenario, days, step or "60s", end)
+        with storage_failures(db):  # a full disk, a damaged block: one line naming the store
+            if scrape:
+                _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
+            elif prometheus is not None:
+                _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
+                                insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
+            elif kubernetes:
+                _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
+            else:
+                _run_simulate(db, scenario, days, step or "60s", end)
 
     @app.command("export-parquet")
     def export_parquet_cmd(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpulens.cli.flag_errors import Flag, percent
+from gpulens.cli.flag_errors import Flag, days, finite, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -70,31 +70,31 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path, typer.Option("--out", help="Directory for the YAML that would be applied.")
         ] = Path("gpulens-recommendations"),
-        window_days: Annotated[float, typer.Option("--window-days", help="Evidence window in days.")] = 14.0,
-        percentile: Annotated[float, typer.Option("--percentile", help="Quota demand percentile, in %.")] = 95.0,
-        headroom: Annotated[float, typer.Option("--headroom", help="Headroom in % (workloads and quotas).")] = 15.0,
-        max_step: Annotated[float, typer.Option("--max-step", help="Largest quota change per apply, in %.")] = 25.0,
+        window_days: Annotated[float, typer.Option("--window-days", callback=days(gt=0), help="Evidence window in days.")] = 14.0,
+        percentile: Annotated[float, typer.Option("--percentile", callback=finite, help="Quota demand percentile, in %.")] = 95.0,
+        headroom: Annotated[float, typer.Option("--headroom", callback=finite, help="Headroom in % (workloads and quotas).")] = 15.0,
+        max_step: Annotated[float, typer.Option("--max-step", callback=finite, help="Largest quota change per apply, in %.")] = 25.0,
         min_confidence_days: Annotated[
-            float, typer.Option("--min-confidence-days", help="Apply refuses changes with less confidence (days).")
+            float, typer.Option("--min-confidence-days", callback=days(ge=0), help="Apply refuses changes with less confidence (days).")
         ] = 2.0,
         min_cut_days: Annotated[
             float,
-            typer.Option("--min-cut-days", help="A quota cut needs at least this many days of evidence (and must "
+            typer.Option("--min-cut-days", callback=days(ge=0), help="A quota cut needs at least this many days of evidence (and must "
                          "hold over the stored history up to --history-days); a shorter window may only raise."),
         ] = 14.0,
         history_days: Annotated[
-            float, typer.Option("--history-days", help="How far back a cut is checked against stored history.")
+            float, typer.Option("--history-days", callback=days(gt=0), help="How far back a cut is checked against stored history.")
         ] = 30.0,
         kueue_version: Annotated[
             str, typer.Option("--kueue-version", help="ClusterQueue API version: v1beta1 or v1beta2.")
         ] = "v1beta2",
         borrowing_limit_ratio: Annotated[
             float | None,
-            typer.Option("--borrowing-limit-ratio", help="Also set Kueue borrowingLimit = ratio x new nominalQuota."),
+            typer.Option("--borrowing-limit-ratio", callback=finite, help="Also set Kueue borrowingLimit = ratio x new nominalQuota."),
         ] = None,
         lending_limit_ratio: Annotated[
             float | None,
-            typer.Option("--lending-limit-ratio", help="Also set Kueue lendingLimit = ratio x new nominalQuota."),
+            typer.Option("--lending-limit-ratio", callback=finite, help="Also set Kueue lendingLimit = ratio x new nominalQuota."),
         ] = None,
         namespace: Annotated[
             str, typer.Option("--namespace", help="Namespace of the GPUQuotaRecommendation objects.")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpulens.cli.flag_errors import Flag, describe_flag_errors, duration, percent
+from gpulens.cli.flag_errors import Flag, describe_flag_errors, duration, finite, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -59,19 +59,19 @@ def register(app: typer.Typer) -> None:
         ] = None,
         scope: Annotated[str, typer.Option("--scope", help="auto, device (DRA DeviceTaintRule) or node.")] = "auto",
         max_share: Annotated[
-            float, typer.Option("--max-share", help="Most of a flavor's nodes quarantined at once, in % (at least one).")
+            float, typer.Option("--max-share", callback=finite, help="Most of a flavor's nodes quarantined at once, in % (at least one).")
         ] = 10.0,
         max_nodes: Annotated[
             int | None, typer.Option("--max-nodes", help="Most nodes of a flavor quarantined at once (default: no count cap).")
         ] = None,
         breaker_share: Annotated[
-            float, typer.Option("--breaker-share", help="Hold all new quarantines above this % of a flavor turned unhealthy.")
+            float, typer.Option("--breaker-share", callback=finite, help="Hold all new quarantines above this % of a flavor turned unhealthy.")
         ] = 50.0,
         breaker_window: Annotated[
             str, typer.Option("--breaker-window", help="The breaker's window, before the analysed window's end.")
         ] = "1h",
         healthy_hours: Annotated[
-            float, typer.Option("--healthy-hours", help="Lift the quarantine after this many hours without a signal.")
+            float, typer.Option("--healthy-hours", callback=finite, help="Lift the quarantine after this many hours without a signal.")
         ] = 24.0,
         no_execute: Annotated[
             bool, typer.Option("--no-execute-on-drain", help="Use NoExecute (evicts pods) for drain-state nodes.")
