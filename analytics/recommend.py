@@ -60,8 +60,10 @@ class RecommendSettings(BaseModel):
     window_end: datetime | None = Field(default=None, description="End of the window; default: the store's latest sample.")
     targets: tuple[str, ...] = Field(default=("kueue", "resourcequota"), description="Quota object kinds to write.")
     kueue_version: str = Field(default="v1beta2", description="ClusterQueue API version: v1beta1 or v1beta2.")
-    borrowing_limit_ratio: float | None = Field(default=None, ge=0, description="Set borrowingLimit = ratio x nominal.")
-    lending_limit_ratio: float | None = Field(default=None, ge=0, le=1, description="Set lendingLimit = ratio x nominal.")
+    borrowing_limit_ratio: float | None = Field(default=None, ge=0, le=1000, allow_inf_nan=False,
+                                                description="Set borrowingLimit = ratio x nominal.")
+    lending_limit_ratio: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False,
+                                              description="Set lendingLimit = ratio x nominal.")
     record_namespace: str = Field(default="gpulens", description="Namespace of GPUQuotaRecommendation objects.")
     rightsizing: MigFitSettings = MigFitSettings()
     quota: QuotaSettings = QuotaSettings()

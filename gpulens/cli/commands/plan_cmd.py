@@ -39,6 +39,8 @@ _ADD = re.compile(r"^(?P<flavor>[^=/]+)(/(?P<resource>[^=]+))?=(?P<n>\d+)$")
 
 def parse_add_capacity(values: list[str]) -> dict[tuple[str, str], int]:
     """``FLAVOR=N`` (nvidia.com/gpu) or ``FLAVOR/RESOURCE=N`` -> {(flavor, resource): N}."""
+    from gpulens.analytics.plan.policy import MAX_UNITS
+
     out: dict[tuple[str, str], int] = {}
     for v in values:
         m = _ADD.match(v.strip())
@@ -46,6 +48,8 @@ def parse_add_capacity(values: list[str]) -> dict[tuple[str, str], int]:
             raise UserError(f"invalid --add-capacity {v!r}: use FLAVOR=N or FLAVOR/RESOURCE=N (N a whole number)")
         key = (m["flavor"], m["resource"] or "nvidia.com/gpu")
         out[key] = out.get(key, 0) + int(m["n"])
+        if out[key] > MAX_UNITS:
+            raise UserError(f"invalid --add-capacity {v!r}: at most {MAX_UNITS:,} units per flavor and resource")
     return out
 
 
