@@ -182,7 +182,8 @@ class QuotaApplier:
                                 attempts=attempt, notes=tuple(refusals))
         if all(now.get(label) == new for label, _, new in changes):
             summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
-            message = "; ".join([f"{summary} (the answer was lost: {lost.message}; read back: applied)", *refusals])
+            why = lost.message.partition(";")[0]
+            message = "; ".join([f"{summary} (the answer was lost: {why}; read back: applied)", *refusals])
             return ApplyOutcome(plan.ref, "applied", message, changes, attempt, tuple(refusals))
         held = ", ".join(f"{label} {now[label]:g}" if label in now else f"{label} absent" for label, _, _ in changes)
         return ApplyOutcome(plan.ref, "uncertain", f"{lost}; read back: {held}, not the new value(s) yet, but the "
