@@ -244,3 +244,29 @@ def test_a_recommend_number_that_is_not_finite_or_in_range_is_one_line_by_flag(
 def test_add_capacity_beyond_any_fleet_is_one_line(store: Path, tmp_path: Path) -> None:
     proc = gpulens("plan", "--db", str(store), "--add-capacity", f"{H100}={10**30}", "--no-store")
     assert_one_line_error(proc, "--add-capacity", "at most 10,000,000 units")
+
+
+@pytest.mark.parametrize(("broken", "recorded"), [("a 500", "failed"), ("no answer", "uncertain")])
+def test_every_queue_outcome_is_recorded_with_the_plan_in_the_store(
+    store: Path, fake: FakeKubernetesApi, tmp_path: Path, broken: str, recorded: str
+) -> None:
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(store.read_bytes())
+    if broken == "a 500":
+        fake.fail("PATCH", f"{CQ_V1BETA2}/research", 500, "etcdserver: request timed out")
+    else:
+        fake.hang("PATCH", f"{CQ_V1BETA2}/research", 6.0)
+    capacity = tmp_path / "capacity.yaml"
+    capacity.write_text("flavors:\n" + "".join(f"  {f}: {{{GPU}: {n}}}\n" for f, n in CAPACITY.items()))
+    proc = gpulens("plan", "--db", str(db), "--capacity", str(capacity), "--out", str(tmp_path / "o"), "--apply",
+                   "--request-timeout", "1s", "--kubeconfig", str(fake.kubeconfig(tmp_path)))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT cluster_queue, flavor, apply_outcome, apply_message FROM quota_plan "
+                           "ORDER BY 1, 2").fetchall()
+    outcome = {(q, f): (o, m) for q, f, o, m in rows}
+    assert outcome[("research", H100)][0] == recorded
+    assert outcome[("inference", H100)][0] == outcome[("inference", H200)][0] == "applied"
+    assert "raise refused" in outcome[("inference", H100)][1]
+    assert outcome[("training", H200)][0] == "applied"
+    assert outcome[("batch", H100)] == (None, None)  # nothing to change: nothing applied

@@ -88,6 +88,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.plan.fleet import PlanConflict, plan_store
         from gpulens.analytics.plan.output import object_plans, write_plan_yaml
         from gpulens.analytics.plan.policy import load_capacity, load_policy
+        from gpulens.analytics.plan.record import record_outcomes
         from gpulens.analytics.plan.render import render_plan, render_what_if
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import closing_line, unsettled_line
@@ -136,6 +137,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(closing_line(outcomes))
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
         problem = unsettled_line(outcomes)
+        if apply and store:
+            try:
+                record_outcomes(db, base.run_id, {obj.name: (o.status, o.message) for obj, o in zip(objects, outcomes,
+                                                                                                      strict=True)})
+            except UserError as exc:
+                problem = "; ".join(filter(None, [problem, f"outcomes not recorded in quota_plan: {exc}"]))
         if problem:
             raise UserError(problem)
 
