@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.analytics.facts import bind_facts
+from gpulens.analytics.plan.inputs import inventory_capacity
 from gpulens.analytics.quota import (
     MigConversion,
     QuotaEvidence,
@@ -114,6 +115,8 @@ class RecommendationReport:
     """Kueue TAS advice per queue, from the newest analysis run's placements (None: no such run)."""
     live_totals: tuple[LiveTotal, ...] = ()
     """After a partial apply: each ClusterQueue flavor's live total, read back from the API server."""
+    capacity: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Units per ClusterQueue flavor and resource on the flavor's nodes, drain candidates out (where known)."""
 
     @property
     def window(self) -> tuple[datetime, datetime]:
@@ -175,10 +178,23 @@ def recommend(
                                   run_id=run_id))
         report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
                                       plans, notes=notes, data_span=_data_span(workloads, quotas),
-                                      topology=load_tas_advice(con, settings.topology))
+                                      topology=load_tas_advice(con, settings.topology),
+                                      capacity=_flavor_capacity(con, quotas, start))
         if settings.store_results:
             store_results(con, report, strategy.name)
     return report
+
+
+def _flavor_capacity(
+    con: duckdb.DuckDBPyConnection, quotas: Sequence[QuotaRecommendation], start: datetime
+) -> dict[tuple[str, str], int]:
+    """Units of each ClusterQueue flavor and resource on its nodes, as ``gpulens plan`` counts them (drain
+    candidates out, no reserve): what the live totals after a partial apply are shown against."""
+    flavors = {q.key.flavor for q in quotas if q.key.flavor}
+    if not flavors:
+        return {}
+    pools, _ = inventory_capacity(con, flavors, start, hours_per_month=730.0)
+    return {key: pool.capacity for key, pool in pools.items() if pool.physical}
 
 
 def _history(
@@ -352,7 +368,7 @@ def apply_recommendations(
             if problem:
                 notes.append(f"recording {plan.recommendation_name}: {problem}")
         outcomes.append(outcome)
-    totals = tuple(read_live_totals(api, _flavor_members(report.plans), {})) if partial(outcomes) else ()
+    totals = tuple(read_live_totals(api, _flavor_members(report.plans), report.capacity)) if partial(outcomes) else ()
     return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes), live_totals=totals)
 
 

@@ -6,77 +6,50 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pytest
 
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import assert_one_line_error, gpulens
+from tests.support.order_fleet import (
+    GPU,
+    H100,
+    H200,
+    NOW,
+    build_order_fleet,
+    live_queue,
+    put_live_queues,
+    written,
+)
 from tests.support.recommend_cluster import CQ_V1BETA2
-from tests.support.recommend_store import StoreBuilder
 
-DAYS_15 = 15 * 288
-H100, H200, GPU = "h100-80gb", "h200-141gb", "nvidia.com/gpu"
 CAPACITY = {H100: 46, H200: 27}
-NOW = {"research": {H100: 24}, "inference": {H100: 16, H200: 8}, "batch": {H100: 6}, "training": {H200: 16}}
-"""Live nominal quotas: h100 24 + 16 + 6 = 46 of 46, h200 8 + 16 = 24 of 27."""
-PLANNED = {"research": {H100: 18}, "inference": {H100: 20, H200: 6}, "training": {H200: 20}}
-"""What the plan writes: h100 18 + 20 + 6 = 44, h200 6 + 20 = 26. Without research's cut h100 would be 50."""
+"""Now h100 is full (46 of 46) and h200 holds 24 of 27. The plan writes h100 18 + 20 + 6 = 44 and h200
+6 + 20 = 26; without research's cut h100 would be 24 + 20 + 6 = 50."""
+
+
+def capacity_file(tmp_path: Path) -> Path:
+    path = tmp_path / "capacity.yaml"
+    path.write_text("flavors:\n" + "".join(f"  {f}: {{{GPU}: {n}}}\n" for f, n in CAPACITY.items()))
+    return path
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """research holds 24 H100s and uses 6-9 (a cut); inference is full on H100 with 8 pending (a raise) and
-    uses 2 of its 8 H200s (a cut); batch uses its 6 H100s; training is full on H200 with 8 pending (a raise)."""
-    s = StoreBuilder(tmp_path_factory.mktemp("order") / "store.duckdb")
-    s.quota("ClusterQueue", "research", GPU, flavor=H100, tenant="research", nominal=24,
-            usage=[6 + (i % 4) for i in range(DAYS_15)])
-    s.quota("ClusterQueue", "inference", GPU, flavor=H100, tenant="inference", nominal=16, usage=[16] * DAYS_15)
-    s.pending("inference", GPU, dict.fromkeys(range(DAYS_15), 8.0), cluster_queue="inference", flavor=H100)
-    s.quota("ClusterQueue", "inference", GPU, flavor=H200, tenant="inference", nominal=8, usage=[2] * DAYS_15)
-    s.quota("ClusterQueue", "batch", GPU, flavor=H100, tenant="batch", nominal=6, usage=[6] * DAYS_15)
-    s.quota("ClusterQueue", "training", GPU, flavor=H200, tenant="training", nominal=16, usage=[16] * DAYS_15)
-    s.pending("training", GPU, dict.fromkeys(range(DAYS_15), 8.0), cluster_queue="training", flavor=H200)
-    return s.save()
-
-
-def live_queue(name: str, quotas: dict[str, int]) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {"cohortName": "ai-factory", "resourceGroups": [{
-            "coveredResources": ["cpu", GPU],
-            "flavors": [{"name": f, "resources": [{"name": "cpu", "nominalQuota": 64},
-                                                  {"name": GPU, "nominalQuota": n}]} for f, n in quotas.items()],
-        }]},
-        "status": {"pendingWorkloads": 0},
-    }
+    return build_order_fleet(tmp_path_factory.mktemp("order") / "store.duckdb")
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeKubernetesApi]:
     with FakeKubernetesApi() as api:
-        for name, quotas in NOW.items():
-            api.put(f"{CQ_V1BETA2}/{name}", live_queue(name, quotas))
+        put_live_queues(api)
         yield api
 
 
 def plan_apply(store: Path, fake: FakeKubernetesApi, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    capacity = tmp_path / "capacity.yaml"
-    capacity.write_text("flavors:\n" + "".join(f"  {f}: {{{GPU}: {n}}}\n" for f, n in CAPACITY.items()))
-    return gpulens("plan", "--db", str(store), "--capacity", str(capacity), "--out", str(tmp_path / "o"),
+    return gpulens("plan", "--db", str(store), "--capacity", str(capacity_file(tmp_path)), "--out", str(tmp_path / "o"),
                    "--no-store", "--apply", "--kubeconfig", str(fake.kubeconfig(tmp_path)), *extra)
-
-
-def written(fake: FakeKubernetesApi) -> list[tuple[str, dict[str, int]]]:
-    """Per PATCH in the order sent: the queue and the GPU quotas its body carries, per flavor."""
-    out = []
-    for r in fake.requests_to("PATCH", CQ_V1BETA2):
-        flavors = r.body["spec"]["resourceGroups"][0]["flavors"]
-        out.append((r.path.rsplit("/", 1)[1],
-                    {f["name"]: res["nominalQuota"] for f in flavors for res in f["resources"] if res["name"] == GPU}))
-    return out
 
 
 def totals_after_each_write(fake: FakeKubernetesApi, landed: set[int] | None = None) -> list[dict[str, int]]:
@@ -256,9 +229,7 @@ def test_every_queue_outcome_is_recorded_with_the_plan_in_the_store(
         fake.fail("PATCH", f"{CQ_V1BETA2}/research", 500, "etcdserver: request timed out")
     else:
         fake.hang("PATCH", f"{CQ_V1BETA2}/research", 6.0)
-    capacity = tmp_path / "capacity.yaml"
-    capacity.write_text("flavors:\n" + "".join(f"  {f}: {{{GPU}: {n}}}\n" for f, n in CAPACITY.items()))
-    proc = gpulens("plan", "--db", str(db), "--capacity", str(capacity), "--out", str(tmp_path / "o"), "--apply",
+    proc = gpulens("plan", "--db", str(db), "--capacity", str(capacity_file(tmp_path)), "--out", str(tmp_path / "o"), "--apply",
                    "--request-timeout", "1s", "--kubeconfig", str(fake.kubeconfig(tmp_path)))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     with duckdb.connect(str(db), read_only=True) as con:

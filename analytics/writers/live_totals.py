@@ -34,7 +34,7 @@ class LiveTotal:
         total = f"{self.total:g}" if not self.unread else f"at least {self.total:g}"
         head = f"{what}: live total {total} over {self.objects} object(s)"
         if self.capacity is None:
-            verdict = "capacity not known here (gpulens plan checks it)"
+            verdict = "capacity not known (no devices on the flavor's nodes in the store)"
         elif self.over:
             verdict = f"OVER capacity {self.capacity} by {self.total - self.capacity:g}"
         else:
