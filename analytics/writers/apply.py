@@ -62,11 +62,6 @@ class ApplyOutcome:
     def applied(self) -> bool:
         return self.status == "applied"
 
-    @property
-    def unsettled(self) -> bool:
-        """Failed, or may have been applied: the run did not do what it set out to."""
-        return self.status in ("failed", "uncertain")
-
     def condition(self) -> tuple[bool | None, str, str]:
         """(status, reason, message) of the recorded ``Applied`` condition; an uncertain write is ``Unknown``."""
         status = None if self.status == "uncertain" else self.applied

@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.plan.record import record_outcomes
         from gpulens.analytics.plan.render import render_plan, render_what_if
         from gpulens.analytics.writers.local_paths import check_out_dir
-        from gpulens.analytics.writers.order import closing_line, unsettled_line
+        from gpulens.analytics.writers.order import unsettled_line
         from gpulens.collector.timeparse import parse_duration
 
         extra = parse_add_capacity(add_capacity or [])
@@ -127,14 +127,7 @@ def register(app: typer.Typer) -> None:
         outcomes: list[ApplyOutcome] = []
         if apply:
             outcomes, totals = _apply(base, objects, kubeconfig, timeout_s)
-            for o in outcomes:
-                typer.echo(f"{o.ref}: {o.status.upper()}: {o.message}")
-            if totals:
-                typer.echo("\nlive totals after a partial apply (read back from the API server; capacity for "
-                           "nominal quotas, after drains and the reserve):")
-                for t in totals:
-                    typer.echo(f"  {t.line()}")
-            typer.echo(closing_line(outcomes))
+            _echo_outcomes(outcomes, totals)
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
         problem = unsettled_line(outcomes)
         if apply and store:
@@ -145,6 +138,20 @@ def register(app: typer.Typer) -> None:
                 problem = "; ".join(filter(None, [problem, f"outcomes not recorded in quota_plan: {exc}"]))
         if problem:
             raise UserError(problem)
+
+
+def _echo_outcomes(outcomes: list[ApplyOutcome], totals: list[LiveTotal]) -> None:
+    """One line per object, the live totals after a partial apply, and the counts of every outcome."""
+    from gpulens.analytics.writers.order import closing_line
+
+    for o in outcomes:
+        typer.echo(f"{o.ref}: {o.status.upper()}: {o.message}")
+    if totals:
+        typer.echo("\nlive totals after a partial apply (read back from the API server; capacity for nominal "
+                   "quotas, after drains and the reserve):")
+        for t in totals:
+            typer.echo(f"  {t.line()}")
+    typer.echo(closing_line(outcomes))
 
 
 def _apply(
