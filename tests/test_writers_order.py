@@ -16,7 +16,7 @@ from gpulens.analytics.recommend import (
 )
 from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
-from tests.support.order_fleet import H100, H200, build_order_fleet, put_live_queues, written
+from tests.support.order_fleet import H100, H200, NOW, build_order_fleet, live_queue, put_live_queues, written
 from tests.support.recommend_cluster import CQ_V1BETA2
 
 CLOCK = datetime(2026, 11, 16, 12, 0)
@@ -84,3 +84,19 @@ def test_a_live_total_that_cannot_be_read_whole_says_at_least_and_names_the_obje
     h100 = next(t for t in done.live_totals if t.flavor == H100)
     assert h100.line() == ("h100-80gb/nvidia.com/gpu: live total at least 40 over 3 object(s), of capacity 48 so "
                            "far; not readable: ClusterQueue batch (apiserver is shutting down)")
+
+
+def test_an_object_opted_out_is_skipped_once_and_its_skipped_cut_holds_its_flavors_raises(
+    report: RecommendationReport, fake: FakeKubernetesApi
+) -> None:
+    inference = live_queue("inference", NOW["inference"])
+    inference["metadata"]["annotations"] = {"gpulens.io/auto-apply": "false"}
+    fake.put(f"{CQ_V1BETA2}/inference", inference)
+    done = run_apply(report, fake)
+    assert outcome(done, "inference") == 'skipped: opted out: annotated gpulens.io/auto-apply: "false"'
+    writes_before_totals = [r for r in fake.requests if r.path == f"{CQ_V1BETA2}/inference"][:-1]
+    assert [r.method for r in writes_before_totals] == ["GET"]  # read once for its cut, never again to raise
+    assert written(fake) == [("research", {H100: 18})]
+    assert outcome(done, "training") == (
+        "refused: h200-141gb/nvidia.com/gpu: raise refused: the cut of ClusterQueue inference (skipped) in this "
+        "flavor did not land, and a raise could put the flavor over capacity")
