@@ -233,7 +233,7 @@ TABLES: dict[str, list[Column]] = {
         _c("conflict", "VARCHAR", "The conflicting constraints of the flavor and resource, with amounts (NULL: none)."),
         _c("parameters", "JSON NOT NULL", "The policy the plan was made with."),
         _c("apply_outcome", "VARCHAR", "What `gpulens plan --apply` did to the queue: applied | unchanged | skipped | "
-           "refused | failed | uncertain (may have been applied); NULL: not applied (dry run, or not changed)."),
+           "refused | failed | unknown (may have been applied); NULL: not applied (dry run, or not changed)."),
         _c("apply_message", "VARCHAR", "The reason of that outcome, as printed (NULL: not applied)."),
     ],
     "recommendations": [

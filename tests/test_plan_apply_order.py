@@ -77,7 +77,7 @@ def test_every_cut_is_sent_before_any_raise_so_no_flavor_is_over_capacity_even_b
         assert all(sums[f] <= CAPACITY[f] for f in CAPACITY), sums
     assert "ClusterQueue inference: APPLIED: h200-141gb/nvidia.com/gpu 8 -> 6; h100-80gb/nvidia.com/gpu 16 -> 20" \
         in proc.stdout
-    assert "apply: 3 applied, 0 unchanged, 0 skipped, 0 refused, 0 failed, 0 uncertain" in proc.stdout
+    assert "apply: 3 applied, 0 unchanged, 0 skipped, 0 refused, 0 failed, 0 unknown" in proc.stdout
     assert "live totals" not in proc.stdout  # nothing partial: nothing to read back
 
 
@@ -100,7 +100,7 @@ def test_a_cut_that_fails_with_500_refuses_the_raises_of_its_flavor_and_says_whe
     assert "ClusterQueue training: APPLIED: h200-141gb/nvidia.com/gpu 16 -> 20" in proc.stdout
     assert "  h100-80gb/nvidia.com/gpu: live total 46 over 3 object(s), of capacity 46" in lines
     assert "  h200-141gb/nvidia.com/gpu: live total 26 over 2 object(s), of capacity 27" in lines
-    assert "apply: 2 applied, 0 unchanged, 0 skipped, 0 refused, 1 failed, 0 uncertain" in lines
+    assert "apply: 2 applied, 0 unchanged, 0 skipped, 0 refused, 1 failed, 0 unknown" in lines
 
 
 def test_a_cut_without_an_answer_may_have_been_applied_its_flavor_is_not_raised_and_the_exit_is_non_zero(
@@ -111,14 +111,14 @@ def test_a_cut_without_an_answer_may_have_been_applied_its_flavor_is_not_raised_
     assert_one_line_error(proc, "1 of 3 object(s) may have been applied", "ClusterQueue research",
                           "no answer within 1 s")
     research = next(line for line in proc.stdout.splitlines() if line.startswith("ClusterQueue research: "))
-    assert research.startswith("ClusterQueue research: UNCERTAIN: PATCH ")
+    assert research.startswith("ClusterQueue research: UNKNOWN: PATCH ")
     assert "read back: h100-80gb/nvidia.com/gpu 24, not the new value(s) yet, but the request may still land" \
         in research
-    assert "h100-80gb/nvidia.com/gpu: raise refused: the cut of ClusterQueue research (uncertain)" in proc.stdout
+    assert "h100-80gb/nvidia.com/gpu: raise refused: the cut of ClusterQueue research (may have been applied)" in proc.stdout
     assert ("inference", {H100: 20, H200: 6}) not in written(fake)
     for sums in totals_after_each_write(fake):  # even if the hung cut lands at any moment
         assert all(sums[f] <= CAPACITY[f] for f in CAPACITY), sums
-    assert "apply: 2 applied, 0 unchanged, 0 skipped, 0 refused, 0 failed, 1 uncertain" in proc.stdout
+    assert "apply: 2 applied, 0 unchanged, 0 skipped, 0 refused, 0 failed, 1 unknown" in proc.stdout
 
 
 def test_a_cut_whose_answer_was_lost_after_it_landed_is_read_back_as_applied_and_the_raise_goes(
@@ -130,7 +130,7 @@ def test_a_cut_whose_answer_was_lost_after_it_landed_is_read_back_as_applied_and
     assert ("ClusterQueue research: APPLIED: h100-80gb/nvidia.com/gpu 24 -> 18 (the answer was lost: no answer "
             "within 1 s; read back: applied)") in proc.stdout
     assert ("inference", {H100: 20, H200: 6}) in written(fake)
-    assert "apply: 3 applied, 0 unchanged, 0 skipped, 0 refused, 0 failed, 0 uncertain" in proc.stdout
+    assert "apply: 3 applied, 0 unchanged, 0 skipped, 0 refused, 0 failed, 0 unknown" in proc.stdout
 
 
 def test_a_cut_refused_for_work_pending_in_the_live_queue_holds_the_raises_of_its_flavor(
@@ -219,7 +219,7 @@ def test_add_capacity_beyond_any_fleet_is_one_line(store: Path, tmp_path: Path) 
     assert_one_line_error(proc, "--add-capacity", "at most 10,000,000 units")
 
 
-@pytest.mark.parametrize(("broken", "recorded"), [("a 500", "failed"), ("no answer", "uncertain")])
+@pytest.mark.parametrize(("broken", "recorded"), [("a 500", "failed"), ("no answer", "unknown")])
 def test_every_queue_outcome_is_recorded_with_the_plan_in_the_store(
     store: Path, fake: FakeKubernetesApi, tmp_path: Path, broken: str, recorded: str
 ) -> None:

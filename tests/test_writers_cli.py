@@ -130,8 +130,8 @@ def test_a_hang_on_one_write_makes_it_uncertain_the_others_apply_and_the_exit_is
     assert_one_line_error(proc, "1 of 4 object(s) may have been applied", "ClusterQueue team-a",
                           "no answer within 1 s")
     assert "cannot reach" not in proc.stderr
-    assert "Outcome per object (2 applied, 0 unchanged, 0 skipped, 1 refused, 0 failed, 1 uncertain)" in proc.stdout
-    assert "apply: 2 applied, 0 unchanged, 0 skipped, 1 refused, 0 failed, 1 uncertain" in proc.stdout
+    assert "Outcome per object (2 applied, 0 unchanged, 0 skipped, 1 refused, 0 failed, 1 unknown)" in proc.stdout
+    assert "apply: 2 applied, 0 unchanged, 0 skipped, 1 refused, 0 failed, 1 unknown" in proc.stdout
     assert "=> APPLIED: nvidia.com/gpu 8 -> 6" in proc.stdout  # the ResourceQuota after the hung object
     cr = "/apis/gpulens.io/v1alpha1/namespaces/gpulens/gpuquotarecommendations"
     assert {f"{cr}/clusterqueue-team-a", f"{cr}/clusterqueue-team-b"} <= recorded

@@ -277,7 +277,7 @@ def test_a_broken_answer_for_one_object_fails_that_object_only_and_is_recorded(
     assert [o.ref for o in done.outcomes] == [p.ref for p in report.plans]
     message = outcome(done, "ClusterQueue team-a")
     lost = method == "PATCH" and broken != "a 500"  # the write may have landed: say so, never "failed"
-    assert message.startswith(f"{'uncertain' if lost else 'failed'}: {method} {path}: ")
+    assert message.startswith(f"{'unknown' if lost else 'failed'}: {method} {path}: ")
     assert BROKEN_REASONS[broken] in message
     assert "\n" not in message
     if lost:
@@ -330,7 +330,7 @@ def test_the_outcome_table_has_one_row_per_object_with_its_outcome_and_reason(
     fake.fail("GET", RQ_PATH, 500, "internal error")
     text = run_apply(report, fake).render()
     table = text[text.index("Outcome per object"):text.index("Live totals")].strip().splitlines()
-    assert table[0] == "Outcome per object (1 applied, 0 unchanged, 1 skipped, 1 refused, 1 failed, 0 uncertain)"
+    assert table[0] == "Outcome per object (1 applied, 0 unchanged, 1 skipped, 1 refused, 1 failed, 0 unknown)"
     rows = {line.split("  ")[1].strip(): line.split() for line in table[2:]}
     assert rows["ClusterQueue team-a"][2:4] == ["applied", "yes"]
     assert rows["ResourceQuota ns-c/gpu-quota"][2:4] == ["failed", "yes"]

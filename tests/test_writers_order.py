@@ -72,7 +72,7 @@ def test_recommend_refuses_the_raises_of_a_flavor_whose_cut_failed_and_reads_the
                      "h200-141gb/nvidia.com/gpu: live total 26 over 2 object(s), of capacity 32"]
     text = done.render()
     assert "Live totals after a partial apply (read back from the API server)" in text
-    assert "Outcome per object (2 applied, 1 unchanged, 0 skipped, 0 refused, 1 failed, 0 uncertain)" in text
+    assert "Outcome per object (2 applied, 1 unchanged, 0 skipped, 0 refused, 1 failed, 0 unknown)" in text
 
 
 def test_a_live_total_that_cannot_be_read_whole_says_at_least_and_names_the_object(

@@ -6,7 +6,7 @@ queue has pending workloads (or does not say); apply our fields with
 ``resourceVersion`` set (optimistic concurrency) and ``force=true`` (take over ``nominalQuota`` / ``hard``
 from whoever created the object); on 409 read again and retry; a 403 is reported with the missing RBAC.
 A write whose answer was lost (no answer in time, an answer that is not JSON) may have landed: the
-object is read back, and it is ``applied`` only when the read shows the new values, else ``uncertain``.
+object is read back, and it is ``applied`` only when the read shows the new values, else ``unknown``.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from gpulens.exporter.kube_api import (
     NotFoundError,
 )
 
-OUTCOMES = ("applied", "unchanged", "skipped", "refused", "failed", "uncertain")
-"""Every status an object's apply can end in; ``uncertain``: the write may have landed, nobody can say yet."""
+OUTCOMES = ("applied", "unchanged", "skipped", "refused", "failed", "unknown")
+"""Every status an object's apply can end in; ``unknown``: the write may have landed, nobody can say yet."""
 
-CONDITION_REASONS = {"applied": "Applied", "uncertain": "MayHaveBeenApplied"}
+CONDITION_REASONS = {"applied": "Applied", "unknown": "MayHaveBeenApplied"}
 """``Applied`` condition reason per status where it is not the status capitalised."""
 
 
@@ -63,8 +63,8 @@ class ApplyOutcome:
         return self.status == "applied"
 
     def condition(self) -> tuple[bool | None, str, str]:
-        """(status, reason, message) of the recorded ``Applied`` condition; an uncertain write is ``Unknown``."""
-        status = None if self.status == "uncertain" else self.applied
+        """(status, reason, message) of the recorded ``Applied`` condition; a write that may have been applied is ``Unknown``."""
+        status = None if self.status == "unknown" else self.applied
         return status, CONDITION_REASONS.get(self.status, self.status.capitalize()), self.message
 
 
@@ -166,14 +166,14 @@ class QuotaApplier:
         attempt: int, refusals: list[str],
     ) -> ApplyOutcome:
         """A write whose answer was lost: ``applied`` when the object now holds every new value, else
-        ``uncertain`` (the request may still land; nobody can say it did not)."""
+        ``unknown`` (the request may still land; nobody can say it did not)."""
         try:
             now = {entry_label(k): v for k, v in plan.target.current_values(self.api.get(path)).items()}
         except KubernetesApiError as exc:
-            return ApplyOutcome(plan.ref, "uncertain", f"{lost}; reading it back failed too ({exc.message})",
+            return ApplyOutcome(plan.ref, "unknown", f"{lost}; reading it back failed too ({exc.message})",
                                 attempts=attempt, notes=tuple(refusals))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return ApplyOutcome(plan.ref, "uncertain", f"{lost}; the object read back is unexpected ({exc})",
+            return ApplyOutcome(plan.ref, "unknown", f"{lost}; the object read back is unexpected ({exc})",
                                 attempts=attempt, notes=tuple(refusals))
         if all(now.get(label) == new for label, _, new in changes):
             summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
@@ -181,7 +181,7 @@ class QuotaApplier:
             message = "; ".join([f"{summary} (the answer was lost: {why}; read back: applied)", *refusals])
             return ApplyOutcome(plan.ref, "applied", message, changes, attempt, tuple(refusals))
         held = ", ".join(f"{label} {now[label]:g}" if label in now else f"{label} absent" for label, _, _ in changes)
-        return ApplyOutcome(plan.ref, "uncertain", f"{lost}; read back: {held}, not the new value(s) yet, but the "
+        return ApplyOutcome(plan.ref, "unknown", f"{lost}; read back: {held}, not the new value(s) yet, but the "
                             "request may still land: check the object before running again",
                             attempts=attempt, notes=tuple(refusals))
 

@@ -20,8 +20,10 @@ from gpulens.analytics.writers.plan import ObjectPlan, entry_label
 Pool = tuple[str, str, str]
 """(object kind, flavor, resource): the quotas that share one capacity."""
 
-SEVERITY = ("failed", "uncertain", "applied", "refused", "skipped", "unchanged")
+SEVERITY = ("failed", "unknown", "applied", "refused", "skipped", "unchanged")
 """The status of an object written in two parts is the first of its parts' statuses in this order."""
+
+IN_WORDS = {"unknown": "may have been applied"}
 
 
 def is_cut(r: QuotaRecommendation) -> bool:
@@ -49,7 +51,7 @@ def apply_in_order(applier: QuotaApplier, plans: Sequence[ObjectPlan]) -> list[A
         landed = {label for label, _, _ in outcome.changes}
         for r in cuts:
             if entry_label(_key(r)) not in landed:
-                missed[pool_of(plan, r)].append(f"{plan.ref} ({outcome.status})")
+                missed[pool_of(plan, r)].append(f"{plan.ref} ({IN_WORDS.get(outcome.status, outcome.status)})")
     outcomes = []
     for i, plan in enumerate(plans):
         cut = cut_outcomes.get(i)
@@ -108,15 +110,15 @@ def closing_line(outcomes: Sequence[ApplyOutcome]) -> str:
 def unsettled_line(outcomes: Sequence[ApplyOutcome]) -> str | None:
     """One line when an object failed or may have been applied (the run must exit non-zero), else None."""
     failed = [o for o in outcomes if o.status == "failed"]
-    uncertain = [o for o in outcomes if o.status == "uncertain"]
-    if not failed and not uncertain:
+    unknown = [o for o in outcomes if o.status == "unknown"]
+    if not failed and not unknown:
         return None
     n = len(outcomes)
-    if not uncertain:
+    if not unknown:
         what = "failed"
     elif not failed:
         what = "may have been applied (no usable answer: check before running again)"
     else:
-        what = f"failed or may have been applied ({len(failed)} failed, {len(uncertain)} without a usable answer)"
-    first = (failed or uncertain)[0]
-    return f"{len(failed) + len(uncertain)} of {n} object(s) {what}; first: {first.ref}: {first.message}"
+        what = f"failed or may have been applied ({len(failed)} failed, {len(unknown)} without a usable answer)"
+    first = (failed or unknown)[0]
+    return f"{len(failed) + len(unknown)} of {n} object(s) {what}; first: {first.ref}: {first.message}"
