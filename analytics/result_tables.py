@@ -234,6 +234,9 @@ TABLES: dict[str, list[Column]] = {
         _c("explanation", "VARCHAR NOT NULL", "Why, in words."),
         _c("conflict", "VARCHAR", "The conflicting constraints of the flavor and resource, with amounts (NULL: none)."),
         _c("parameters", "JSON NOT NULL", "The policy the plan was made with."),
+        _c("apply_outcome", "VARCHAR", "What `gpulens plan --apply` did to the queue: applied | unchanged | skipped | "
+           "refused | failed | unknown (may have been applied); NULL: not applied (dry run, or not changed)."),
+        _c("apply_message", "VARCHAR", "The reason of that outcome, as printed (NULL: not applied)."),
     ],
     "recommendations": [
         _c("run_id", "VARCHAR NOT NULL", "Hash of window and settings of the `gpulens recommend` run."),
@@ -441,6 +444,12 @@ def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
         else:
             con.execute(ddl(table))
     _add_new_columns(con, {t: cols for t, cols in TABLES.items() if t not in DAY_PARTS})
+
+
+def ensure_table(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Create one (non day-part) result table, or give an older one the columns added since."""
+    con.execute(ddl(table))
+    _add_new_columns(con, {table: TABLES[table]})
 
 
 def _add_new_columns(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[Column]]) -> None:

@@ -68,6 +68,8 @@ class _Script:
     raw: bytes | None = None
     """Send these bytes (with ``content_type``) instead of a JSON Status."""
     content_type: str = "application/json"
+    land_first: bool = False
+    """With ``hang_seconds``: handle the request first, then hold its answer back (a write that landed)."""
 
 
 def _selected(item: Any, query: dict[str, str]) -> bool:
@@ -182,9 +184,12 @@ class FakeKubernetesApi:
         """Answer the next ``times`` matching requests with ``body`` as is (not JSON), doing nothing else."""
         self._script(method, path, _Script(status, "", 0.0, times, raw=body, content_type=content_type))
 
-    def hang(self, method: str, path: str, seconds: float, times: int | None = 1) -> None:
-        """Hold the answer to the next ``times`` matching requests back for ``seconds`` (or until exit)."""
-        self._script(method, path, _Script(0, "", seconds, times))
+    def hang(self, method: str, path: str, seconds: float, times: int | None = 1, *, land_first: bool = False) -> None:
+        """Hold the answer to the next ``times`` matching requests back for ``seconds`` (or until exit).
+
+        With ``land_first`` the request is handled at once (a write lands) and only its answer is held back.
+        """
+        self._script(method, path, _Script(0, "", seconds, times, land_first=land_first))
 
     def _script(self, method: str, path: str, script: _Script) -> None:
         with self._lock:
@@ -233,6 +238,11 @@ class FakeKubernetesApi:
         with self._lock:
             self.requests.append(RecordedRequest(method, path, query, headers, parsed))
             script = self._scripted(method, path)
+        if script is not None and script.hang_seconds and script.land_first:
+            with self._lock:
+                answer = self._get(path, query) if method == "GET" else self._apply(path, query, headers, parsed)
+            self._closing.wait(script.hang_seconds)
+            return answer
         if script is not None and script.hang_seconds:
             self._closing.wait(script.hang_seconds)
         elif script is not None and script.raw is not None:

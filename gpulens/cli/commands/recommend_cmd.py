@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -119,7 +120,10 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
         from gpulens.analytics.rightsizing import MigFitSettings
         from gpulens.analytics.writers import TARGETS
+        from gpulens.analytics.writers.local_paths import check_out_dir
+        from gpulens.analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.collector.timeparse import parse_duration
 
         workloads_target = target == "workloads"
         if target is not None and not workloads_target and target not in TARGETS:
@@ -129,6 +133,12 @@ def register(app: typer.Typer) -> None:
         if apply and workloads_target:
             raise UserError("--apply: MIG layouts and workload patches are written as files only (repartitioning "
                             "ends the work running on a GPU); review and roll them out as OUT/mig/README.md says")
+        check_finite({"--window-days": window_days, "--percentile": percentile, "--headroom": headroom,
+                      "--max-step": max_step, "--min-confidence-days": min_confidence_days,
+                      "--min-cut-days": min_cut_days, "--history-days": history_days,
+                      "--borrowing-limit-ratio": borrowing_limit_ratio, "--lending-limit-ratio": lending_limit_ratio})
+        timeout_s = parse_duration(request_timeout, what="--request-timeout") if apply else 0.0
+        check_out_dir(out, "--out")  # before the store is written or the API server asked
         try:
             settings = RecommendSettings(
                 window_days=window_days,
@@ -154,12 +164,12 @@ def register(app: typer.Typer) -> None:
         try:
             written = write_dry_run(report, out)
         except OSError as exc:
-            raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+            raise UserError(f"invalid --out {out}: cannot write there ({exc.strerror or exc})") from exc
         if apply:
-            from gpulens.collector.timeparse import parse_duration
-
-            report = _apply(report, kubeconfig, parse_duration(request_timeout, what="--request-timeout"))
+            report = _apply(report, kubeconfig, timeout_s)
         typer.echo(report.render())
+        if apply:
+            typer.echo(closing_line(report.outcomes))
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
         _exit_on_failures(report)
 
@@ -171,7 +181,7 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
     try:
         written = write_layout_files(run, out, dra=dra)
     except OSError as exc:
-        raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+        raise UserError(f"invalid --out {out}: cannot write there ({exc.strerror or exc})") from exc
     typer.echo(report.render())
     typer.echo("")
     typer.echo(run.render())
@@ -188,15 +198,24 @@ def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: flo
         return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
 
 
+def check_finite(values: dict[str, float | None]) -> None:
+    """``inf`` and ``nan`` are numbers to Python, not to a flag: one line naming the first such flag."""
+    for flag, value in values.items():
+        if value is not None and not math.isfinite(value):
+            raise UserError(f"{flag}: must be a finite number (got {value})")
+
+
 def _exit_on_failures(report: RecommendationReport) -> None:
-    """Exit non-zero (one line, after the outcome table) when an object failed or was not recorded."""
-    failed = [o for o in report.outcomes if o.status == "failed"]
+    """Exit non-zero (one line, after the outcome table) when an object failed, may have been applied, or was
+    not recorded."""
+    from gpulens.analytics.writers.order import unsettled_line
+
+    problem = unsettled_line(report.outcomes)
     unrecorded = [o for o in report.outcomes if o.record_error]
-    if failed:
-        first = failed[0]
+    if problem:
         more = f" (and {len(unrecorded)} recommendation(s) not recorded)" if unrecorded else ""
-        raise UserError(f"{len(failed)} of {len(report.outcomes)} object(s) failed{more}; first: "
-                        f"{first.ref}: {first.message}")
+        head, _, rest = problem.partition("; first: ")
+        raise UserError(f"{head}{more}; first: {rest}")
     if unrecorded:
-        first = unrecorded[0]
-        raise UserError(f"{len(unrecorded)} recommendation(s) not recorded; first: {first.ref}: {first.record_error}")
+        o = unrecorded[0]
+        raise UserError(f"{len(unrecorded)} recommendation(s) not recorded; first: {o.ref}: {o.record_error}")
