@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -133,10 +132,6 @@ def register(app: typer.Typer) -> None:
         if apply and workloads_target:
             raise UserError("--apply: MIG layouts and workload patches are written as files only (repartitioning "
                             "ends the work running on a GPU); review and roll them out as OUT/mig/README.md says")
-        check_finite({"--window-days": window_days, "--percentile": percentile, "--headroom": headroom,
-                      "--max-step": max_step, "--min-confidence-days": min_confidence_days,
-                      "--min-cut-days": min_cut_days, "--history-days": history_days,
-                      "--borrowing-limit-ratio": borrowing_limit_ratio, "--lending-limit-ratio": lending_limit_ratio})
         timeout_s = parse_duration(request_timeout, what="--request-timeout") if apply else 0.0
         check_out_dir(out, "--out")  # before the store is written or the API server asked
         try:
@@ -196,13 +191,6 @@ def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: flo
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:
         return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
-
-
-def check_finite(values: dict[str, float | None]) -> None:
-    """``inf`` and ``nan`` are numbers to Python, not to a flag: one line naming the first such flag."""
-    for flag, value in values.items():
-        if value is not None and not math.isfinite(value):
-            raise UserError(f"{flag}: must be a finite number (got {value})")
 
 
 def _exit_on_failures(report: RecommendationReport) -> None:
