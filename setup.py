@@ -1,4 +1,4 @@
-"""Packages: the top-level folders install as one namespace, ``gpulens.*`` (DESIGN.md, "Folders").
+"""Packages: the top-level folders install as one namespace, ``gpulens.*``.
 
 ``exporter/``, ``collector/``, ``analytics/`` and ``dashboards/`` stay at the top of the repository and
 are mapped to ``gpulens.exporter`` and so on, so a wheel's only top-level package is ``gpulens``. The

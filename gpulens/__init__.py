@@ -1,6 +1,6 @@
 """gpulens: GPU visibility, idle-capacity analytics, chargeback and quota feedback for shared Kubernetes GPUs.
 
-The top-level folders install as one namespace (DESIGN.md, "Folders"): ``gpulens.core`` <
+The top-level folders install as one namespace: ``gpulens.core`` <
 ``gpulens.exporter`` < ``gpulens.collector`` < ``gpulens.analytics`` < ``gpulens.dashboards`` <
 ``gpulens.cli``.
 """

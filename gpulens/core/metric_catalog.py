@@ -1,6 +1,6 @@
 """The metric catalog: name, type, unit, labels and help of every series the gpulens exporter emits.
 
-Defined once here (DESIGN.md, "Contracts"): the Prometheus exposition builds its families from these
+Defined once here (the metrics contract, docs/metrics.md): the Prometheus exposition builds its families from these
 entries, the OTel instruments take their names and descriptions from them, the collector reads the
 series they name, the Grafana dashboards spell their PromQL with them, and a test holds
 ``docs/metrics.md`` to them. A name is spelled nowhere else.

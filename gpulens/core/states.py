@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class DeviceState(StrEnum):
-    """What a device's time was (DESIGN.md, "Vocabulary"); the values are what the result tables store."""
+    """What a device's time was; the values are what the result tables store."""
 
     ALLOCATED_ACTIVE = "allocated-active"
     """Held, and its own activity reading at or above the idle threshold."""

@@ -1,6 +1,6 @@
 """The shared vocabulary every layer speaks: GPU-equivalents of MIG slices and the clock-event reasons.
 
-Defined once here (DESIGN.md, "Vocabulary"), so the simulator, NVML, the exposition, the collector
+Defined once here, so the simulator, NVML, the exposition, the collector
 and analytics cannot drift apart.
 """
 
