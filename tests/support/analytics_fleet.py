@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 
 from gpulens.collector.schema import create_schema
+from tests.support.bulk_insert import insert_rows
 
 T0 = datetime(2026, 1, 5, 0, 0)
 GIB = 1024**3
@@ -64,28 +65,23 @@ class Fleet:
                 memory: int | None | Callable[[int], int | None] = None) -> None:
         gpu, node = self._where(device_id)
         rows = [
-            [start + timedelta(seconds=i * every), node, gpu, device_id, _per_sample(activity, i),
-             _per_sample(memory, i)]
+            (start + timedelta(seconds=i * every), node, gpu, device_id, _per_sample(activity, i),
+             _per_sample(memory, i), "test")
             for i in range(count)
         ]
-        self.con.executemany(
-            """INSERT INTO device_samples (ts, node, gpu_uuid, device_id, activity_ratio, memory_used_bytes, source)
-               VALUES (?, ?, ?, ?, ?, ?, 'test')""",
-            rows,
-        )
+        insert_rows(self.con, "device_samples", ("ts", "node", "gpu_uuid", "device_id", "activity_ratio",
+                                                 "memory_used_bytes", "source"), rows)
 
     def alloc(self, device_id: str, tenant: str, *, start: datetime = T0, count: int = 60, every: int = 60,
               namespace: str | None = None, pod: str = "p0", ge: float = 1.0) -> None:
         gpu, node = self._where(device_id)
         rows = [
-            [start + timedelta(seconds=i * every), node, gpu, device_id, namespace or tenant, pod, "main", tenant, ge]
+            (start + timedelta(seconds=i * every), node, gpu, device_id, namespace or tenant, pod, "main", tenant, ge,
+             "test")
             for i in range(count)
         ]
-        self.con.executemany(
-            """INSERT INTO allocations (ts, node, gpu_uuid, device_id, namespace, pod, container, tenant,
-               gpu_equivalents, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'test')""",
-            rows,
-        )
+        insert_rows(self.con, "allocations", ("ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container",
+                                              "tenant", "gpu_equivalents", "source"), rows)
 
     def gpu_sample(self, gpu_uuid: str, ts: datetime, **readings: object) -> None:
         node = self.con.execute("SELECT node FROM gpus WHERE gpu_uuid = ?", [gpu_uuid]).fetchone()
