@@ -27,6 +27,7 @@ from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import create_result_tables
 from gpulens.analytics.settings import EarlyWarningRules, HealthRules
 from gpulens.collector.schema import create_schema
+from tests.support.bulk_insert import insert_rows
 
 MIDNIGHT = datetime(2026, 1, 6)
 EPOCH = datetime(1970, 1, 1)
@@ -89,10 +90,7 @@ def store(samples: list[Sample]) -> duckdb.DuckDBPyConnection:
     create_schema(con)
     create_result_tables(con)
     cols = ("ts", "gpu_uuid", *COLUMNS)
-    con.executemany(
-        f"INSERT INTO gpu_samples (node, source, {', '.join(cols)}) VALUES ('n', 'test'{', ?' * len(cols)})",  # noqa: S608
-        [[s[c] for c in cols] for s in samples],
-    )
+    insert_rows(con, "gpu_samples", ("node", "source", *cols), [("n", "test", *(s[c] for c in cols)) for s in samples])
     con.execute("CREATE VIEW f_gpu_samples AS SELECT * FROM gpu_samples")
     return con
 
