@@ -14,7 +14,9 @@ copies it first (``shutil.copy``; a DuckDB file copies in milliseconds), e.g. ``
   one look-alike), 3 days analyzed, as a ``FailingStore`` (``.path``, ``.fleet``).
 - ``prometheus_binary`` / ``promtool_binary``: paths of the real binaries (skip loudly, or fail under ``CI=true``).
 
-A test that needs a different scenario builds its own (module-scoped) fixture.
+A test that needs a different scenario builds its own (module-scoped) fixture. The first test to use a
+session fixture also pays for building it, so each test that uses one gets that build's time on top of its
+``timeout`` (``SESSION_BUILD_SECONDS``; add a new session fixture there).
 """
 
 from __future__ import annotations
@@ -31,6 +33,22 @@ from tests.support.read_only import kept_read_only
 if TYPE_CHECKING:
     from tests.support.demo_run import DemoRun
     from tests.support.failing_fleet import FailingStore
+
+
+SESSION_BUILD_SECONDS = {"demo_run": 600, "placement_store": 300, "failing_store": 300}
+"""Time allowed to build each session fixture (several times what it takes on a loaded 2-core machine)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test that uses a session fixture its build time on top of its timeout (pytest-timeout
+    counts fixture setup in the test that triggers it, whichever test of a ``-k`` selection that is)."""
+    for item in items:
+        extra = sum(s for name, s in SESSION_BUILD_SECONDS.items() if name in getattr(item, "fixturenames", ()))
+        marker = item.get_closest_marker("timeout")
+        default = config.getoption("timeout", None) or config.getini("timeout") or 0
+        base = float(marker.args[0]) if marker and marker.args else float(default)
+        if extra and base > 0:
+            item.add_marker(pytest.mark.timeout(base + extra))
 
 
 @pytest.fixture
