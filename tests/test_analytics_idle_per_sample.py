@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import tempfile
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpulens.analytics.run import analyze
@@ -41,6 +41,7 @@ class Segment:
     holder: str | None
 
 
+READINGS = ("idle", "busy", "edge", "nan", "inf", "null", "gap", "orphan")
 segment = st.builds(
     Segment,
     minutes=st.integers(1, 12),
@@ -78,6 +79,8 @@ def build(path: Path, traces: list[list[Segment]], offsets: list[int]) -> Held:
     for g, (segments, offset) in enumerate(zip(traces, offsets, strict=True)):
         device = f"GPU-{g}"
         f.gpu(device, "n0")
+        readings: list[tuple[datetime, float | None, int | None]] = []
+        holders: list[tuple[datetime, str, str, str, float]] = []
         minute = 0
         for seg in segments:
             for i in range(seg.minutes):
@@ -89,18 +92,20 @@ def build(path: Path, traces: list[list[Segment]], offsets: list[int]) -> Held:
                     continue
                 if seg.reading == "orphan":
                     if seg.holder is not None:
-                        f.alloc(device, seg.holder, start=ts, count=1, pod=f"{seg.holder}-{g}")
+                        holders.append((ts, seg.holder, seg.holder, f"{seg.holder}-{g}", 1.0))
                     continue
                 activity = _activity(seg.reading, minute + i)
-                f.samples(device, start=ts, count=1, activity=activity)
+                readings.append((ts, activity, None))
                 if seg.holder is None:
                     continue
-                f.alloc(device, seg.holder, start=ts, count=1, pod=f"{seg.holder}-{g}")
+                holders.append((ts, seg.holder, seg.holder, f"{seg.holder}-{g}", 1.0))
                 held.held_ge_hours += 1 / 60
                 if activity is None or not math.isfinite(activity):
                     held.unmeasured_ge_hours += 1 / 60
                 elif activity < THRESHOLD:
                     held.idle_ge_hours += 1 / 60
+        f.readings(device, readings)  # the trace's rows in one insert each, not one per minute
+        f.holders(device, holders)
     f.close()
     return held
 
@@ -124,8 +129,16 @@ def one_bucket(path: Path, *, minutes: int) -> dict[str, float]:
     ).ge_hours_by_state
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EVERY_READING = [Segment(m, r, h) for m, r in zip((3, 7, 1, 5, 12, 2, 11, 9), READINGS, strict=True)
+                 for h in (None, "chat")]
+"""Each kind of reading, held and not held, in runs of 1..12 minutes that end off the 5-minute grid."""
+
+
+# Each example analyses its store three times, so the examples are few: 6 drawn fleets of up to 3 GPUs,
+# plus one whose 3 GPUs (scraped at seconds 0, 17, 59) hold every kind of reading, held and not.
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces=st.lists(trace, min_size=1, max_size=3), offsets=st.lists(st.integers(0, 59), min_size=3, max_size=3))
+@example(traces=[EVERY_READING, EVERY_READING[::-1], EVERY_READING[5:] + EVERY_READING[:5]], offsets=[0, 17, 59])
 def test_idle_ge_hours_do_not_depend_on_the_bucket_and_equal_the_held_sample_time_below_threshold(
     traces: list[list[Segment]], offsets: list[int]
 ) -> None:

@@ -21,6 +21,7 @@ from gpulens.analytics import isolation
 from gpulens.analytics.run import analyze
 from gpulens.analytics.settings import AnalysisSettings, RiskWeights
 from tests.support.analytics_fleet import T0, Fleet
+from tests.support.bulk_insert import insert_rows
 
 END = T0 + timedelta(hours=1)
 SHARERS = {"a": ("na1", "na2"), "a-b": ("nab",), "b": ("nb",), "c": ("nc",), "d": ("nd",), "e": ("ne",), "f": ("nf",)}
@@ -124,8 +125,7 @@ def test_both_reads_of_a_gpus_tenants_give_the_same_bits(held: list[tuple[str, s
     con.execute("CREATE TEMP TABLE an_dev (device_id VARCHAR, gpu_uuid VARCHAR)")
     for device in ("GPU-1/0", "GPU-1/1", "GPU-2/0", "GPU-3/0"):
         con.execute("INSERT INTO an_dev VALUES (?, ?)", [device, device.split("/")[0]])
-    for device, tenant in held:
-        con.execute("INSERT INTO an_alloc VALUES (?, ?, 'ns')", [device, tenant])
+    insert_rows(con, "an_alloc", ("device_id", "tenant", "namespace"), [(d, t, "ns") for d, t in held])
     names = isolation._tenant_names(con)
     expected: dict[str, set[str]] = {}
     for device, tenant in held:
@@ -145,11 +145,10 @@ def test_a_namespace_used_only_on_a_device_the_inventory_does_not_list_is_still_
     f.gpu("GPU-A", "n1")
     f.samples("GPU-A", count=60, activity=0.5)
     f.alloc("GPU-A", "t", count=60, namespace="na", pod="t-a")
-    f.con.executemany(
-        """INSERT INTO allocations (ts, node, gpu_uuid, device_id, namespace, pod, container, tenant, gpu_equivalents,
-           source) VALUES (?, 'n1', 'GPU-Z', 'GPU-Z', 'nz', 't-z', 'main', 't', 1.0, 'test')""",
-        [[T0 + timedelta(seconds=60 * i)] for i in range(60)],
-    )
+    insert_rows(f.con, "allocations", ("ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container",
+                                       "tenant", "gpu_equivalents", "source"),
+                [(T0 + timedelta(seconds=60 * i), "n1", "GPU-Z", "GPU-Z", "nz", "t-z", "main", "t", 1.0, "test")
+                 for i in range(60)])
     for ns in ("na", "nz"):
         f.namespace(ns, "t", policies=0)
     f.close()

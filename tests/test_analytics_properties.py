@@ -42,12 +42,10 @@ def build(path: Path, plans: list[list[tuple[bool, float | None, list[str]]]], n
     f.mig("MIG-1g", "GPU-2", "n1", "1g.10gb", model="A100", gi=2)
     devices = [("GPU-0", 1.0, 1), ("GPU-1", 0.5, 2), ("MIG-3g", 3 / 7, 1), ("MIG-1g", 1 / 7, 1)]
     for (device, share, max_holders), plan in zip(devices, plans, strict=True):
-        for i, (sampled, activity, holders) in enumerate(plan):
-            ts = T0 + timedelta(minutes=i)
-            if sampled:
-                f.samples(device, start=ts, count=1, activity=activity)
-            for n, tenant in enumerate(holders[:max_holders]):
-                f.alloc(device, tenant, start=ts, count=1, ge=share, pod=f"p{n}", namespace=f"ns-{tenant}")
+        f.readings(device, [(T0 + timedelta(minutes=i), activity, None)
+                            for i, (sampled, activity, _h) in enumerate(plan) if sampled])
+        f.holders(device, [(T0 + timedelta(minutes=i), tenant, f"ns-{tenant}", f"p{n}", share)
+                           for i, (_s, _a, holders) in enumerate(plan) for n, tenant in enumerate(holders[:max_holders])])
     for tenant in TENANTS:
         f.namespace(f"ns-{tenant}", tenant, policies=0 if tenant in no_policy else 1)
     f.close()

@@ -1,4 +1,5 @@
-"""`gpulens demo` runs the whole pipeline end to end, as the README's first command does."""
+"""`gpulens demo` runs the whole pipeline end to end, as the README's first command does (the session's
+``demo_run``: 15 days at 5 minutes)."""
 
 from __future__ import annotations
 
@@ -9,31 +10,21 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.support.demo_run import DemoRun
+
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    out = tmp_path_factory.mktemp("demo")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpulens.cli", "demo", "--out", str(out), "--days", "1", "--step", "5m"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    return out, proc
-
-
-def test_demo_succeeds_and_prints_who_holds_what(demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    out, proc = demo_run
+def test_demo_succeeds_and_prints_who_holds_what(demo_run: DemoRun) -> None:
+    proc = demo_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Who holds what right now" in proc.stderr
     assert "alloc GE" in proc.stdout
     assert "llm-research" in proc.stdout  # a tenant of the built-in scenario
 
 
-def test_demo_leaves_store_report_and_recommendation_yaml(demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    out, proc = demo_run
+def test_demo_leaves_store_report_and_recommendation_yaml(demo_run: DemoRun) -> None:
+    out, proc = demo_run.out, demo_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "report" / "index.html").stat().st_size > 10_000
     assert any((out / "recommendations").glob("*.yaml"))
@@ -59,8 +50,8 @@ def test_demo_rejects_a_bad_step_with_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_demo_shows_placement_findings_end_to_end(demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    out, proc = demo_run
+def test_demo_shows_placement_findings_end_to_end(demo_run: DemoRun) -> None:
+    out, proc = demo_run.out, demo_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Placement by topology: 5 multi-GPU workload(s) measured, 4 spread wider than needed." in proc.stdout
     assert "JobSet/gpt-pretrain" in proc.stdout and "block  2 domains, 1 would do" in proc.stdout
@@ -70,9 +61,9 @@ def test_demo_shows_placement_findings_end_to_end(demo_run: tuple[Path, subproce
 
 
 def test_demo_shows_early_warnings_with_trend_start_and_lead(
-    demo_run: tuple[Path, subprocess.CompletedProcess[str]],
+    demo_run: DemoRun,
 ) -> None:
-    out, proc = demo_run
+    out, proc = demo_run.out, demo_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "early warnings:" in proc.stdout and "GPU(s) warned before they failed, lead" in proc.stdout
     assert "trend since" in proc.stdout and "h before the failure" in proc.stdout

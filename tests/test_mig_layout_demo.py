@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -15,19 +13,18 @@ import yaml
 
 from gpulens.analytics.miglayout.run import layout_from_store
 from gpulens.exporter.mig_catalog import model_by_name, place_layout
+from tests.support.demo_run import DemoRun
 from tests.test_mig_layout_files import FIXTURES, LATEST, strategic_merge
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("demo-mig")
-    proc = subprocess.run([sys.executable, "-m", "gpulens.cli", "demo", "--out", str(out), "--days", "3"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "MIG layout plan" in proc.stdout
-    return out
+@pytest.fixture
+def demo(demo_run: DemoRun) -> Path:
+    """The session's demo folder (read-only), once the demo has printed its MIG layout plan."""
+    assert demo_run.proc.returncode == 0, demo_run.proc.stderr[-3000:]
+    assert "MIG layout plan" in demo_run.proc.stdout
+    return demo_run.out
 
 
 def test_every_confident_demo_shrink_to_a_mig_profile_is_planned_with_a_patch(demo: Path) -> None:

@@ -20,17 +20,12 @@ from gpulens.analytics.placement import (
 )
 from gpulens.analytics.run import analyze
 from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
-
-END = 1_780_000_200.0
 
 
 @pytest.fixture(scope="module")
-def analysed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp("placement") / "fleet.duckdb"
-    backfill_simulated(str(db), start=END - 86400, end=END, step=300)
-    analyze(db, AnalysisSettings(window_seconds="1d", bucket_seconds="5m"))
-    return db
+def analysed_store(placement_store: Path) -> Path:
+    """The session's analysed simulated day (tests.support.placement_fleet), read-only: copy it to write."""
+    return placement_store
 
 
 def _worse(db: Path) -> set[tuple[str, str, int, int]]:

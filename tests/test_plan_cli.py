@@ -10,14 +10,14 @@ import pytest
 import yaml
 
 from tests.support.cli import assert_one_line_error, gpulens
+from tests.support.demo_run import DemoRun
 
 
 @pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("plan-demo")
-    proc = gpulens("demo", "--out", str(out), "--days", "15", "--step", "5m", timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return out / "gpulens.duckdb"
+def demo_store(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's copy of the session's demo store: `plan` records its quota plans in it."""
+    assert demo_run.proc.returncode == 0, demo_run.proc.stderr
+    return demo_run.copy_store(tmp_path_factory.mktemp("plan-demo"))
 
 
 def test_on_the_demo_store_a_held_pool_over_capacity_is_a_conflict_and_nothing_is_written(

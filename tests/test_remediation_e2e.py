@@ -10,15 +10,15 @@ import pytest
 import yaml
 
 from tests.support.cli import assert_one_line_error, gpulens
-from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, build_failing_store
+from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, FailingStore
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int], str]]:
-    path = tmp_path_factory.mktemp("failing") / "gpulens.duckdb"
-    fleet = build_failing_store(path)
+def store(failing_store: FailingStore) -> tuple[Path, dict[tuple[str, int], str]]:
+    """The session's analyzed fault fleet (read-only) and its GPU UUIDs by (node, index)."""
+    fleet = failing_store.fleet
     uuids = {(n, g.index): g.uuid for n in fleet.node_names() for g in fleet.node_plan(n).gpus}
-    return path, uuids
+    return failing_store.path, uuids
 
 
 def health_rows(path: Path) -> dict[str, tuple[object, ...]]:

@@ -13,7 +13,7 @@ from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.run import RemediationReport, apply_plan
 from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
-from tests.support.failing_fleet import DEGRADING, FAILED, build_failing_store
+from tests.support.failing_fleet import DEGRADING, FAILED, FailingStore
 from tests.support.rbac import allowing, granted, permission, role_rules
 
 NOW = datetime(2026, 1, 4, 1, 0)
@@ -24,10 +24,9 @@ THEIRS = [{"key": "dedicated", "value": "llm", "effect": "NoSchedule"},
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    path = tmp_path_factory.mktemp("writer") / "gpulens.duckdb"
-    fleet = build_failing_store(path)
-    return path, fleet.node_names()
+def store(failing_store: FailingStore) -> tuple[Path, list[str]]:
+    """The session's analyzed fault fleet (read-only) and its node names."""
+    return failing_store.path, failing_store.fleet.node_names()
 
 
 def node_path(name: str) -> str:

@@ -11,15 +11,14 @@ import pytest
 from gpulens.analytics.report.data import StoreReader
 from gpulens.analytics.report.health_timeline import NodeTimeline, node_timelines
 from gpulens.analytics.report.writer import write_report
-from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, build_failing_store
+from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, FailingStore
 from tests.support.report_store import build_store
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("timeline") / "gpulens.duckdb"
-    build_failing_store(path)
-    return path
+def store(failing_store: FailingStore) -> Path:
+    """The session's analyzed fault fleet (read-only)."""
+    return failing_store.path
 
 
 @pytest.fixture(scope="module")

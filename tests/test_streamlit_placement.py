@@ -8,9 +8,6 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
 from gpulens.dashboards.streamlit import support
 from gpulens.dashboards.streamlit.access import ACCESS_FILE_ENV, GROUPS_HEADER_ENV, USER_HEADER_ENV
 from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES
@@ -18,15 +15,12 @@ from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse f
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"
 PAGE = "views/placement.py"
-END = 1_780_000_200.0
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp("placement-page") / "fleet.duckdb"
-    backfill_simulated(str(db), start=END - 86400, end=END, step=300)
-    analyze(db, AnalysisSettings(window_seconds="1d", bucket_seconds="5m"))
-    return db
+def fleet(placement_store: Path) -> Path:
+    """The session's analysed simulated day (tests.support.placement_fleet), read-only."""
+    return placement_store
 
 
 def _page(monkeypatch: pytest.MonkeyPatch, db: Path) -> AppTest:

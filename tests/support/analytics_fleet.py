@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
 
 from gpulens.collector.schema import create_schema
+from tests.support.bulk_insert import insert_rows
 
 T0 = datetime(2026, 1, 5, 0, 0)
 GIB = 1024**3
@@ -62,30 +63,28 @@ class Fleet:
     def samples(self, device_id: str, *, start: datetime = T0, count: int = 60, every: int = 60,
                 activity: float | None | Callable[[int], float | None] = 0.5,
                 memory: int | None | Callable[[int], int | None] = None) -> None:
+        self.readings(device_id, [(start + timedelta(seconds=i * every), _per_sample(activity, i), _per_sample(memory, i))
+                                  for i in range(count)])
+
+    def readings(self, device_id: str, rows: Sequence[tuple[datetime, float | None, int | None]]) -> None:
+        """Device samples at any times: (ts, activity ratio, memory used bytes) each."""
         gpu, node = self._where(device_id)
-        rows = [
-            [start + timedelta(seconds=i * every), node, gpu, device_id, _per_sample(activity, i),
-             _per_sample(memory, i)]
-            for i in range(count)
-        ]
-        self.con.executemany(
-            """INSERT INTO device_samples (ts, node, gpu_uuid, device_id, activity_ratio, memory_used_bytes, source)
-               VALUES (?, ?, ?, ?, ?, ?, 'test')""",
-            rows,
-        )
+        insert_rows(self.con, "device_samples", ("ts", "node", "gpu_uuid", "device_id", "activity_ratio",
+                                                 "memory_used_bytes", "source"),
+                    [(ts, node, gpu, device_id, activity, memory, "test") for ts, activity, memory in rows])
 
     def alloc(self, device_id: str, tenant: str, *, start: datetime = T0, count: int = 60, every: int = 60,
               namespace: str | None = None, pod: str = "p0", ge: float = 1.0) -> None:
+        self.holders(device_id, [(start + timedelta(seconds=i * every), tenant, namespace or tenant, pod, ge)
+                                 for i in range(count)])
+
+    def holders(self, device_id: str, rows: Sequence[tuple[datetime, str, str, str, float]]) -> None:
+        """Allocation rows at any times: (ts, tenant, namespace, pod, GPU-equivalents) each, container ``main``."""
         gpu, node = self._where(device_id)
-        rows = [
-            [start + timedelta(seconds=i * every), node, gpu, device_id, namespace or tenant, pod, "main", tenant, ge]
-            for i in range(count)
-        ]
-        self.con.executemany(
-            """INSERT INTO allocations (ts, node, gpu_uuid, device_id, namespace, pod, container, tenant,
-               gpu_equivalents, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'test')""",
-            rows,
-        )
+        insert_rows(self.con, "allocations", ("ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container",
+                                              "tenant", "gpu_equivalents", "source"),
+                    [(ts, node, gpu, device_id, namespace, pod, "main", tenant, ge, "test")
+                     for ts, tenant, namespace, pod, ge in rows])
 
     def gpu_sample(self, gpu_uuid: str, ts: datetime, **readings: object) -> None:
         node = self.con.execute("SELECT node FROM gpus WHERE gpu_uuid = ?", [gpu_uuid]).fetchone()

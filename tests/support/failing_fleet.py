@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpulens.analytics.run import analyze
@@ -40,3 +41,11 @@ def build_failing_store(path: Path) -> SimulatedFleet:
     backfill_simulated(str(path), fleet=fleet, start=start, end=start + 3 * DAY, step=300.0)
     analyze(path, AnalysisSettings(window_seconds="3d", bucket_seconds="5m"))
     return fleet
+
+
+@dataclass(frozen=True)
+class FailingStore:
+    """The analyzed store at ``path`` and the fleet that produced it (node names, GPU UUIDs)."""
+
+    path: Path
+    fleet: SimulatedFleet

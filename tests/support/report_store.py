@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from gpulens.collector.schema import create_schema
+from tests.support.bulk_insert import insert_rows
 
 EVIL_TENANT = "<script>alert(1)</script>\"'"
 T0 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC).replace(tzinfo=None)
@@ -77,18 +78,13 @@ def build_facts(con: duckdb.DuckDBPyConnection) -> None:
                                     ge, "Job", pod.rsplit("-", 1)[0], "test"))
         for gpu, node in ((H200, "node-h200"), (A100_0, "node-a100"), (A100_1, "node-a100")):
             gpu_samples.append((ts, node, gpu, True, 300.0, 300.0 * 300 * i, 55.0, "test"))
-    con.executemany(
-        "INSERT INTO device_samples (ts, node, gpu_uuid, device_id, activity_ratio, memory_used_bytes, "
-        "memory_total_bytes, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", samples,
-    )
-    con.executemany(
-        "INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", allocations
-    )
-    con.executemany(
-        "INSERT INTO gpu_samples (ts, node, gpu_uuid, up, power_watts, energy_joules, temperature_celsius, source) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        gpu_samples,
-    )
+    insert_rows(con, "device_samples", ("ts", "node", "gpu_uuid", "device_id", "activity_ratio", "memory_used_bytes",
+                                        "memory_total_bytes", "source"), samples)
+    insert_rows(con, "allocations", ("ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container", "tenant",
+                                     "sharing_mode", "gpu_equivalents", "workload_kind", "workload_name", "source"),
+                allocations)
+    insert_rows(con, "gpu_samples", ("ts", "node", "gpu_uuid", "up", "power_watts", "energy_joules",
+                                     "temperature_celsius", "source"), gpu_samples)
     con.execute(
         "INSERT INTO events (ts, node, gpu_uuid, kind, code, count, detail, source) VALUES (?, ?, ?, 'xid', 79, 1, ?, 'test')",
         [T0 + 30 * STEP, "node-a100", A100_1, "GPU has fallen off the bus"],
@@ -108,10 +104,12 @@ def build_store(path: Path, *, with_results: bool = True) -> Path:
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, object]]) -> None:
+    """Insert rows given as column -> value (rows naming the same columns go in together)."""
+    by_columns: dict[tuple[str, ...], list[tuple[object, ...]]] = {}
     for row in rows:
-        names = ", ".join(f'"{k}"' for k in row)
-        marks = ", ".join("?" for _ in row)
-        con.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", list(row.values()))  # noqa: S608
+        by_columns.setdefault(tuple(row), []).append(tuple(row.values()))
+    for columns, values in by_columns.items():
+        insert_rows(con, table, columns, values)
 
 
 RUN_ID = "fixture-run-0001"
