@@ -31,7 +31,7 @@ def build_commit() -> str:
 
 
 def _checkout_commit(root: Path) -> str | None:
-    """HEAD of ``root`` when it is the top of a gpulens git checkout (an editable install), else None."""
+    """HEAD of ``root`` when it is the top of a git checkout (an editable install), else None; changes not marked."""
     if not (root / "pyproject.toml").is_file():
         return None
     try:
