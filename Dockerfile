@@ -3,28 +3,38 @@
 #
 # BASE_IMAGE is any image with python3 >= 3.11 and its venv module (the official slim image by default;
 # the image test builds on a Debian root file system made with mmdebstrap). Both stages use the same base,
-# so the virtual environment built in the first runs unchanged in the second.
+# so the virtual environment built in the first stages runs unchanged in the last.
 ARG BASE_IMAGE=python:3.11-slim
 
-FROM ${BASE_IMAGE} AS build
+# The dependencies of pyproject.toml, alone: a new version or description leaves them, and the next stage, unchanged.
+FROM ${BASE_IMAGE} AS requirements
+COPY pyproject.toml /src/
+RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["dependencies"]))' \
+      > /requirements.txt
+
+# The dependencies into the virtual environment /opt/gpulens: the large layer of the image, reused until
+# they change. A CA bundle for a TLS-intercepting proxy may be passed as the build secret pip-cert; it
+# never enters a layer. /opt/gpulens-app, where the package itself goes, is put on the path by a .pth
+# file, so a change of the source rebuilds a layer of megabytes, not this one.
+FROM ${BASE_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-# The dependencies first, from pyproject.toml alone, so this layer is reused until they change. A CA
-# bundle for a TLS-intercepting proxy may be passed as the build secret pip-cert; it never enters a layer.
-COPY pyproject.toml ./
+COPY --from=requirements /requirements.txt /tmp/requirements.txt
 RUN --mount=type=secret,id=pip-cert,required=false \
     if [ -s /run/secrets/pip-cert ]; then export PIP_CERT=/run/secrets/pip-cert; fi \
  && python3 -m venv /opt/build \
  && /opt/build/bin/pip install --quiet "setuptools>=77" \
  && python3 -m venv --without-pip /opt/gpulens \
- && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
-      > /tmp/requirements.txt \
- && /opt/build/bin/pip --python /opt/gpulens/bin/python install --quiet -r /tmp/requirements.txt
-# Then the package, built into a wheel (the commit baked in from GPULENS_COMMIT: the context has no .git).
+ && /opt/build/bin/pip --python /opt/gpulens/bin/python install --quiet -r /tmp/requirements.txt \
+ && echo /opt/gpulens-app > "$(/opt/gpulens/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpulens-app.pth"
+
+FROM deps AS build
+WORKDIR /src
+# The package, built into a wheel (the commit baked in from GPULENS_COMMIT: the context has no .git).
 COPY . .
 ARG GPULENS_COMMIT=""
 RUN GPULENS_COMMIT="${GPULENS_COMMIT}" /opt/build/bin/pip wheel --quiet --no-deps --no-build-isolation -w /wheels . \
- && /opt/build/bin/pip --python /opt/gpulens/bin/python install --quiet --no-deps /wheels/gpulens-*.whl
+ && /opt/build/bin/pip --python /opt/gpulens/bin/python install --quiet --no-deps --target /opt/gpulens-app \
+      /wheels/gpulens-*.whl
 
 FROM ${BASE_IMAGE}
 ARG GPULENS_VERSION=unknown
@@ -41,9 +51,10 @@ RUN echo 'gpulens:x:65532:65532:gpulens:/home/gpulens:/usr/sbin/nologin' >> /etc
  && echo 'gpulens:x:65532:' >> /etc/group \
  && mkdir -p /home/gpulens /data \
  && chown 65532:65532 /home/gpulens /data
-# Only the virtual environment travels: no pip, setuptools, wheels or caches of the build stage.
-COPY --from=build /opt/gpulens /opt/gpulens
-ENV PATH=/opt/gpulens/bin:$PATH HOME=/home/gpulens PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# Only the virtual environment and the package travel: no pip, setuptools, wheels or caches of the build.
+COPY --from=deps /opt/gpulens /opt/gpulens
+COPY --from=build /opt/gpulens-app /opt/gpulens-app
+ENV PATH=/opt/gpulens-app/bin:/opt/gpulens/bin:$PATH HOME=/home/gpulens PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532
 WORKDIR /data
 ENTRYPOINT ["gpulens"]
