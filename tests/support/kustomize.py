@@ -66,9 +66,13 @@ def write_guide_overlay(where: Path) -> Path:
     return overlay
 
 
+RELEASE_OVERLAY = DEPLOY / "overlays" / "release"  # what `make release-manifests` writes by default (ignored by git)
+
+
 def shipped_kustomizations() -> list[Path]:
-    """deploy/base and every overlay under deploy/overlays."""
-    return [DEPLOY / "base", *sorted(p.parent for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))]
+    """deploy/base and every overlay under deploy/overlays but a written release overlay."""
+    overlays = (p.parent for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+    return [DEPLOY / "base", *sorted(p for p in overlays if p != RELEASE_OVERLAY)]
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
