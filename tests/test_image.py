@@ -20,7 +20,7 @@ from tests.support.image import IMAGE, Buildah, base_image, make_image, read_onl
 from tests.support.kustomize import gpulens_commands, render, shipped_kustomizations, write_guide_overlay
 from tests.support.prometheus import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # a first build installs the dependencies from PyPI
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
