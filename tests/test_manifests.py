@@ -110,7 +110,7 @@ def test_kubectl_renders_the_base_every_overlay_and_the_guides_overlay(
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_every_core_object_validates_against_the_oldest_and_newest_kubernetes_the_guide_claims(
         version: str, renderings: dict[str, list[dict[str, Any]]]) -> None:
-    distinct = {}  # the overlays repeat most objects of the base: each distinct object is checked once
+    distinct: dict[str, tuple[str, dict[str, Any]]] = {}  # the overlays repeat most objects of the base: each distinct object is checked once
     for name, objects in renderings.items():
         for obj in objects:
             if obj["kind"] not in CUSTOM_KINDS:

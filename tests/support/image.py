@@ -146,8 +146,8 @@ class ReadOnlyContainer:
         mounts += [f"mount --bind {shlex.quote(str(host))} {shlex.quote(str(self.rootfs / inside.lstrip('/')))}"
                    for inside, host in self.volumes.items()]
         command = [*(self.entrypoint if entrypoint else ()), *args]
-        inner = ["chroot", f"--userspec={self.user}", str(self.rootfs), "/usr/bin/env", "-i", *self.env,
-                 "-C", self.workdir, *command]
+        inner = ["chroot", f"--userspec={self.user}", str(self.rootfs), "/usr/bin/env", "-i", "-C", self.workdir,
+                 *self.env, *command]
         script = "; ".join(mounts) + "; exec " + shlex.join(inner)
         return ["unshare", "--mount", "--propagation", "private", "sh", "-ec", script]
 
