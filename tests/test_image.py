@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import tomllib
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.support.exporter import http_get, stop_process, wait_healthy
 from tests.support.image import IMAGE, Buildah, base_image, make_image, read_only_container, require_tools
 from tests.support.kustomize import gpulens_commands, render, shipped_kustomizations, write_guide_overlay
 from tests.support.prometheus import free_port
@@ -42,11 +41,19 @@ def buildah() -> Buildah:
     return require_tools()
 
 
+@dataclass(frozen=True)
+class Built:
+    image: str
+    commit: str  # of the tree when it was built
+
+
 @pytest.fixture(scope="module")
-def image(buildah: Buildah) -> str:
-    built = make_image(buildah, base_image(buildah))
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
-    return TAGGED
+def built(buildah: Buildah) -> Built:
+    base = base_image(buildah)
+    commit = source_commit()
+    made = make_image(buildah, base)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    return Built(TAGGED, commit)
 
 
 @pytest.fixture
@@ -54,27 +61,27 @@ def volumes(tmp_path: Path) -> dict[str, Path]:
     return {"/data": tmp_path / "data", "/tmp": tmp_path / "tmp"}
 
 
-def test_make_image_tags_the_package_version_and_labels_version_commit_and_source(buildah: Buildah, image: str) -> None:
-    config = buildah.image_config(image)["config"]
+def test_make_image_tags_the_package_version_and_labels_version_commit_and_source(buildah: Buildah, built: Built) -> None:
+    config = buildah.image_config(built.image)["config"]
     labels = config["Labels"]
     assert labels["org.opencontainers.image.version"] == VERSION
-    assert labels["org.opencontainers.image.revision"] == source_commit()
+    assert labels["org.opencontainers.image.revision"] == built.commit
     assert labels["org.opencontainers.image.source"].startswith("https://")
     assert config["Entrypoint"] == ["gpulens"]
     assert config["User"] == "65532:65532"
 
 
 def test_the_image_prints_the_version_and_the_commit_it_was_built_from(
-        buildah: Buildah, image: str, volumes: dict[str, Path]) -> None:
-    with read_only_container(buildah, image, volumes) as container:
+        buildah: Buildah, built: Built, volumes: dict[str, Path]) -> None:
+    with read_only_container(buildah, built.image, volumes) as container:
         ran = container.run("--version")
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == f"gpulens {VERSION} (commit {source_commit()})"
+    assert ran.stdout.strip() == f"gpulens {VERSION} (commit {built.commit})"
 
 
 def test_the_image_runs_as_the_non_root_user_on_a_read_only_root(
-        buildah: Buildah, image: str, volumes: dict[str, Path]) -> None:
-    with read_only_container(buildah, image, volumes) as container:
+        buildah: Buildah, built: Built, volumes: dict[str, Path]) -> None:
+    with read_only_container(buildah, built.image, volumes) as container:
         ran = container.run("sh", "-c", "id -u; touch /data/ok; touch /opt/gpulens/x", entrypoint=False)
     assert ran.stdout.split()[0] == "65532"
     assert (volumes["/data"] / "ok").stat().st_uid == 65532
@@ -82,8 +89,8 @@ def test_the_image_runs_as_the_non_root_user_on_a_read_only_root(
 
 
 def test_the_image_holds_no_compiler_pip_build_tree_or_cache(
-        buildah: Buildah, image: str, volumes: dict[str, Path]) -> None:
-    with read_only_container(buildah, image, volumes) as container:
+        buildah: Buildah, built: Built, volumes: dict[str, Path]) -> None:
+    with read_only_container(buildah, built.image, volumes) as container:
         rootfs = container.rootfs
         for compiler in ("gcc", "cc", "c++", "x86_64-linux-gnu-gcc", "clang"):
             assert not (rootfs / "usr" / "bin" / compiler).exists(), compiler
@@ -98,41 +105,31 @@ def test_the_image_holds_no_compiler_pip_build_tree_or_cache(
 
 
 @pytest.fixture
-def exporter_url(buildah: Buildah, image: str, volumes: dict[str, Path]) -> Iterator[str]:
-    """The simulated exporter running in the image, listening on loopback."""
-    port = free_port()
-    with read_only_container(buildah, image, volumes) as container:
-        proc = subprocess.Popen(container.argv(["exporter", "--backend=sim", f"--listen=127.0.0.1:{port}", "--interval=1s"]),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def exporter_url(buildah: Buildah, built: Built, volumes: dict[str, Path]) -> Iterator[str]:
+    """The simulated exporter running in the image on loopback, healthy (its first cycle done)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with read_only_container(buildah, built.image, volumes) as container:
+        argv = container.argv(["exporter", "--backend=sim", f"--listen={url.removeprefix('http://')}", "--interval=1s"])
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            yield f"http://127.0.0.1:{port}"
+            wait_healthy(proc, url)
+            yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=20)
+            stop_process(proc)
 
 
 def test_the_simulated_exporter_in_the_image_answers_metrics_on_loopback(exporter_url: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{exporter_url}/metrics", timeout=5) as answer:
-                text = answer.read().decode()
-            break
-        except (urllib.error.URLError, ConnectionError):
-            assert time.monotonic() < deadline, "the exporter in the image never answered /metrics"
-            time.sleep(0.5)
+    status, _, body = http_get(f"{exporter_url}/metrics")
+    text = body.decode()
+    assert status == 200
     assert 'gpulens_exporter_build_info{backend="sim"' in text
     assert re.search(r'gpulens_device_gpu_equivalents\{[^}]*node="[^"]+"', text)
     assert re.search(r'gpulens_allocation_gpu_equivalents\{[^}]*tenant="[^"]+"', text)
 
 
 def test_gpulens_demo_writes_its_report_into_the_volume_as_the_non_root_user(
-        buildah: Buildah, image: str, volumes: dict[str, Path]) -> None:
-    with read_only_container(buildah, image, volumes) as container:
+        buildah: Buildah, built: Built, volumes: dict[str, Path]) -> None:
+    with read_only_container(buildah, built.image, volumes) as container:
         ran = container.run("demo", "--out=/data/demo", "--days=0.1", "--step=5m", timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     report = volumes["/data"] / "demo" / "report" / "index.html"
@@ -141,13 +138,13 @@ def test_gpulens_demo_writes_its_report_into_the_volume_as_the_non_root_user(
 
 
 def test_every_command_line_of_the_manifests_parses_in_the_image(
-        buildah: Buildah, image: str, volumes: dict[str, Path], tmp_path: Path) -> None:
+        buildah: Buildah, built: Built, volumes: dict[str, Path], tmp_path: Path) -> None:
     """The image's own gpulens reads each container's args with --help appended: a renamed flag fails here."""
     lines = {command.args for path in shipped_kustomizations() for command in gpulens_commands(render(path))}
     lines |= {command.args for command in gpulens_commands(render(write_guide_overlay(tmp_path)),
                                                             "registry.example.com/platform/gpulens")}
     assert len(lines) >= 8
-    with read_only_container(buildah, image, volumes) as container:
+    with read_only_container(buildah, built.image, volumes) as container:
         ran = container.run("python3", "-c", PARSE_EACH, json.dumps(sorted(lines)), entrypoint=False)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert json.loads(ran.stdout) == {}, "command lines the image's gpulens refuses"
