@@ -37,15 +37,6 @@ RUN GPULENS_COMMIT="${GPULENS_COMMIT}" /opt/build/bin/pip wheel --quiet --no-dep
       /wheels/gpulens-*.whl
 
 FROM ${BASE_IMAGE}
-ARG GPULENS_VERSION=unknown
-ARG GPULENS_COMMIT=""
-ARG GPULENS_SOURCE=https://github.com/gpulens/gpulens
-LABEL org.opencontainers.image.title="gpulens" \
-      org.opencontainers.image.description="GPU visibility, idle capacity, chargeback and quota feedback for shared Kubernetes GPUs" \
-      org.opencontainers.image.version="${GPULENS_VERSION}" \
-      org.opencontainers.image.revision="${GPULENS_COMMIT}" \
-      org.opencontainers.image.source="${GPULENS_SOURCE}" \
-      org.opencontainers.image.licenses="Apache-2.0"
 # UID/GID 65532, as the manifests run it; its home is a volume there (the root file system is read-only).
 RUN echo 'gpulens:x:65532:65532:gpulens:/home/gpulens:/usr/sbin/nologin' >> /etc/passwd \
  && echo 'gpulens:x:65532:' >> /etc/group \
@@ -59,3 +50,13 @@ USER 65532:65532
 WORKDIR /data
 ENTRYPOINT ["gpulens"]
 CMD ["--help"]
+# Last, so that a new commit changes no layer above.
+ARG GPULENS_VERSION=unknown
+ARG GPULENS_COMMIT=""
+ARG GPULENS_SOURCE=https://github.com/gpulens/gpulens
+LABEL org.opencontainers.image.title="gpulens" \
+      org.opencontainers.image.description="GPU visibility, idle capacity, chargeback and quota feedback for shared Kubernetes GPUs" \
+      org.opencontainers.image.version="${GPULENS_VERSION}" \
+      org.opencontainers.image.revision="${GPULENS_COMMIT}" \
+      org.opencontainers.image.source="${GPULENS_SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
