@@ -3,7 +3,8 @@
 ``recommend(db_path, settings)`` reads the store, rightsizes every workload, recommends every quota
 entry, proposes MIG conversions, plans the writes per quota object and records everything in the
 ``recommendations`` result table (with the window and parameters). ``write_dry_run`` writes the YAML
-that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubernetesClient`` with guard rails.
+that ``--apply`` would send; ``apply_recommendations`` sends it through a ``KubernetesClient`` with guard rails,
+cuts first and raises only where every cut of their flavor landed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.analytics.facts import bind_facts
+from gpulens.analytics.plan.inputs import inventory_capacity
 from gpulens.analytics.quota import (
     MigConversion,
     QuotaEvidence,
@@ -40,9 +42,11 @@ from gpulens.analytics.tas_advice import TasSettings
 from gpulens.analytics.tas_evidence import TasEvidence, load_tas_advice
 from gpulens.analytics.tas_output import render_topology, topology_rows
 from gpulens.analytics.writers import TARGETS, QuotaTarget
-from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
+from gpulens.analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import clear_dry_run_dir
 from gpulens.analytics.writers.crd import RecommendationPolicy
+from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
+from gpulens.analytics.writers.order import apply_in_order, partial
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
 from gpulens.exporter.kube_api import KubernetesClient
@@ -57,8 +61,10 @@ class RecommendSettings(BaseModel):
     window_end: datetime | None = Field(default=None, description="End of the window; default: the store's latest sample.")
     targets: tuple[str, ...] = Field(default=("kueue", "resourcequota"), description="Quota object kinds to write.")
     kueue_version: str = Field(default="v1beta2", description="ClusterQueue API version: v1beta1 or v1beta2.")
-    borrowing_limit_ratio: float | None = Field(default=None, ge=0, description="Set borrowingLimit = ratio x nominal.")
-    lending_limit_ratio: float | None = Field(default=None, ge=0, le=1, description="Set lendingLimit = ratio x nominal.")
+    borrowing_limit_ratio: float | None = Field(default=None, ge=0, le=1000, allow_inf_nan=False,
+                                                description="Set borrowingLimit = ratio x nominal.")
+    lending_limit_ratio: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False,
+                                              description="Set lendingLimit = ratio x nominal.")
     record_namespace: str = Field(default="gpulens", description="Namespace of GPUQuotaRecommendation objects.")
     rightsizing: MigFitSettings = MigFitSettings()
     quota: QuotaSettings = QuotaSettings()
@@ -107,6 +113,10 @@ class RecommendationReport:
     """First and last time of the data actually used (the window may ask for more than the store holds)."""
     topology: TasEvidence | None = None
     """Kueue TAS advice per queue, from the newest analysis run's placements (None: no such run)."""
+    live_totals: tuple[LiveTotal, ...] = ()
+    """After a partial apply: each ClusterQueue flavor's live total, read back from the API server."""
+    capacity: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Units per ClusterQueue flavor and resource on the flavor's nodes, drain candidates out (where known)."""
 
     @property
     def window(self) -> tuple[datetime, datetime]:
@@ -168,10 +178,23 @@ def recommend(
                                   run_id=run_id))
         report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
                                       plans, notes=notes, data_span=_data_span(workloads, quotas),
-                                      topology=load_tas_advice(con, settings.topology))
+                                      topology=load_tas_advice(con, settings.topology),
+                                      capacity=_flavor_capacity(con, quotas, start))
         if settings.store_results:
             store_results(con, report, strategy.name)
     return report
+
+
+def _flavor_capacity(
+    con: duckdb.DuckDBPyConnection, quotas: Sequence[QuotaRecommendation], start: datetime
+) -> dict[tuple[str, str], int]:
+    """Units of each ClusterQueue flavor and resource on its nodes, as ``gpulens plan`` counts them (drain
+    candidates out, no reserve): what the live totals after a partial apply are shown against."""
+    flavors = {q.key.flavor for q in quotas if q.key.flavor}
+    if not flavors:
+        return {}
+    pools, _ = inventory_capacity(con, flavors, start, hours_per_month=730.0)
+    return {key: pool.capacity for key, pool in pools.items() if pool.physical}
 
 
 def _history(
@@ -329,22 +352,35 @@ def apply_recommendations(
     sleep: Callable[[float], None] | None = None,
     record: bool = True,
 ) -> RecommendationReport:
-    """Apply every plan with the guard rails of ``QuotaApplier``; record GPUQuotaRecommendation objects."""
+    """Apply every plan with the guard rails of ``QuotaApplier``, cuts first (``apply_in_order``); record
+    GPUQuotaRecommendation objects; after a partial apply, read each ClusterQueue flavor's live total back."""
     kwargs: dict[str, Any] = {"clock": clock}
     if sleep is not None:
         kwargs["sleep"] = sleep
     applier = QuotaApplier(api, **kwargs)
     policy = report.settings.policy(auto_apply=True)
     outcomes, notes = [], list(report.notes)
-    for plan in report.plans:
-        outcome = applier.apply(plan)  # never raises for the API server's doing: a failure is an outcome
+    # never raises for the API server's doing: a failure is an outcome
+    for plan, outcome in zip(report.plans, apply_in_order(applier, report.plans), strict=True):
         if record:
             problem = applier.record(plan, outcome, policy, report.window)
             outcome = dataclasses.replace(outcome, recorded=problem is None, record_error=problem)
             if problem:
                 notes.append(f"recording {plan.recommendation_name}: {problem}")
         outcomes.append(outcome)
-    return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes))
+    totals = tuple(read_live_totals(api, _flavor_members(report.plans), report.capacity)) if partial(outcomes) else ()
+    return dataclasses.replace(report, outcomes=tuple(outcomes), notes=tuple(notes), live_totals=totals)
+
+
+def _flavor_members(plans: Sequence[ObjectPlan]) -> dict[tuple[str, str], list[QueueRef]]:
+    """Per ClusterQueue flavor and resource, every object of the run that has an entry for it."""
+    members: dict[tuple[str, str], list[QueueRef]] = {}
+    for plan in plans:
+        for r in plan.recommendations:
+            if r.key.flavor:
+                members.setdefault((r.key.flavor, r.key.resource), []).append(
+                    (plan.target, plan.namespace, plan.name))
+    return members
 
 
 def _used_window(r: RecommendationReport) -> str:
@@ -411,10 +447,10 @@ def _render(r: RecommendationReport) -> list[str]:
             lines.append(f"  => {o.status.upper()}: {o.message}")
     if r.outcomes:
         lines += ["", *outcome_table(r.outcomes)]
+    if r.live_totals:
+        lines += ["", "Live totals after a partial apply (read back from the API server)"]
+        lines += [f"  {t.line()}" for t in r.live_totals]
     return lines
-
-
-OUTCOMES = ("applied", "unchanged", "skipped", "refused", "failed")
 
 
 def outcome_table(outcomes: Sequence[ApplyOutcome]) -> list[str]:

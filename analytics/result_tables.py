@@ -17,6 +17,8 @@ from typing import Any
 
 import duckdb
 
+from gpulens.collector.schema_version import log, store_path
+
 
 @dataclass(frozen=True)
 class Column:
@@ -232,6 +234,9 @@ TABLES: dict[str, list[Column]] = {
         _c("explanation", "VARCHAR NOT NULL", "Why, in words."),
         _c("conflict", "VARCHAR", "The conflicting constraints of the flavor and resource, with amounts (NULL: none)."),
         _c("parameters", "JSON NOT NULL", "The policy the plan was made with."),
+        _c("apply_outcome", "VARCHAR", "What `gpulens plan --apply` did to the queue: applied | unchanged | skipped | "
+           "refused | failed | unknown (may have been applied); NULL: not applied (dry run, or not changed)."),
+        _c("apply_message", "VARCHAR", "The reason of that outcome, as printed (NULL: not applied)."),
     ],
     "recommendations": [
         _c("run_id", "VARCHAR NOT NULL", "Hash of window and settings of the `gpulens recommend` run."),
@@ -441,6 +446,12 @@ def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
     _add_new_columns(con, {t: cols for t, cols in TABLES.items() if t not in DAY_PARTS})
 
 
+def ensure_table(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Create one (non day-part) result table, or give an older one the columns added since."""
+    con.execute(ddl(table))
+    _add_new_columns(con, {table: TABLES[table]})
+
+
 def _add_new_columns(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[Column]]) -> None:
     """A table from an older release gets the columns added since (appended, NULL in its earlier rows)."""
     have: dict[str, set[str]] = defaultdict(set)
@@ -454,6 +465,8 @@ def _add_new_columns(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[C
         for c in cols:
             if c.name not in have[table]:
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
+                log.warning("the store %s was upgraded: %s gets the column %s (NULL in the rows stored before)",
+                            store_path(con), table, c.name)
 
 
 def _create_part_view(con: duckdb.DuckDBPyConnection, view: str) -> None:

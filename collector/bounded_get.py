@@ -5,7 +5,8 @@ httpx's timeouts bound each network operation, not the request: a target that tr
 down when the whole-request deadline passes (the socket comes from httpx's documented ``trace`` and
 ``network_stream`` extensions), so connect, headers and body together take at most ``timeout``; the body
 is read in chunks and refused past ``max_bytes`` (checked on ``Content-Length`` first). A redirect is
-an error naming where it points: a scrape target never sends the client to another host.
+an error naming where it points: a scrape target never sends the client to another host. Every message
+names the target with its credentials redacted (:mod:`gpulens.core.redact`), never the password.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from gpulens.core.redact import redact, redact_logs_of
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Default body cap (64 MiB): an exporter of a full 8-GPU node with MIG answers well under 1 MiB."""
@@ -35,6 +38,7 @@ class Limits:
 
 def new_client(timeout: float, headers: dict[str, str] | None = None) -> httpx.Client:
     """A client for bounded GETs: no redirects, no kept-alive connections (each GET owns its socket)."""
+    redact_logs_of("httpx")  # it logs each request's URL, credentials included
     return httpx.Client(
         timeout=timeout,
         follow_redirects=False,
@@ -90,27 +94,29 @@ def _size(n: int) -> str:
 def bounded_get(client: httpx.Client, url: str, limits: Limits) -> bytes:
     """The body of a 200 answer to GET ``url`` within ``limits``; anything else raises ``FetchError``."""
     deadline = _Deadline(limits.timeout)
+    name = redact(url)
     try:
         with deadline, client.stream("GET", url, extensions={"trace": deadline.trace}) as resp:
             if resp.is_redirect:
                 where = resp.headers.get("location", "?")
-                raise FetchError(f"{url}: HTTP {resp.status_code} redirect to {where[:200]} (redirects are not followed)")
+                raise FetchError(f"{name}: HTTP {resp.status_code} redirect to {redact(where)[:200]} "
+                                 "(redirects are not followed)")
             if resp.status_code != 200:
-                raise FetchError(f"{url}: HTTP {resp.status_code}")
+                raise FetchError(f"{name}: HTTP {resp.status_code}")
             declared = resp.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limits.max_bytes:
-                raise FetchError(f"{url}: body of {_size(int(declared))} is over the limit of {_size(limits.max_bytes)}")
+                raise FetchError(f"{name}: body of {_size(int(declared))} is over the limit of {_size(limits.max_bytes)}")
             chunks = []
             received = 0
             for chunk in resp.iter_bytes():
                 received += len(chunk)
                 if received > limits.max_bytes:
-                    raise FetchError(f"{url}: body is over the limit of {_size(limits.max_bytes)}")
+                    raise FetchError(f"{name}: body is over the limit of {_size(limits.max_bytes)}")
                 chunks.append(chunk)
             return b"".join(chunks)
     except httpx.HTTPError as exc:
         if deadline.expired:
-            raise FetchError(f"{url}: timed out: the whole request took over {limits.timeout:g}s") from exc
+            raise FetchError(f"{name}: timed out: the whole request took over {limits.timeout:g}s") from exc
         if isinstance(exc, httpx.TimeoutException):
-            raise FetchError(f"{url}: timed out ({exc.__class__.__name__})") from exc
-        raise FetchError(f"{url}: {exc}") from exc
+            raise FetchError(f"{name}: timed out ({exc.__class__.__name__})") from exc
+        raise FetchError(f"{name}: {redact(str(exc))}") from exc

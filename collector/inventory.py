@@ -29,7 +29,7 @@ import polars as pl
 
 from gpulens.collector.store import Store, WindowResult, to_datetime
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, NotFoundError
+from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
 from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
 from gpulens.exporter.tenancy.pod_tenancy import (
     cluster_queue_tenant,
@@ -83,8 +83,41 @@ CORE_LISTS = {
 
 
 def list_items(api: KubernetesReads, path: str) -> list[dict[str, Any]]:
-    """The ``items`` of the list at ``path``."""
-    return list(api.get(path).get("items") or [])
+    """The ``items`` of the list at ``path``, each an object whose ``metadata``, ``spec`` and ``status`` (and
+    labels and annotations) are objects where present; a list of another shape is a
+    :class:`MalformedAnswerError` naming the request and what it held (``items[0] is 1, not an object``)."""
+    items = api.get(path).get("items")
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise _wrong_shape(path, f"items is {_shown(items)}, not a list")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _wrong_shape(path, f"items[{i}] is {_shown(item)}, not an object")
+        _require_objects(path, f"items[{i}]", item, _OBJECT_PARTS)
+        _require_objects(path, f"items[{i}].metadata", _meta(item), _METADATA_MAPS)
+    return items
+
+
+_OBJECT_PARTS = ("metadata", "spec", "status")
+_METADATA_MAPS = ("labels", "annotations")
+
+
+def _require_objects(path: str, where: str, obj: dict[str, Any], fields: tuple[str, ...]) -> None:
+    for field in fields:
+        value = obj.get(field)
+        if value is not None and not isinstance(value, dict):
+            raise _wrong_shape(path, f"{where}.{field} is {_shown(value)}, not an object")
+
+
+def _wrong_shape(path: str, what: str) -> MalformedAnswerError:
+    return MalformedAnswerError(0, "GET", path, f"the list has the wrong shape: {what}")
+
+
+def _shown(value: Any) -> str:
+    """A value of a reply as JSON, cut short (it is data from the API server)."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def list_kueue(api: KubernetesReads, plural: str, config: TenancyConfig) -> list[dict[str, Any]]:

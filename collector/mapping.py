@@ -7,7 +7,9 @@ like the store tables (``device_samples``, ``gpu_samples``, ``allocations``, ``e
 
 dcgm-exporter has no MIG UUID and no compute-instance label: a MIG GPU instance becomes the device
 ``<GPU UUID>/gi<GPU_I_ID>`` (or ``dra_mig_device_uuid`` when the exporter runs in DRA mode), and its
-tenant is its namespace. dcgm's MiB become bytes, % a ratio, mJ joules and MHz hertz.
+tenant is its namespace. Every dcgm-exporter generation is read (:mod:`collector.dcgm_fields`): each
+sample is converted to base units by the name it was read under (pre-4.9 MiB, %, mJ and MHz, 4.9+
+bytes, ratios, joules and hertz), so both generations make the same rows.
 
 Memory of a MIG GPU instance stays on the row of the device that carries it (its first compute
 instance; the others have NULL), exactly as the exporter and the simulator report it.
@@ -20,6 +22,9 @@ from typing import Literal
 
 import polars as pl
 
+from gpulens.collector.dcgm_fields import BY_KEY, READ_AS
+from gpulens.collector.dcgm_fields import DCGM_METRICS as DCGM_METRICS
+from gpulens.collector.dcgm_fields import MIB as MIB
 from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
 from gpulens.core import metric_catalog as M
 from gpulens.core.metric_catalog import PREFIX, MetricGroup, in_groups
@@ -27,7 +32,6 @@ from gpulens.core.vocabulary import COMPUTE_SLICES
 
 SchemaName = Literal["gpulens", "dcgm", "auto"]
 
-MIB = 1024 * 1024
 
 GPULENS_METRICS = tuple(dict.fromkeys((
     *(spec.name for spec in in_groups(MetricGroup.GPU, MetricGroup.DEVICE, MetricGroup.ALLOCATION)),
@@ -38,28 +42,6 @@ GPULENS_METRICS = tuple(dict.fromkeys((
 GPU_SAMPLE_METRICS = tuple(spec for spec in in_groups(MetricGroup.GPU) if spec not in (M.GPU_XID_ERRORS, M.GPU_XID_LAST_SEEN))
 """Per-GPU series that become ``gpu_samples`` rows (XID series become ``events``)."""
 
-DCGM_METRICS = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_PROF_SM_ACTIVE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-    "DCGM_FI_DEV_RETIRED_SBE",
-    "DCGM_FI_DEV_RETIRED_DBE",
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-)
-"""dcgm-exporter series the collector reads."""
 
 KUEUE_METRICS = (
     "kueue_cluster_queue_nominal_quota",
@@ -476,10 +458,24 @@ def normalize_dcgm_labels(long: pl.DataFrame) -> pl.DataFrame:
     return df.drop("gpu").rename({"gpu_n": "gpu"}).filter(pl.col("gpu").is_not_null())
 
 
+def dcgm_in_base_units(df: pl.DataFrame) -> pl.DataFrame:
+    """Each ingested dcgm sample under its field's key, its value converted by the name it was read under."""
+    keys = {name: field.key for name, (field, _) in READ_AS.items()}
+    scales = {name: unit.scale for name, (_, unit) in READ_AS.items()}
+    return df.with_columns(
+        value=pl.col("value") * pl.col("metric").replace_strict(scales, default=1.0, return_dtype=pl.Float64),
+        metric=pl.col("metric").replace(keys),
+    )
+
+
+def _signal(key: str) -> pl.Expr:
+    """The activity signal stored for field ``key``: its pre-4.9 name, whatever generation served it."""
+    return pl.lit(BY_KEY[key].legacy)
+
+
 def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
-    """Store frames from dcgm-exporter series (labels already normalized)."""
-    df = df.with_columns(_TS)
-    fb = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
+    """Store frames from dcgm-exporter series of any generation (labels already normalized)."""
+    df = dcgm_in_base_units(df).with_columns(_TS)
     per_device = df.group_by("device", "ts").agg(
         node=pl.col("node").first(),
         gpu_uuid=pl.col("gpu").first(),
@@ -487,21 +483,23 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         profile=pl.col("profile").first(),
         model=pl.col("model").first(),
         index=pl.col("index").first(),
-        gr=_first("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
-        sm=_first("DCGM_FI_PROF_SM_ACTIVE"),
-        util=_first("DCGM_FI_DEV_GPU_UTIL"),
-        used=_first(fb[0]),
-        free=_first(fb[1]),
-        reserved=_first(fb[2]),
+        gr=_first("gr_engine"),
+        sm=_first("sm_active"),
+        util=_first("gpu_util"),
+        used=_first("fb_used"),
+        free=_first("fb_free"),
+        reserved=_first("fb_reserved"),
+        capacity=_first("fb_total"),
     )
     per_device = per_device.with_columns(
         # profiling fields first: GPU_UTIL is a duty cycle that overstates compute need
-        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("sm"), pl.col("util") / 100.0),
-        activity_signal=pl.when(pl.col("gr").is_not_null()).then(pl.lit("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
-        .when(pl.col("sm").is_not_null()).then(pl.lit("DCGM_FI_PROF_SM_ACTIVE"))
-        .when(pl.col("util").is_not_null()).then(pl.lit("DCGM_FI_DEV_GPU_UTIL")),
-        memory_used_bytes=(pl.col("used") * MIB).round(0).cast(pl.Int64),
-        memory_total_bytes=((pl.col("used") + pl.col("free") + pl.col("reserved").fill_null(0)) * MIB)
+        activity_ratio=pl.coalesce(pl.col("gr"), pl.col("sm"), pl.col("util")),
+        activity_signal=pl.when(pl.col("gr").is_not_null()).then(_signal("gr_engine"))
+        .when(pl.col("sm").is_not_null()).then(_signal("sm_active"))
+        .when(pl.col("util").is_not_null()).then(_signal("gpu_util")),
+        memory_used_bytes=pl.col("used").round(0).cast(pl.Int64),
+        memory_total_bytes=pl.coalesce(pl.col("used") + pl.col("free") + pl.col("reserved").fill_null(0),
+                                       pl.col("capacity"))
         .round(0)
         .cast(pl.Int64),
         is_mig=pl.col("gpu_instance").is_not_null(),
@@ -520,17 +518,17 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
     # Physical readings are per GPU: MIG instances repeat them, the first series of each GPU wins.
     phys = df.group_by("gpu", "ts").agg(
         node=pl.col("node").first(),
-        power_watts=_first("DCGM_FI_DEV_POWER_USAGE"),
-        energy_joules=_first("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") / 1000.0,
-        temperature_celsius=_first("DCGM_FI_DEV_GPU_TEMP"),
-        sm_clock_hz=_first("DCGM_FI_DEV_SM_CLOCK") * 1e6,
-        memory_clock_hz=_first("DCGM_FI_DEV_MEM_CLOCK") * 1e6,
-        ecc_corrected_total=_first("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
-        ecc_uncorrected_total=_first("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
-        retired_pages_total=_first("DCGM_FI_DEV_RETIRED_SBE") + _first("DCGM_FI_DEV_RETIRED_DBE"),
-        remap=_first("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
-        pcie_replay_total=_first("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
-        nvlink_crc_errors_total=_first("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+        power_watts=_first("power"),
+        energy_joules=_first("energy"),
+        temperature_celsius=_first("temperature"),
+        sm_clock_hz=_first("sm_clock"),
+        memory_clock_hz=_first("memory_clock"),
+        ecc_corrected_total=_first("ecc_sbe"),
+        ecc_uncorrected_total=_first("ecc_dbe"),
+        retired_pages_total=_first("retired_sbe") + _first("retired_dbe"),
+        remap=_first("row_remap_failed"),
+        pcie_replay_total=_first("pcie_replay"),
+        nvlink_crc_errors_total=_first("nvlink_crc_flit"),
     )
     ints = ("ecc_corrected_total", "ecc_uncorrected_total", "retired_pages_total", "pcie_replay_total",
             "nvlink_crc_errors_total")
@@ -569,9 +567,10 @@ def map_dcgm(df: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
         (slices / COMPUTE_SLICES).alias("gpu_equivalents"),
         pl.lit(source).alias("source"),
     )
-    # DCGM_FI_DEV_XID_ERRORS is "the last XID seen": an event where it changes to a non-zero code.
+    # DCGM_FI_DEV_XID_ERRORS (4.9+: DCGM_FI_DEV_XID_ERROR) is "the last XID seen": an event where it
+    # changes to a non-zero code.
     xid = (
-        df.filter(pl.col("metric") == "DCGM_FI_DEV_XID_ERRORS")
+        df.filter(pl.col("metric") == "xid")
         .group_by("gpu", "ts")
         .agg(node=pl.col("node").first(), code=pl.col("value").first())
         .sort("gpu", "ts")

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from gpulens.collector.schema import ALL_TABLES, FACTS
-from gpulens.collector.store_errors import StoreMissing, store_error
+from gpulens.collector.store_errors import StoreMissing, connect_store, storage_error
 from gpulens.core.errors import UserError
 
 
@@ -40,10 +40,7 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
     except OSError as exc:
         raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from exc
     rows: dict[str, int] = {}
-    try:
-        con = duckdb.connect(db_path, read_only=True)
-    except duckdb.Error as exc:
-        raise store_error(db_path, exc) from exc
+    con = connect_store(db_path, read_only=True)
     try:
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         for table in ALL_TABLES:
@@ -63,6 +60,8 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
                 con.execute(
                     f"COPY {table} TO '{_sql_path(out / f'{table}.parquet')}' (FORMAT parquet)"  # noqa: S608
                 )
+    except duckdb.Error as exc:  # a damaged block, a full disk under --out: one line naming what failed
+        raise storage_error(db_path, exc) or exc from exc
     finally:
         con.close()
     return ExportSummary(out, rows)

@@ -4,7 +4,9 @@
 request); each chunk is ingested as one transaction with its ``ingest_batches`` row and watermark, so
 a chunk is either complete or absent. Transient failures (5xx, 429, timeouts, refused connections)
 are retried with exponential backoff; after the last attempt the collection fails with one clear
-message and the chunk is not marked done. Label values are escaped in PromQL.
+message and the chunk is not marked done. Label values are escaped in PromQL. Credentials in the base
+URL (``https://user:secret@host``) go to the server only: messages, window-log sources and gap targets
+name it redacted (``https://user:***@host``).
 
 With ``rollups`` the 5-minute rollup records of :mod:`collector.prometheus_rollups` are read in place
 of their base metrics (the rest raw at the 5-minute step) and mapped back onto the base names, so the
@@ -26,6 +28,7 @@ import httpx
 import numpy as np
 import polars as pl
 
+from gpulens.collector.dcgm_generation import TargetGenerations, speaks_by_target
 from gpulens.collector.mapping import (
     DCGM_METRICS,
     GPULENS_METRICS,
@@ -45,6 +48,7 @@ from gpulens.collector.store import Gap, Store, WindowResult
 from gpulens.collector.timeparse import format_time
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
+from gpulens.core.redact import redact, redact_logs_of
 
 SOURCE = "prometheus"
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -107,6 +111,8 @@ class PrometheusClient:
     ) -> None:
         self.settings = settings
         self.base = settings.url.rstrip("/")
+        self.name = redact(self.base)
+        """The base URL as shown and stored: credentials redacted."""
         self._sleep = sleep
         headers = {"Accept": "application/json", **dict(settings.headers)}
         if settings.bearer_token_file is not None:
@@ -122,6 +128,7 @@ class PrometheusClient:
             if not settings.ca_file.is_file():
                 raise UserError(f"CA file {settings.ca_file} does not exist")
             verify = str(settings.ca_file)
+        redact_logs_of("httpx")  # it logs each request's URL, credentials included
         self._http = httpx.Client(headers=headers, verify=verify, timeout=settings.timeout, transport=transport)
 
     def close(self) -> None:
@@ -136,6 +143,7 @@ class PrometheusClient:
     def _get(self, path: str, params: dict[str, str]) -> bytes:
         """The body of a successful answer; retries transient failures, raises ``PrometheusError`` otherwise."""
         url = f"{self.base}{path}"
+        shown = f"{self.name}{path}"
         attempts = self.settings.retries + 1
         last = ""
         for attempt in range(attempts):
@@ -147,7 +155,7 @@ class PrometheusClient:
                 last = f"timed out after {self.settings.timeout:g}s"
                 continue
             except httpx.TransportError as exc:
-                last = f"connection failed: {exc}"
+                last = f"connection failed: {redact(str(exc))}"
                 continue
             if resp.status_code in RETRY_STATUS:
                 last = f"HTTP {resp.status_code}"
@@ -158,9 +166,9 @@ class PrometheusClient:
                 except ValueError:
                     payload = {}
                 detail = f"{payload.get('errorType', '')} {payload.get('error', '')}".strip()
-                raise PrometheusError(f"{url}: HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
+                raise PrometheusError(f"{shown}: HTTP {resp.status_code}" + (f": {redact(detail)}" if detail else ""))
             return resp.content
-        raise PrometheusError(f"{url}: failed after {attempts} attempts: {last}")
+        raise PrometheusError(f"{shown}: failed after {attempts} attempts: {last}")
 
     def query_range(self, query: str, start: float, end: float, step: float, metric: str = "") -> pl.DataFrame:
         """A range query (``end`` inclusive, as Prometheus defines it) as the long sample frame."""
@@ -168,7 +176,7 @@ class PrometheusClient:
             "/api/v1/query_range",
             {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
         )
-        return matrix_to_long(body, metric or query, origin=self.base)
+        return matrix_to_long(body, metric or query, origin=self.name)
 
     def metric_names(self, pattern: str, start: float, end: float) -> set[str]:
         """Names of the series matching the regular expression ``pattern`` that have samples in
@@ -181,9 +189,9 @@ class PrometheusClient:
         try:
             answer = json.loads(body)
         except ValueError:
-            raise PrometheusError(f"{self.base}: label values answered something that is not JSON") from None
+            raise PrometheusError(f"{self.name}: label values answered something that is not JSON") from None
         if not isinstance(answer, dict) or answer.get("status") != "success" or not isinstance(answer.get("data"), list):
-            raise PrometheusError(f"{self.base}: label values did not succeed")
+            raise PrometheusError(f"{self.name}: label values did not succeed")
         return {str(name) for name in answer["data"]}
 
 
@@ -228,6 +236,10 @@ class RangeSummary:
     skipped: int
     rejected: Rejections = field(default_factory=Rejections)
     """Impossible values set to NULL (or dropped) across the collection."""
+    speaks: tuple[str, ...] = ()
+    """Which naming generation each scrape target (``instance``) spoke: ``target T: speaks ...``."""
+    naming_warnings: tuple[str, ...] = ()
+    """Targets that mixed dcgm-exporter generations, each once."""
 
     @property
     def rows(self) -> int:
@@ -270,7 +282,7 @@ def _missing_spans(present_ms: np.ndarray, start: float, end: float, step: float
 
 def source_of(client: PrometheusClient, *, rollups: bool = False) -> str:
     """The window-log source of a collection: raw and rollup collections keep separate logs and watermarks."""
-    return f"{ROLLUP_SOURCE if rollups else SOURCE}:{client.base}"
+    return f"{ROLLUP_SOURCE if rollups else SOURCE}:{client.name}"
 
 
 def require_rollups(client: PrometheusClient, names: Sequence[str], start: float, end: float) -> None:
@@ -282,7 +294,7 @@ def require_rollups(client: PrometheusClient, names: Sequence[str], start: float
     found = client.metric_names("|".join(records), start, end)
     if not found & set(records):
         raise PrometheusError(
-            f"--rollups: {client.base} has none of the rollup series between {format_time(start)} and {format_time(end)} "
+            f"--rollups: {client.name} has none of the rollup series between {format_time(start)} and {format_time(end)} "
             f"({', '.join(records)}): load group {ROLLUP_GROUP} of deploy/prometheus/gpulens-rules.yaml into "
             "its Prometheus, Thanos Ruler or Mimir ruler (deploy/base/prometheusrule.yaml with the Prometheus "
             "Operator), or collect without --rollups"
@@ -326,6 +338,7 @@ def collect_range(
     done: list[WindowResult] = []
     skipped = 0
     rejected = Rejections()
+    generations = TargetGenerations.empty()
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for w_start, w_end in chunk_windows(start, end, step, max_points):
             if store.window_complete(source, w_start, w_end):
@@ -346,6 +359,7 @@ def collect_range(
             parts = [p for p in pool.map(fetch, names) if p.height]
             long, bad = validate_samples(pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame())
             rejected = rejected + bad
+            generations.add(speaks_by_target(long))
             frames = to_store_frames(long, schema, ROLLUP_SOURCE if rollups else SOURCE) if long.height else {}
             if rollups and "device_samples" in frames:
                 frames["device_samples"] = drop_unread_device_rows(frames["device_samples"])
@@ -357,10 +371,10 @@ def collect_range(
                 else np.array([], dtype=np.int64)
             )
             gaps = [
-                Gap(client.base, a, b, "no device samples from the query API")
+                Gap(client.name, a, b, "no device samples from the query API")
                 for a, b in _missing_spans(present, w_start, w_end, step)
             ]
             result = store.ingest_window(source, w_start, w_end, frames, gaps, replace_gaps=True)
             done.append(result)
             progress(result)
-    return RangeSummary(tuple(done), skipped, rejected)
+    return RangeSummary(tuple(done), skipped, rejected, tuple(generations.lines()), tuple(generations.warnings))

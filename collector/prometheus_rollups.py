@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from gpulens.collector.dcgm_fields import BY_KEY
 from gpulens.core import metric_catalog as M
 
 ROLLUP_GROUP = "gpulens.rollup.rules"
@@ -49,6 +50,21 @@ class Rollup:
         return f"{self.function}({self.base}[5m])"
 
 
+DCGM_ROLLED_UP: tuple[tuple[str, str, str], ...] = (
+    ("gpu_util", "device", "avg_over_time"),
+    ("gr_engine", "device", "avg_over_time"),
+    ("sm_active", "device", "avg_over_time"),
+    ("fb_used", "device", "max_over_time"),
+    # used + free + reserved is the memory size at every instant, so min(free) = size - reserved - max(used):
+    # the collector's total (used + free + reserved) stays exact with the peak of used.
+    ("fb_free", "device", "min_over_time"),
+    ("power", "gpu", "avg_over_time"),
+    ("temperature", "gpu", "max_over_time"),
+    ("sm_clock", "gpu", "avg_over_time"),
+    ("memory_clock", "gpu", "avg_over_time"),
+)
+"""dcgm-exporter fields rolled up (:mod:`collector.dcgm_fields` keys): each under every name it has had."""
+
 ROLLUPS: tuple[Rollup, ...] = (
     # Idle is decided per rollup point from the 5-minute mean activity.
     Rollup(M.DEVICE_ACTIVITY_RATIO.name, "device", "avg_over_time"),
@@ -65,18 +81,9 @@ ROLLUPS: tuple[Rollup, ...] = (
     Rollup(M.GPU_THROTTLE_ACTIVE.name, "gpu", "max_over_time"),
     # A GPU lost at any moment of the 5 minutes is lost for the point: health never misses a loss.
     Rollup(M.GPU_UP.name, "gpu", "min_over_time"),
-    # dcgm-exporter's names (mapped to the same tables; % and MiB are converted after the rollup).
-    Rollup("DCGM_FI_DEV_GPU_UTIL", "device", "avg_over_time"),
-    Rollup("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "device", "avg_over_time"),
-    Rollup("DCGM_FI_PROF_SM_ACTIVE", "device", "avg_over_time"),
-    Rollup("DCGM_FI_DEV_FB_USED", "device", "max_over_time"),
-    # used + free + reserved is the memory size at every instant, so min(free) = size - reserved - max(used):
-    # the collector's total (used + free + reserved) stays exact with the peak of used.
-    Rollup("DCGM_FI_DEV_FB_FREE", "device", "min_over_time"),
-    Rollup("DCGM_FI_DEV_POWER_USAGE", "gpu", "avg_over_time"),
-    Rollup("DCGM_FI_DEV_GPU_TEMP", "gpu", "max_over_time"),
-    Rollup("DCGM_FI_DEV_SM_CLOCK", "gpu", "avg_over_time"),
-    Rollup("DCGM_FI_DEV_MEM_CLOCK", "gpu", "avg_over_time"),
+    # dcgm-exporter's names, of every generation (mapped to the same tables; each is converted by its own
+    # name after the rollup).
+    *(Rollup(name, level, function) for key, level, function in DCGM_ROLLED_UP for name in BY_KEY[key].names),
 )
 """The rollups, in the order of the rule group."""
 

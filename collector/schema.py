@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 1
+from gpulens.collector.schema_version import SCHEMA_VERSION, check_version, log, migrate, store_path
+from gpulens.collector.stored_credentials import redact_stored_credentials
 
 DIMENSIONS = {
     "nodes": """
@@ -256,30 +257,34 @@ BOOKKEEPING = {
 ALL_TABLES: dict[str, str] = {**DIMENSIONS, **FACTS, **BOOKKEEPING}
 
 
-def create_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every store table that does not exist yet (idempotent)."""
+def create_schema(con: duckdb.DuckDBPyConnection, path: str | None = None) -> list[str]:
+    """Create every store table that does not exist yet and migrate an older store (idempotent); returns
+    what the migration changed, which is also logged. A store from a newer or unknown schema version is
+    refused (``StoreVersionUnsupported``) before anything is written. ``path`` names the store in messages
+    (default: the file DuckDB has open)."""
+    path = path or store_path(con)
+    check_version(con, path)
     for name, columns in ALL_TABLES.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
-    _relax_pending_quantity(con)
-    con.execute("ALTER TABLE device_samples ADD COLUMN IF NOT EXISTS activity_signal VARCHAR")
+    changes = migrate(con)
+    for change in changes:
+        log.warning("the store %s was upgraded: %s", path, change)
+    redact_stored_credentials(con)
     con.execute(
         "INSERT OR REPLACE INTO schema_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
     )
-
-
-def _relax_pending_quantity(con: duckdb.DuckDBPyConnection) -> None:
-    """Stores made before pending workload counts were kept have ``pending_demand.quantity NOT NULL``."""
-    row = con.execute(
-        "SELECT is_nullable FROM information_schema.columns "
-        "WHERE table_name = 'pending_demand' AND column_name = 'quantity' AND table_schema = current_schema()"
-    ).fetchone()
-    if row and row[0] == "NO":
-        con.execute("ALTER TABLE pending_demand ALTER COLUMN quantity DROP NOT NULL")
+    return changes
 
 
 def connect(path: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open (and, unless read-only, initialise) the store at ``path``."""
     con = duckdb.connect(path, read_only=read_only)
-    if not read_only:
-        create_schema(con)
+    try:
+        if read_only:
+            check_version(con, path)
+        else:
+            create_schema(con, path)
+    except BaseException:
+        con.close()
+        raise
     return con

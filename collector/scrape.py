@@ -3,7 +3,8 @@
 Targets are fetched and parsed in parallel, each within its own whole-request deadline and body cap
 (:mod:`collector.bounded_get`); a target that fails (unreachable, HTTP error, redirect, too slow, too
 big, malformed exposition) is reported with its URL (and line), recorded as a gap (target = URL), and
-does not stop the others. Values are checked per sample (:mod:`collector.validate`): an impossible
+does not stop the others. A URL's credentials (``https://user:secret@host/``) are used for the request
+only: every message and stored target names it redacted (``https://user:***@host/``). Values are checked per sample (:mod:`collector.validate`): an impossible
 one becomes NULL and is counted on its target's result. A cycle is one window of source ``scrape``: the good
 targets' samples are mapped and written together in one transaction (fixed costs paid once per cycle,
 not per target). Samples without their own timestamp get the scrape time.
@@ -21,12 +22,14 @@ import polars as pl
 
 from gpulens.collector.bounded_get import DEFAULT_MAX_BYTES, FetchError, Limits, bounded_get
 from gpulens.collector.bounded_get import new_client as new_bounded_client
+from gpulens.collector.dcgm_generation import Speaks, speaks
 from gpulens.collector.exposition import ExpositionError, parse_exposition
 from gpulens.collector.mapping import SchemaName, to_store_frames
 from gpulens.collector.store import Gap, Store
 from gpulens.collector.store_errors import StoreBusy
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
+from gpulens.core.redact import redact
 
 SOURCE = "scrape"
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -37,10 +40,13 @@ class TargetResult:
     """One target of one scrape cycle: samples read, or the error that made it a gap."""
 
     url: str
+    """The target's URL with its credentials redacted (as shown and stored)."""
     samples: int = 0
     error: str | None = None
     rejected: Rejections = field(default_factory=Rejections)
     """Impossible values of this target set to NULL (the target's other samples are stored)."""
+    speaks: Speaks = field(default_factory=lambda: Speaks(None))
+    """Which naming generation the target speaks (gpulens, a dcgm-exporter generation) and its warnings."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,10 @@ class ScrapeSummary:
 
     @property
     def warnings(self) -> list[str]:
-        """One line per target whose impossible values were set to NULL."""
-        return [f"{t.url}: {t.rejected.describe()}" for t in self.targets if t.rejected.total]
+        """One line per target whose impossible values were set to NULL, and per naming problem of a target
+        (mixed dcgm-exporter generations, no known field, fields the name table does not know)."""
+        rejected = [f"{t.url}: {t.rejected.describe()}" for t in self.targets if t.rejected.total]
+        return rejected + [f"{t.url}: {w}" for t in self.targets for w in t.speaks.warnings]
 
 
 def fetch(client: httpx.Client, url: str, limits: Limits | None = None) -> str:
@@ -144,11 +152,12 @@ def fetch_cycle(
     scrape_ms = int(round(now * 1000))
 
     def work(url: str) -> tuple[str, pl.DataFrame | None, Rejections, str | None]:
+        name = redact(url)  # the request alone sees the credentials
         try:
-            long, rejected = _parse_target(url, fetch(client, url, limits), scrape_ms)
-            return url, long, rejected, None
+            long, rejected = _parse_target(name, fetch(client, url, limits), scrape_ms)
+            return name, long, rejected, None
         except (ScrapeError, ExpositionError) as exc:
-            return url, None, Rejections(), str(exc)
+            return name, None, Rejections(), redact(str(exc))
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
         fetched = list(pool.map(work, urls))
@@ -161,7 +170,7 @@ def fetch_cycle(
             gaps.append(Gap(url, now, now + interval, error or "failed"))
             results.append(TargetResult(url, error=error))
         else:
-            results.append(TargetResult(url, samples=long.height, rejected=rejected))
+            results.append(TargetResult(url, samples=long.height, rejected=rejected, speaks=speaks(long)))
     return Cycle(now, frames, tuple(gaps), tuple(results))
 
 

@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from gpulens.collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
-from gpulens.collector.store_errors import store_error
+from gpulens.collector.store_errors import storage_failures, store_error
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
 
@@ -86,6 +86,16 @@ def _as_polars(frame: Frame) -> pl.DataFrame:
     return converted
 
 
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction; a COMMIT that failed (a full disk) has already ended it, and the error
+    that ended it is the one to report."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException as exc:
+        if "no transaction is active" not in str(exc):
+            raise
+
+
 class Store:
     """One DuckDB store file, opened for writing. Use as a context manager or call :meth:`close`."""
 
@@ -105,7 +115,8 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        self.con.close()
+        with storage_failures(self.path):  # closing checkpoints the WAL into the file: the disk may be full
+            self.con.close()
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -162,6 +173,13 @@ class Store:
         columns get their defaults or NULL). Facts are inserted or ignored on their primary keys;
         dimensions are upserted (``first_seen``/``last_seen`` widened, other columns refreshed).
         """
+        with storage_failures(self.path):  # a full disk or a damaged block: one line naming the store
+            return self._ingest_window(source, start, end, frames, gaps, now, replace_gaps)
+
+    def _ingest_window(
+        self, source: str, start: float, end: float, frames: Mapping[str, Frame], gaps: tuple[Gap, ...] | list[Gap],
+        now: float | None, replace_gaps: bool,
+    ) -> WindowResult:
         committed = to_datetime(now if now is not None else datetime.now(UTC).timestamp())
         rows: dict[str, int] = {}
         con = self.con
@@ -196,7 +214,7 @@ class Store:
             )
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            _roll_back(con)
             raise
         finally:
             # After COMMIT or ROLLBACK: an aborted transaction refuses even an unregister.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from gpulens.collector.mapping import MIB
+from gpulens.collector.dcgm_fields import MIB, READ_AS
 from gpulens.core import metric_catalog as M
 
 INT64_SAFE = 9.2e18
@@ -37,19 +37,30 @@ PERCENT = Bounds(0.0, 100.0)
 EPOCH_SECONDS = Bounds(0.0, 1e11)
 MEBIBYTES = Bounds(0.0, INT64_SAFE / MIB)
 
+TEMPERATURE = Bounds(-273.15, 1e4)
+
+BOUNDS_BY_DCGM_UNIT: Mapping[str, Bounds] = {
+    "%": PERCENT,
+    "ratio": RATIO,
+    "MiB": MEBIBYTES,
+    "degC": TEMPERATURE,
+}
+"""dcgm-exporter names whose range differs from the default, by the unit of the name."""
+
+XID_CODE = Bounds(0.0, 2**31 - 1)
+
+UNBOUNDED_DCGM_FIELDS = frozenset({"sm_active"})
+"""Fields kept out of their unit's range: SM_ACTIVE reads above 1.0 on MIG (NVIDIA/DCGM#152)."""
+
 BOUNDS: Mapping[str, Bounds] = {
+    **{name: BOUNDS_BY_DCGM_UNIT[unit.name] for name, (field, unit) in READ_AS.items()
+       if unit.name in BOUNDS_BY_DCGM_UNIT and field.key not in UNBOUNDED_DCGM_FIELDS},
+    **{name: XID_CODE for name, (field, _) in READ_AS.items() if field.key == "xid"},
     M.DEVICE_ACTIVITY_RATIO.name: RATIO,
     M.DEVICE_GPU_EQUIVALENTS.name: RATIO,
     M.ALLOCATION_GPU_EQUIVALENTS.name: RATIO,
-    M.GPU_TEMPERATURE_CELSIUS.name: Bounds(-273.15, 1e4),
+    M.GPU_TEMPERATURE_CELSIUS.name: TEMPERATURE,
     M.GPU_XID_LAST_SEEN.name: EPOCH_SECONDS,
-    "DCGM_FI_DEV_GPU_UTIL": PERCENT,
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": RATIO,
-    "DCGM_FI_DEV_FB_USED": MEBIBYTES,
-    "DCGM_FI_DEV_FB_FREE": MEBIBYTES,
-    "DCGM_FI_DEV_FB_RESERVED": MEBIBYTES,
-    "DCGM_FI_DEV_GPU_TEMP": Bounds(-273.15, 1e4),
-    "DCGM_FI_DEV_XID_ERRORS": Bounds(0.0, 2**31 - 1),
     "kueue_cluster_queue_borrowing_limit": Bounds(infinite_ok=True),
     "kueue_cluster_queue_lending_limit": Bounds(infinite_ok=True),
 }

@@ -1,10 +1,11 @@
-"""The one Kubernetes API client of gpulens: GET and server-side apply over HTTP, typed errors.
+"""The one Kubernetes API client of gpulens: GET, server-side apply, merge patch and DELETE over HTTP, typed errors.
 
 Everything that talks to an API server (the exporter's tenant and DRA lookups, the collector's
 inventory, the quota writers) goes through :class:`KubernetesClient`; readers depend only on the
 :class:`KubernetesReads` protocol (one ``get``). Server-side apply is a ``PATCH`` with content type
-``application/apply-patch+yaml``, field manager ``gpulens`` and optionally ``force=true``; only the
-writers call it (the exporter and the collector never write). Every way a request can go wrong becomes
+``application/apply-patch+yaml``, field manager ``gpulens`` and optionally ``force=true``; a JSON merge
+patch carries a whole atomic list with the object's ``resourceVersion``; only the writers call them
+(the exporter and the collector never write). Every way a request can go wrong becomes
 a :class:`KubernetesApiError` (typed for 409, 403, 404; no answer in time; not reachable; an answer that
 is not a JSON object), so a caller can fall back on 404, explain a 403, retry a 409 and give every
 object an outcome instead of stopping at the first surprise. No ``httpx`` exception leaves this module,
@@ -28,6 +29,7 @@ from gpulens.core.errors import UserError
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 APPLY_PATCH_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 FIELD_MANAGER = "gpulens"
 MAX_MESSAGE = 300
 """Longest error text kept from an answer (a proxy's error page can be kilobytes)."""
@@ -149,6 +151,18 @@ class KubernetesClient:
             "PATCH", path, params=params, content=json.dumps(body, sort_keys=True),
             headers={"Content-Type": APPLY_PATCH_CONTENT_TYPE, "Accept": "application/json"},
         )
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch (RFC 7386) as field manager ``gpulens``: for read-modify-write of atomic lists
+        (``Node.spec.taints``), with ``metadata.resourceVersion`` in ``body`` as the precondition."""
+        return self._send(
+            "PATCH", path, params={"fieldManager": FIELD_MANAGER}, content=json.dumps(body, sort_keys=True),
+            headers={"Content-Type": MERGE_PATCH_CONTENT_TYPE, "Accept": "application/json"},
+        )
+
+    def delete(self, path: str) -> dict[str, Any]:
+        """DELETE ``path`` (the API server answers a Status or the deleted object)."""
+        return self._send("DELETE", path, headers={"Accept": "application/json"})
 
     def _send(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:

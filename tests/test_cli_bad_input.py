@@ -115,7 +115,7 @@ CASES: dict[str, tuple[Case, *tuple[str, ...]]] = {  # the arguments, then what 
     "recommend --window-days negative": (
         lambda p: ["recommend", "--db", p["store"], "--window-days", "-3", "--no-store"], "window"),
     "recommend --out under a file": (
-        lambda p: ["recommend", "--db", p["store"], "--out", p["under_file"], "--no-store"], "Not a directory"),
+        lambda p: ["recommend", "--db", p["store"], "--out", p["under_file"], "--no-store"], "--out"),
     "recommend --db another application's DuckDB file": (
         lambda p: ["recommend", "--db", p["other"], "--no-store", "--out", p["tmp"] + "/rec"],
         "cannot read the store", "not a gpulens store"),

@@ -107,3 +107,28 @@ def test_a_scrape_loop_runs_every_interval_for_its_duration(tmp_path: Path) -> N
     assert slept == [15.0, 15.0, 15.0]
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(DISTINCT ts) FROM device_samples").fetchall() == [(4,)]
+
+
+def test_collect_says_which_dcgm_exporter_generation_each_target_speaks_and_warns_on_a_mixed_one(
+        tmp_path: Path) -> None:
+    mixed = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-m",Hostname="n9"} 42\n'
+             'DCGM_FI_DEV_BOARD_POWER_WATTS{gpu="0",UUID="GPU-m",Hostname="n9"} 300\n')
+    with (
+        http_stand_in(_static((FIXTURES / "a100_mixed_pre_4_9.prom").read_text())) as old,
+        http_stand_in(_static((FIXTURES / "a100_mixed_4_10.prom").read_text())) as new,
+        http_stand_in(_static(mixed)) as both,
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpulens.cli", "collect", "--scrape", f"{old}/metrics", f"{new}/metrics",
+             f"{both}/metrics", "--once", "--db", str(tmp_path / "g.duckdb")],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert f"target {old}/metrics: speaks dcgm-exporter before 4.9" in proc.stderr
+    assert f"target {new}/metrics: speaks dcgm-exporter 4.10 or later" in proc.stderr
+    assert f"target {both}/metrics: speaks mixed dcgm-exporter generations" in proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("gpulens: warning: ")]
+    assert len(warned) == 1 and f"{both}/metrics: mixes dcgm-exporter generations" in warned[0]
+    con = duckdb.connect(str(tmp_path / "g.duckdb"), read_only=True)
+    powers = dict(con.execute("SELECT gpu_uuid, power_watts FROM gpu_samples").fetchall())
+    assert powers["GPU-m"] == 300.0 and powers["GPU-5f1c2a90-0000-4000-8000-00000000a100"] == 312.5

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpulens.collector.dcgm_records import DCGM_RECORDS
 from gpulens.dashboards.grafana.generate import (
     CONFIGMAP_FILE,
     DASHBOARDS,
@@ -70,7 +71,7 @@ def test_regenerating_gives_exactly_the_committed_json() -> None:
     assert CONFIGMAP_FILE.read_text(encoding="utf-8") == configmaps_yaml(rendered)
 
 
-def test_python_m_generate_writes_the_four_dashboards(tmp_path: Path) -> None:
+def test_python_m_generate_writes_the_five_dashboards(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gpulens.dashboards.grafana.generate", "--out", str(tmp_path), "--no-configmaps"],
         cwd=ROOT, capture_output=True, text=True, check=False,
@@ -79,7 +80,8 @@ def test_python_m_generate_writes_the_four_dashboards(tmp_path: Path) -> None:
     written = {path.name: path.read_text(encoding="utf-8") for path in tmp_path.glob("*.json")}
     assert written == render_all()
     assert set(written) == {
-        "gpulens-fleet.json", "gpulens-tenant.json", "gpulens-node.json", "gpulens-chargeback.json"
+        "gpulens-fleet.json", "gpulens-tenant.json", "gpulens-node.json", "gpulens-chargeback.json",
+        "gpulens-dcgm.json",
     }
 
 
@@ -123,6 +125,8 @@ def test_every_panel_queries_the_datasource_variable() -> None:
         ("gpulens-chargeback.json", "tenant", 10),
         ("gpulens-node.json", "node", 20),
         ("gpulens-node.json", "gpu", 15),
+        ("gpulens-dcgm.json", "node", 15),
+        ("gpulens-dcgm.json", "gpu", 15),
     ],
 )
 def test_dashboards_filter_by_their_tenant_and_node_variables(file_name: str, variable: str, minimum_uses: int) -> None:
@@ -210,3 +214,13 @@ def test_the_fleet_dashboard_lists_the_jobs_the_block_spread_alert_is_about() ->
     fleet = committed()["gpulens-fleet.json"]
     panel = next(p for p in panels(fleet) if p["title"] == "Jobs spanning more blocks than needed")
     assert [t["expr"] for t in panel["targets"]] == [alert["expr"].strip()]
+
+
+def test_the_dcgm_exporter_dashboard_needs_no_gpulens_exporter_and_no_generation_s_names() -> None:
+    """It reads only the records of gpulens.dcgm.rules, which coalesce both dcgm-exporter generations:
+    no gpulens_* series (no gpulens exporter needed) and no DCGM_FI_* name of one generation."""
+    model = committed()["gpulens-dcgm.json"]
+    read = {metric for expr in expressions(model) for metric in metric_names(substitute_grafana_variables(expr))}
+    records = {r.record for r in DCGM_RECORDS}
+    assert read and read <= records, read - records
+    assert {"device:dcgm_gr_engine:ratio", "device:dcgm_gpu_util:ratio", "gpu:dcgm_power:watts"} <= read

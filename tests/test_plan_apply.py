@@ -45,7 +45,9 @@ def test_apply_writes_each_clusterqueue_and_reports_an_outcome_per_object(store:
     assert body["metadata"]["annotations"]["gpulens.io/applied-to"] == '{"h100/nvidia.com/gpu": 12}'
 
 
-def test_apply_refuses_an_object_whose_live_value_moved(store: Path, tmp_path: Path) -> None:
+def test_apply_refuses_an_object_whose_live_value_moved_and_the_raises_its_cut_was_to_pay_for(
+    store: Path, tmp_path: Path
+) -> None:
     capacity = tmp_path / "capacity.yaml"
     capacity.write_text("flavors: {h100: {nvidia.com/gpu: 20}}\n")
     with FakeKubernetesApi() as fake:
@@ -56,4 +58,6 @@ def test_apply_refuses_an_object_whose_live_value_moved(store: Path, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     assert "ClusterQueue team-a: REFUSED: h100/nvidia.com/gpu: live value 10 differs from the evidence (16)" \
         in proc.stdout
-    assert {r.path for r in fake.requests_to("PATCH")} == {f"{CQ_V1BETA2}/team-b"}
+    assert "ClusterQueue team-b: REFUSED: h100/nvidia.com/gpu: raise refused: the cut of ClusterQueue team-a " \
+        "(refused) in this flavor did not land" in proc.stdout
+    assert fake.requests_to("PATCH") == []

@@ -55,22 +55,25 @@ def test_remediate_writes_dry_run_taints_with_the_evidence_for_exactly_the_drain
     assert files == [f"node-{DEGRADING[0]}.yaml", f"node-{FAILED[0]}.yaml"]
     text = (tmp_path / "taints" / f"node-{FAILED[0]}.yaml").read_text()
     assert "# evidence:" in text and "XID 48" in text
+    assert "never apply a Node body with only this taint" in text
     body = yaml.safe_load(text)
-    assert body["kind"] == "Node" and body["metadata"]["name"] == FAILED[0]
-    (taint,) = body["spec"]["taints"]
-    assert taint["key"] == "gpulens.io/gpu-unhealthy" and taint["effect"] == "NoSchedule"
-    assert taint["value"] == "ecc-double-bit"
-    notes = body["metadata"]["annotations"]
+    assert (body["node"], body["action"], body["scope"]) == (FAILED[0], "taint", "node")
+    assert body["taint"] == {"key": "gpulens.io/gpu-unhealthy", "value": "ecc-double-bit", "effect": "NoSchedule"}
+    notes = body["annotations"]
     assert "rising since" in notes["gpulens.io/gpu-unhealthy-evidence"]
     assert notes["gpulens.io/gpu-unhealthy-window"].count("Z") == 2
+    assert body["commands"][0] == (f"kubectl taint node {FAILED[0]} gpulens.io/gpu-unhealthy=ecc-double-bit:NoSchedule "
+                                   "--overwrite"), "kubectl taint rewrites the whole list, keeping other taints"
+    assert "dry run: no cluster read; cordoned, NotReady" in proc.stdout, "the dry run says what it cannot know"
+    assert "DRA devices are unknown" in proc.stdout
 
 
-def test_a_tighter_cap_refuses_and_says_why(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_count_cap_of_zero_refuses_and_says_why(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path, _ = store
-    proc = gpulens("remediate", "--db", str(path), "--out", str(tmp_path / "t"), "--max-share", "5")
+    proc = gpulens("remediate", "--db", str(path), "--out", str(tmp_path / "t"), "--max-nodes", "0")
     assert proc.returncode == 0, proc.stderr
     refused = [line for line in proc.stdout.splitlines() if line.strip().startswith("refuse")]
-    assert len(refused) == 2 and all("at most 5%" in line for line in refused)
+    assert len(refused) == 2 and all("at most 0 (" in line and "--max-nodes 0" in line for line in refused)
     assert not list((tmp_path / "t").iterdir())
 
 
@@ -78,3 +81,21 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(gpulens("remediate", "--db", str(tmp_path / "none.duckdb")), "--db", "no such store")
     (tmp_path / "s.duckdb").touch()
     assert_one_line_error(gpulens("remediate", "--db", str(tmp_path / "none.duckdb"), "--max-share", "150"), "--max-share")
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--healthy-hours", "nan"), ("--healthy-hours", "inf"), ("--healthy-hours", "-1"), ("--max-share", "nan"),
+    ("--max-share", "-inf"), ("--max-nodes", "-1"), ("--breaker-share", "nan"), ("--breaker-share", "0"),
+    ("--breaker-share", "101"), ("--breaker-window", "nan"), ("--breaker-window", "0"), ("--scope", "rack"),
+    ("--request-timeout", "inf"),
+])
+def test_every_number_flag_rejects_non_finite_and_out_of_range_values_by_name(tmp_path: Path, flag: str,
+                                                                              value: str) -> None:
+    assert_one_line_error(gpulens("remediate", "--db", str(tmp_path / "none.duckdb"), flag, value), flag)
+
+
+def test_an_out_that_is_a_file_is_refused_before_anything_is_read(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path, _ = store
+    (tmp_path / "taken").write_text("x")
+    assert_one_line_error(gpulens("remediate", "--db", str(path), "--out", str(tmp_path / "taken")),
+                          "--out", "not a directory")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpulens.collector.dcgm_records import DCGM_GROUP, DCGM_RECORDS
 from gpulens.collector.mapping import DCGM_METRICS as DCGM_COLLECTED
 from gpulens.dashboards.grafana.promql import metric_names
 from tests.support.prometheus import promtool
@@ -32,7 +33,8 @@ KUBE_STATE_METRICS = frozenset({"kube_node_labels"})
 """kube-state-metrics series the topology rules join (docs/alerts.md, sources outside gpulens)."""
 DCGM_METRICS = frozenset(DCGM_COLLECTED)
 """dcgm-exporter series the collector reads: the rollup group records the fast-moving ones."""
-RECORD_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*:(?:gpulens_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+):[a-z0-9_]+$")
+RECORD_NAME = re.compile(
+    r"^[a-z]+(?:_[a-z]+)*:(?:gpulens_[a-z0-9_]+|dcgm_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+):[a-z0-9_]+$")
 
 
 def documented_metrics() -> set[str]:
@@ -81,16 +83,22 @@ def test_every_promtool_unit_test_passes() -> None:
     assert "FAILED" not in output
 
 
+def _unit_tests_of_mutated_rules(tmp_path: Path, old: str, new: str, test_file: str) -> tuple[int, str]:
+    """Run one promtool test file against the rules file with ``old`` replaced by ``new``."""
+    text = RULES_FILE.read_text(encoding="utf-8")
+    broken = text.replace(old, new)
+    assert broken != text
+    (tmp_path / "gpulens-rules.yaml").write_text(broken, encoding="utf-8")
+    (tmp_path / "tests").mkdir()
+    tests = RULES_DIR / "tests" / test_file
+    (tmp_path / "tests" / tests.name).write_text(tests.read_text(encoding="utf-8"), encoding="utf-8")
+    return promtool("test", "rules", str(tmp_path / "tests" / tests.name), timeout=300)
+
+
 @pytest.mark.prometheus
 def test_the_unit_tests_catch_a_rule_that_stops_matching_a_drain_class_xid(tmp_path: Path) -> None:
     """Mutation check: dropping XID 79 from the drain list must make the alert tests fail."""
-    broken = RULES_FILE.read_text(encoding="utf-8").replace("74|79|95", "74|95")
-    assert broken != RULES_FILE.read_text(encoding="utf-8")
-    (tmp_path / "gpulens-rules.yaml").write_text(broken, encoding="utf-8")
-    (tmp_path / "tests").mkdir()
-    alert_tests = RULES_DIR / "tests" / "alerts_test.yaml"
-    (tmp_path / "tests" / alert_tests.name).write_text(alert_tests.read_text(encoding="utf-8"), encoding="utf-8")
-    code, output = promtool("test", "rules", str(tmp_path / "tests" / alert_tests.name), timeout=300)
+    code, output = _unit_tests_of_mutated_rules(tmp_path, "74|79|95", "74|95", "alerts_test.yaml")
     assert code != 0
     assert "GpuDrainClassXid" in output
 
@@ -183,3 +191,29 @@ def test_drain_class_xids_are_the_reset_or_drain_codes_and_never_application_cod
     codes = set(match.group(1).split("|"))
     assert {"48", "62", "64", "74", "79", "95", "119", "120", "140"} <= codes
     assert codes.isdisjoint({"13", "31", "43", "45", "68"})
+
+
+def test_the_dcgm_group_records_exactly_the_collectors_fields_each_coalescing_both_generations() -> None:
+    (group,) = [g for g in rule_groups() if g["name"] == DCGM_GROUP]
+    rules = [(rule["record"], rule["expr"].strip()) for rule in group["rules"]]
+    assert rules == [(r.record, r.expr) for r in DCGM_RECORDS]
+    gpu_util = next(expr for record, expr in rules if record == "device:dcgm_gpu_util:ratio")
+    assert "DCGM_FI_DEV_GPU_UTIL_RATIO or DCGM_FI_DEV_GPU_UTIL / 100" in gpu_util
+
+
+def test_dcgm_alerts_read_only_the_generation_independent_records() -> None:
+    (group,) = [g for g in rule_groups() if g["name"] == "gpulens.dcgm.alerts"]
+    dcgm_records = {r.record for r in DCGM_RECORDS}
+    for alert in group["rules"]:
+        names = metric_names(alert["expr"])
+        assert names and names <= dcgm_records, (alert["alert"], names)
+
+
+@pytest.mark.prometheus
+def test_the_dcgm_unit_tests_catch_a_record_that_forgets_the_unit_of_the_pre_4_9_name(tmp_path: Path) -> None:
+    """Mutation check: reading GPU_UTIL (%) as a ratio must make the both-generations tests fail."""
+    code, output = _unit_tests_of_mutated_rules(
+        tmp_path, "DCGM_FI_DEV_GPU_UTIL_RATIO or DCGM_FI_DEV_GPU_UTIL / 100",
+        "DCGM_FI_DEV_GPU_UTIL_RATIO or DCGM_FI_DEV_GPU_UTIL", "dcgm_rules_test.yaml")
+    assert code != 0
+    assert "device:dcgm_gpu_util:ratio" in output

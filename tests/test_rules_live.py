@@ -135,10 +135,10 @@ def test_every_recording_rule_records_something_for_the_simulated_fleet(promethe
     # their promtool unit tests (deploy/prometheus/tests) check them.
     needs_kube_state_metrics = {rule["record"] for group in rules["groups"] if group["name"] == "gpulens.topology.rules"
                                 for rule in group["rules"]}
-    # The rollups of dcgm-exporter's names read series this Prometheus does not scrape: their promtool unit
-    # tests (deploy/prometheus/tests/rollup_rules_test.yaml) and tests/test_collector_prometheus_rollups_real.py
-    # check them.
-    needs_dcgm_exporter = {record for record in records if "DCGM_" in record}
+    # The rollups of dcgm-exporter's names and the records of gpulens.dcgm.rules read series this Prometheus
+    # does not scrape: their promtool unit tests (deploy/prometheus/tests/rollup_rules_test.yaml,
+    # dcgm_rules_test.yaml) and tests/test_collector_prometheus_rollups_real.py check them.
+    needs_dcgm_exporter = {record for record in records if "DCGM_" in record or ":dcgm_" in record}
     expected = [record for record in records if record not in may_be_empty | needs_kube_state_metrics
                 | needs_dcgm_exporter]
     deadline = time.monotonic() + 30.0  # every group evaluates each second here; the first rounds may lag

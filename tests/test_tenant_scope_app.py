@@ -7,9 +7,11 @@ source stands in at our boundary, ``support.request_headers``. The real header p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from streamlit import config
 from streamlit.testing.v1 import AppTest
 
 from gpulens.core.errors import UserError
@@ -63,7 +65,15 @@ class FakeProxyHeaders:
 
 
 @pytest.fixture
-def proxy(store: Path, access_file: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProxyHeaders:
+def on_loopback() -> Iterator[None]:
+    """The app's server address as `gpulens dashboard --host 127.0.0.1` sets it (AppTest serves nothing)."""
+    config.set_option("server.address", "127.0.0.1")
+    yield
+    config.set_option("server.address", None)
+
+
+@pytest.fixture
+def proxy(store: Path, access_file: Path, monkeypatch: pytest.MonkeyPatch, on_loopback: None) -> FakeProxyHeaders:
     fake = FakeProxyHeaders()
     monkeypatch.setattr(support, "request_headers", fake)
     monkeypatch.setenv(DB_ENV, str(store))

@@ -116,7 +116,9 @@ def test_no_store_leaves_the_store_untouched(tmp_path: Path) -> None:
     assert "recommendations" not in tables
 
 
-def test_a_hang_on_one_object_fails_it_the_others_apply_and_the_exit_is_non_zero(store: Path, tmp_path: Path) -> None:
+def test_a_hang_on_one_write_makes_it_uncertain_the_others_apply_and_the_exit_is_non_zero(
+    store: Path, tmp_path: Path
+) -> None:
     with FakeKubernetesApi() as fake:
         for name in ("team-a", "team-b", "team-c"):
             fake.put(f"{CQ_V1BETA2}/{name}", live_cluster_queue(name))
@@ -125,9 +127,11 @@ def test_a_hang_on_one_object_fails_it_the_others_apply_and_the_exit_is_non_zero
         proc = gpulens("recommend", "--db", str(store), "--out", str(tmp_path / "o"), "--apply",
                        "--request-timeout", "1s", "--kubeconfig", str(fake.kubeconfig(tmp_path)))
         recorded = set(fake.objects)
-    assert_one_line_error(proc, "1 of 4 object(s) failed", "ClusterQueue team-a", "no answer within 1 s")
+    assert_one_line_error(proc, "1 of 4 object(s) may have been applied", "ClusterQueue team-a",
+                          "no answer within 1 s")
     assert "cannot reach" not in proc.stderr
-    assert "Outcome per object (2 applied, 0 unchanged, 0 skipped, 1 refused, 1 failed)" in proc.stdout
+    assert "Outcome per object (2 applied, 0 unchanged, 0 skipped, 1 refused, 0 failed, 1 unknown)" in proc.stdout
+    assert "apply: 2 applied, 0 unchanged, 0 skipped, 1 refused, 0 failed, 1 unknown" in proc.stdout
     assert "=> APPLIED: nvidia.com/gpu 8 -> 6" in proc.stdout  # the ResourceQuota after the hung object
     cr = "/apis/gpulens.io/v1alpha1/namespaces/gpulens/gpuquotarecommendations"
     assert {f"{cr}/clusterqueue-team-a", f"{cr}/clusterqueue-team-b"} <= recorded

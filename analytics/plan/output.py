@@ -1,4 +1,5 @@
-"""Write a fleet plan through the Kueue writers: dry-run YAML per ClusterQueue, or guarded server-side apply."""
+"""Write a fleet plan through the Kueue writers: dry-run YAML per ClusterQueue, or guarded server-side apply
+(cuts first, raises only where every cut of their flavor landed), and read the flavors' live totals back."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from gpulens.analytics.quota import QuotaRecommendation
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import clear_dry_run_dir, format_quantity
 from gpulens.analytics.writers.kueue import ClusterQueueTarget
+from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
+from gpulens.analytics.writers.order import apply_in_order
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.exporter.kube_api import KubernetesClient
 
@@ -105,9 +108,20 @@ def apply_plan(
     objects: list[ObjectPlan], api: KubernetesClient, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sleep: Callable[[float], None] | None = None,
 ) -> list[ApplyOutcome]:
-    """Server-side apply of every object with ``recommend``'s guard rails; one outcome per object."""
+    """Server-side apply of every object with ``recommend``'s guard rails, cuts first; one outcome per object."""
     kwargs: dict[str, Any] = {"clock": clock}
     if sleep is not None:
         kwargs["sleep"] = sleep
-    applier = QuotaApplier(api, **kwargs)
-    return [applier.apply(obj) for obj in objects]
+    return apply_in_order(QuotaApplier(api, **kwargs), objects)
+
+
+def live_totals(plan: FleetPlan, api: KubernetesClient) -> list[LiveTotal]:
+    """Every planned flavor and resource: the live nominal quotas of all its queues, against what the plan may give."""
+    target = ClusterQueueTarget(plan.policy.kueue_version)
+    members: dict[tuple[str, str], list[QueueRef]] = {}
+    capacity = {}
+    for pool in plan.pools:
+        key = (pool.pool.flavor, pool.pool.resource)
+        members[key] = [(target, "", q.demand.queue) for q in pool.queues]
+        capacity[key] = pool.available
+    return read_live_totals(api, members, capacity)

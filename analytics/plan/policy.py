@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpulens.core.config import load_yaml_model
+from gpulens.core.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
 
 _RESERVE = re.compile(r"^(n\+1|\d+(\.\d+)?%|\d+)$")
+
+MAX_UNITS = 10_000_000
+"""More devices than any fleet has: a count above it is a typo (and would overflow the arithmetic)."""
+MAX_BUDGET_USD = 1e12
+"""A monthly budget above a trillion USD is a typo, not a budget."""
+MAX_DAYS = 3650
+MAX_RATIO = 1000.0
+"""borrowingLimit at most this many times the planned quota."""
 
 
 class QueuePolicy(BaseModel):
@@ -17,7 +29,8 @@ class QueuePolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    weight: float = Field(1.0, gt=0, le=1000, description="Business priority: water-filling share per unit of level.")
+    weight: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False,
+                          description="Business priority: water-filling share per unit of level.")
     guarantee: int | dict[str, int] = Field(
         0, description="Guaranteed minimum in units: one number for every flavor/resource of the queue, or a map "
         "keyed by 'flavor' or 'flavor/resource'.",
@@ -32,8 +45,8 @@ class QueuePolicy(BaseModel):
     @classmethod
     def _non_negative(cls, v: int | dict[str, int]) -> int | dict[str, int]:
         values = [v] if isinstance(v, int) else list(v.values())
-        if any(x < 0 for x in values):
-            raise ValueError("a guarantee is a count of units >= 0")
+        if any(x < 0 or x > MAX_UNITS for x in values):
+            raise ValueError(f"a guarantee is a count of units from 0 to {MAX_UNITS:,}")
         return v
 
 
@@ -42,13 +55,14 @@ class TenantPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    monthly_budget_usd: float | None = Field(None, ge=0, description="Cap on the planned quotas' monthly price.")
+    monthly_budget_usd: float | None = Field(None, ge=0, le=MAX_BUDGET_USD, allow_inf_nan=False,
+                                             description="Cap on the planned quotas' monthly price.")
 
 
 def _reserve(v: str | int) -> str | int:
     if isinstance(v, int):
-        if v < 0:
-            raise ValueError("a reserve is >= 0 units")
+        if v < 0 or v > MAX_UNITS:
+            raise ValueError(f"a reserve is a count of units from 0 to {MAX_UNITS:,}")
         return v
     if not _RESERVE.match(v.strip().lower()):
         raise ValueError("a reserve is 'n+1', a count of units (8) or a share of capacity ('5%')")
@@ -82,17 +96,22 @@ class PlanPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    window_days: float = Field(14.0, gt=0, description="Evidence window (days).")
-    default_weight: float = Field(1.0, gt=0, le=1000, description="Weight of queues not listed under queues.")
+    window_days: float = Field(14.0, gt=0, le=MAX_DAYS, allow_inf_nan=False, description="Evidence window (days).")
+    default_weight: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False,
+                                  description="Weight of queues not listed under queues.")
     queues: dict[str, QueuePolicy] = {}
     tenants: dict[str, TenantPolicy] = {}
     reserve: ReservePolicy = ReservePolicy()
-    max_step: float = Field(0.25, gt=0, le=10, description="Largest change per apply, as a fraction of current.")
-    min_step_units: int = Field(1, ge=1, description="A step may always move at least this many units.")
-    min_evidence_days_to_cut: float = Field(14.0, ge=0, description="No cut on less evidence than this (days).")
-    hours_per_month: float = Field(730.0, gt=0, description="Hours in a budget month.")
-    borrowing_limit_ratio: float | None = Field(None, ge=0, description="Also set borrowingLimit = ratio x planned.")
-    lending_limit_ratio: float | None = Field(None, ge=0, le=1, description="Also set lendingLimit = ratio x planned.")
+    max_step: float = Field(0.25, gt=0, le=10, allow_inf_nan=False,
+                            description="Largest change per apply, as a fraction of current.")
+    min_step_units: int = Field(1, ge=1, le=MAX_UNITS, description="A step may always move at least this many units.")
+    min_evidence_days_to_cut: float = Field(14.0, ge=0, le=MAX_DAYS, allow_inf_nan=False,
+                                            description="No cut on less evidence than this (days).")
+    hours_per_month: float = Field(730.0, gt=0, le=744, allow_inf_nan=False, description="Hours in a budget month.")
+    borrowing_limit_ratio: float | None = Field(None, ge=0, le=MAX_RATIO, allow_inf_nan=False,
+                                                description="Also set borrowingLimit = ratio x planned.")
+    lending_limit_ratio: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                              description="Also set lendingLimit = ratio x planned.")
     fair_sharing_weight: bool = Field(False, description="Also set spec.fairSharing.weight to the queue's weight.")
     kueue_version: str = Field("v1beta2", pattern=r"^v1beta[12]$", description="ClusterQueue API version.")
 
@@ -115,14 +134,44 @@ class CapacityFile(BaseModel):
     def _non_negative(cls, v: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         for flavor, resources in v.items():
             for resource, units in resources.items():
-                if units < 0:
-                    raise ValueError(f"{flavor}/{resource}: capacity is a count of units >= 0")
+                if units < 0 or units > MAX_UNITS:
+                    raise ValueError(f"{flavor}/{resource}: capacity is a count of units >= 0 and at most "
+                                     f"{MAX_UNITS:,}")
         return v
 
 
 def load_policy(path: Path | None) -> PlanPolicy:
-    return PlanPolicy() if path is None else load_yaml_model(path, PlanPolicy)
+    return PlanPolicy() if path is None else _load(path, PlanPolicy, "--policy")
 
 
 def load_capacity(path: Path | None) -> CapacityFile | None:
-    return None if path is None else load_yaml_model(path, CapacityFile)
+    return None if path is None else _load(path, CapacityFile, "--capacity")
+
+
+_BOUNDS = {"gt": "must be more than", "ge": "must be at least", "lt": "must be less than", "le": "must be at most"}
+
+
+def _load(path: Path, model: type[M], flag: str) -> M:
+    """The file as ``model``; a value it refuses is one line naming the flag, the file and the key as written."""
+    try:
+        return load_yaml_model(path, model)
+    except UserError as exc:
+        if isinstance(exc.__cause__, ValidationError):
+            raise UserError(f"invalid {flag} {path}: {describe_file_errors(exc.__cause__)}") from exc.__cause__
+        raise
+
+
+def describe_file_errors(exc: ValidationError) -> str:
+    """``key.path: what is wrong`` per problem, bounds and non-finite numbers in words, joined by ``; ``."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {_what(err)}" for err in exc.errors())
+
+
+def _what(err: Any) -> str:
+    given = err.get("input")
+    shown = f"{given:g}" if isinstance(given, float) else str(given)
+    if err["type"] == "finite_number":
+        return f"must be a finite number (got {shown})"
+    bound = next(((k, v) for k, v in (err.get("ctx") or {}).items() if k in _BOUNDS), None)
+    if bound is not None:
+        return f"{_BOUNDS[bound[0]]} {bound[1]:g} (got {shown})"
+    return str(err["msg"]).removeprefix("Value error, ")

@@ -1,12 +1,16 @@
-"""Record a fleet plan in the ``quota_plan`` result table (one row per queue, flavor and resource)."""
+"""Record a fleet plan in the ``quota_plan`` result table (one row per queue, flavor and resource), and what
+``--apply`` did to each queue."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
 
-from gpulens.analytics.result_tables import append_columns, column_names, ddl
+from gpulens.analytics.result_tables import append_columns, column_names, ensure_table
+from gpulens.collector.store_errors import connect_store, reading_store
 
 if TYPE_CHECKING:
     from gpulens.analytics.plan.model import FleetPlan
@@ -29,6 +33,7 @@ def plan_columns(plan: FleetPlan) -> dict[str, list[object]]:
                 "demand_p95": d.demand_p95, "demand_ask": d.demand, "pending_share": d.pending_share,
                 "weight": q.weight, "lower_bound": q.lower, "upper_bound": q.upper, "binding_constraint": q.binding,
                 "relax_gain": q.relax_gain, "explanation": q.explanation, "conflict": conflict, "parameters": params,
+                "apply_outcome": None, "apply_message": None,
             }
             for name in cols:
                 cols[name].append(row[name])
@@ -37,7 +42,7 @@ def plan_columns(plan: FleetPlan) -> dict[str, list[object]]:
 
 def store_plan(con: duckdb.DuckDBPyConnection, plan: FleetPlan) -> int:
     """Replace this run's rows in ``quota_plan``; returns the row count."""
-    con.execute(ddl("quota_plan"))
+    ensure_table(con, "quota_plan")
     cols = plan_columns(plan)
     con.execute("BEGIN")
     try:
@@ -48,3 +53,15 @@ def store_plan(con: duckdb.DuckDBPyConnection, plan: FleetPlan) -> int:
         con.execute("ROLLBACK")
         raise
     return len(cols["run_id"])
+
+
+def record_outcomes(db_path: str | Path, run_id: str, outcomes: Mapping[str, tuple[str, str]]) -> None:
+    """Set ``apply_outcome`` and ``apply_message`` on the run's rows of each queue in ``outcomes``
+    (queue name -> (status, message))."""
+    path = Path(db_path)
+    with connect_store(path, read_only=False) as con, reading_store(path):
+        ensure_table(con, "quota_plan")
+        con.executemany(
+            "UPDATE quota_plan SET apply_outcome = ?, apply_message = ? WHERE run_id = ? AND cluster_queue = ?",
+            [[status, message, run_id, queue] for queue, (status, message) in sorted(outcomes.items())],
+        )

@@ -27,6 +27,8 @@ class NodeEvidence:
     signal: str
     reasons: tuple[str, ...]
     lead_seconds: float | None
+    gpus: tuple[str, ...] = ()
+    """The GPUs the flagged evidence names, worst first (what a device quarantine takes out)."""
 
     @property
     def value(self) -> str:
@@ -100,4 +102,5 @@ def _evidence(state: str, ev: list[dict[str, object]], lead: float | None) -> No
     flagged = sorted((e for e in ev if e.get("severity") in rank), key=lambda e: rank[str(e["severity"])])
     reasons = tuple(f"{e.get('gpu_uuid', '')}: {e['reason']}".lstrip(": ") for e in flagged)
     signal = str(flagged[0]["signal"]) if flagged else "unhealthy"
-    return NodeEvidence(state, signal, reasons, lead)
+    gpus = tuple(dict.fromkeys(str(e["gpu_uuid"]) for e in flagged if e.get("gpu_uuid")))
+    return NodeEvidence(state, signal, reasons, lead, gpus)

@@ -5,12 +5,14 @@ low-confidence changes, entries whose live value moved away from the evidence, a
 queue has pending workloads (or does not say); apply our fields with
 ``resourceVersion`` set (optimistic concurrency) and ``force=true`` (take over ``nominalQuota`` / ``hard``
 from whoever created the object); on 409 read again and retry; a 403 is reported with the missing RBAC.
+A write whose answer was lost (no answer in time, an answer that is not JSON) may have landed: the
+object is read back, and it is ``applied`` only when the read shows the new values, else ``unknown``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,8 +30,16 @@ from gpulens.exporter.kube_api import (
     ForbiddenError,
     KubernetesApiError,
     KubernetesClient,
+    MalformedAnswerError,
+    NoAnswerError,
     NotFoundError,
 )
+
+OUTCOMES = ("applied", "unchanged", "skipped", "refused", "failed", "unknown")
+"""Every status an object's apply can end in; ``unknown``: the write may have landed, nobody can say yet."""
+
+CONDITION_REASONS = {"applied": "Applied", "unknown": "MayHaveBeenApplied"}
+"""``Applied`` condition reason per status where it is not the status capitalised."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,7 @@ class ApplyOutcome:
 
     ref: str
     status: str
-    """``applied``, ``unchanged``, ``skipped``, ``refused`` or ``failed``."""
+    """One of ``OUTCOMES``."""
     message: str
     changes: tuple[tuple[str, float, int], ...] = ()
     """(flavor/resource, from, to) actually applied."""
@@ -51,6 +61,11 @@ class ApplyOutcome:
     @property
     def applied(self) -> bool:
         return self.status == "applied"
+
+    def condition(self) -> tuple[bool | None, str, str]:
+        """(status, reason, message) of the recorded ``Applied`` condition; a write that may have been applied is ``Unknown``."""
+        status = None if self.status == "unknown" else self.applied
+        return status, CONDITION_REASONS.get(self.status, self.status.capitalize()), self.message
 
 
 def forbidden_message(exc: ForbiddenError, what: str) -> str:
@@ -78,21 +93,24 @@ class QuotaApplier:
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
 
-    def apply(self, plan: ObjectPlan) -> ApplyOutcome:
-        """The outcome for one object; never raises for what the API server or the live object does."""
-        if not plan.changes:
+    def apply(self, plan: ObjectPlan, only: Collection[EntryKey] | None = None) -> ApplyOutcome:
+        """The outcome for one object (for its entries in ``only``, default all); never raises for what the
+        API server or the live object does."""
+        changes = [r for r in plan.changes if only is None or (r.key.flavor, r.key.resource) in only]
+        if not changes:
             return ApplyOutcome(plan.ref, "unchanged", "no change recommended")
         notes = [
             f"{entry_label((r.key.flavor, r.key.resource))}: refused, low confidence "
             f"({r.confidence.value:.1f} days)"
-            for r in plan.refused
+            for r in changes if r.confidence.is_low
         ]
-        if not plan.applicable:
+        applicable = [r for r in changes if not r.confidence.is_low]
+        if not applicable:
             return ApplyOutcome(plan.ref, "refused", "; ".join(notes), notes=tuple(notes))
         path = plan.target.path(plan.namespace, plan.name)
         for attempt in range(1, self.max_attempts + 1):
             try:
-                return self._attempt(plan, path, notes, attempt)
+                return self._attempt(plan, applicable, path, notes, attempt)
             except ConflictError:
                 self.sleep(self.backoff_s * attempt)
             except NotFoundError:
@@ -107,7 +125,8 @@ class QuotaApplier:
         return ApplyOutcome(plan.ref, "failed", f"conflict persisted after {self.max_attempts} attempts",
                             attempts=self.max_attempts)
 
-    def _attempt(self, plan: ObjectPlan, path: str, notes: list[str], attempt: int) -> ApplyOutcome:
+    def _attempt(self, plan: ObjectPlan, applicable: list[QuotaRecommendation], path: str, notes: list[str],
+                 attempt: int) -> ApplyOutcome:
         """Read the live object, check it, apply; a 409 (``ConflictError``) means read again."""
         live = self.api.get(path)
         meta = live.get("metadata", {})
@@ -116,7 +135,7 @@ class QuotaApplier:
                                 attempts=attempt)
         live_values = plan.target.current_values(live)
         recs, drift = [], []
-        for r in plan.applicable:
+        for r in applicable:
             k = (r.key.flavor, r.key.resource)
             if k not in live_values:
                 drift.append(f"{entry_label(k)}: not in the live object")
@@ -130,14 +149,41 @@ class QuotaApplier:
         if not recs:
             return ApplyOutcome(plan.ref, "refused", "; ".join(refusals), attempts=attempt, notes=tuple(refusals))
         body = plan.body(self.clock(), live, recs, resource_version=meta.get("resourceVersion"))
-        self.api.apply(path, body, force=True)
         changes = tuple(
             (entry_label((r.key.flavor, r.key.resource)), live_values[(r.key.flavor, r.key.resource)],
              int(r.next_value or 0))
             for r in recs
         )
-        summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
-        return ApplyOutcome(plan.ref, "applied", summary, changes, attempt, tuple(refusals))
+        try:
+            self.api.apply(path, body, force=True)
+        except (NoAnswerError, MalformedAnswerError) as exc:
+            return self._read_back(plan, path, changes, exc, attempt, refusals)
+        message = "; ".join([", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes), *refusals])
+        return ApplyOutcome(plan.ref, "applied", message, changes, attempt, tuple(refusals))
+
+    def _read_back(
+        self, plan: ObjectPlan, path: str, changes: tuple[tuple[str, float, int], ...], lost: KubernetesApiError,
+        attempt: int, refusals: list[str],
+    ) -> ApplyOutcome:
+        """A write whose answer was lost: ``applied`` when the object now holds every new value, else
+        ``unknown`` (the request may still land; nobody can say it did not)."""
+        try:
+            now = {entry_label(k): v for k, v in plan.target.current_values(self.api.get(path)).items()}
+        except KubernetesApiError as exc:
+            return ApplyOutcome(plan.ref, "unknown", f"{lost}; reading it back failed too ({exc.message})",
+                                attempts=attempt, notes=tuple(refusals))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return ApplyOutcome(plan.ref, "unknown", f"{lost}; the object read back is unexpected ({exc})",
+                                attempts=attempt, notes=tuple(refusals))
+        if all(now.get(label) == new for label, _, new in changes):
+            summary = ", ".join(f"{label} {old:g} -> {new}" for label, old, new in changes)
+            why = lost.message.partition(";")[0]
+            message = "; ".join([f"{summary} (the answer was lost: {why}; read back: applied)", *refusals])
+            return ApplyOutcome(plan.ref, "applied", message, changes, attempt, tuple(refusals))
+        held = ", ".join(f"{label} {now[label]:g}" if label in now else f"{label} absent" for label, _, _ in changes)
+        return ApplyOutcome(plan.ref, "unknown", f"{lost}; read back: {held}, not the new value(s) yet, but the "
+                            "request may still land: check the object before running again",
+                            attempts=attempt, notes=tuple(refusals))
 
     @staticmethod
     def _hold_cuts_with_pending_work(
@@ -164,8 +210,7 @@ class QuotaApplier:
         window: tuple[datetime, datetime],
     ) -> str | None:
         """Apply the ``GPUQuotaRecommendation`` for ``plan`` (spec, then status); an error message or None."""
-        applied = (outcome.applied, "Applied" if outcome.applied else outcome.status.capitalize(), outcome.message)
-        obj = plan.recommendation_object(policy, window, self.clock(), applied)
+        obj = plan.recommendation_object(policy, window, self.clock(), outcome.condition())
         name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
         spec_body = {k: v for k, v in obj.items() if k != "status"}
         status_body = {"apiVersion": obj["apiVersion"], "kind": CRD_KIND, "metadata": {"name": name, "namespace": ns},

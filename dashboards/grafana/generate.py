@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from grafana_foundation_sdk.builders import dashboard
 
-from gpulens.dashboards.grafana import chargeback, fleet, node, tenant
+from gpulens.dashboards.grafana import chargeback, dcgm, fleet, node, tenant
 from gpulens.dashboards.grafana.builders import to_json
 
 DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
@@ -25,6 +25,7 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     tenant.UID: tenant.build,
     node.UID: node.build,
     chargeback.UID: chargeback.build,
+    dcgm.UID: dcgm.build,
 }
 JSON_DIR = Path(__file__).resolve().parent / "json"
 _DEPLOY_BASE = Path(__file__).resolve().parents[2] / "deploy" / "base"

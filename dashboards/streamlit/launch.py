@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,7 @@ def streamlit_command(db: Path, *, port: int, host: str, trusted: TrustedHeaders
     access = [] if trusted is None else [
         "--trusted-user-header", trusted.user, "--trusted-groups-header", trusted.groups,
         "--access-file", str(trusted.access_file.resolve()),
+        *(arg for net in trusted.proxies for arg in ("--trusted-proxy", str(net))),
     ]
     return [
         sys.executable, "-m", "streamlit", "run", str(APP_PATH),
@@ -38,10 +39,20 @@ def streamlit_command(db: Path, *, port: int, host: str, trusted: TrustedHeaders
         "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
         "--client.toolbarMode", "viewer",
+        "--client.showErrorDetails", "none",  # an unexpected error: a generic message, its trace only in the log
         "--",
         "--db", str(db.resolve()),
         *access,
     ]
+
+
+def streamlit_environment(environ: Mapping[str, str], trusted: TrustedHeaders | None) -> dict[str, str]:
+    """The app's environment. With trusted proxies, the server reports each connection's own peer: uvicorn
+    would otherwise replace a loopback peer by the address its ``X-Forwarded-For`` header claims."""
+    env = dict(environ)
+    if trusted is not None and trusted.proxies:
+        env["FORWARDED_ALLOW_IPS"] = ""  # trust no forwarding header for the peer address
+    return env
 
 
 def db_path_from(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> str | None:

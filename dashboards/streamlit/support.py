@@ -6,7 +6,8 @@ defaults.
 
 Tenant names are data: pages show them only through dataframes, charts and ``st.text`` (never
 markdown or HTML). Behind an authenticating proxy (``--trusted-user-header`` ...), every query runs
-on the caller's tenant scope, and a caller without access gets the "no access" page and no data.
+on the caller's tenant scope, and a caller without access gets the "no access" page and no data; with
+``--trusted-proxy``, only requests whose peer is that proxy are read for headers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import streamlit as st
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.scope import TenantScope, scope_reader
 from gpulens.analytics.run_parameters import RunDescription
+from gpulens.collector.store_errors import storage_failures
 from gpulens.core.errors import UserError
 from gpulens.dashboards.streamlit.access import (
     AccessFile,
@@ -30,6 +32,7 @@ from gpulens.dashboards.streamlit.access import (
     current_options,
     decide,
     load_access_file,
+    require_safe_listen,
 )
 from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
 
@@ -48,6 +51,12 @@ def request_headers() -> Mapping[str, str]:
     return st.context.headers
 
 
+def request_peer() -> str | None:
+    """The address this session's connection comes from; None for 127.0.0.1 and ::1 (as Streamlit reports
+    them) and for a session without a connection."""
+    return st.context.ip_address
+
+
 @st.cache_resource(show_spinner=False, ttl=300)
 def _access_file(path: str, mtime_ns: int) -> AccessFile:
     return load_access_file(Path(path))
@@ -59,15 +68,16 @@ def caller() -> Decision:
         trusted = current_options()
         if trusted is None:
             return Decision(TenantScope.everything(), None)
+        require_safe_listen(st.get_option("server.address"), trusted)  # started without `gpulens dashboard`
         try:
             mtime = trusted.access_file.stat().st_mtime_ns
         except OSError:
             mtime = -1
         access = _access_file(str(trusted.access_file), mtime)
     except UserError as exc:
-        st.error(str(exc))
+        show_error(exc)
         st.stop()
-    return decide(request_headers(), trusted, access)
+    return decide(request_headers(), trusted, access, request_peer())
 
 
 def caller_scope() -> TenantScope:
@@ -101,7 +111,18 @@ def query(
     """Run ``StoreReader.<query_name>(**params)`` on ``path`` for analysis run ``run_id`` (None: the newest)
     within the scope of ``tenants`` (None: all); cached per path, scope, run, query and parameters, so one
     caller's results never reach another scope."""
-    return _reader(path, tenants, run_id).run(query_name, **params)
+    with storage_failures(path):  # a damaged block, an I/O error: a StoreError, shown briefly
+        return _reader(path, tenants, run_id).run(query_name, **params)
+
+
+def show_error(exc: UserError) -> None:
+    """Show ``exc`` on the page in its short form where it has one (never this server's paths or a stack
+    trace); the whole message goes to the server's log."""
+    if exc.brief is None:
+        st.error(str(exc))
+        return
+    print(f"gpulens dashboard: error: {exc}", file=sys.stderr, flush=True)
+    st.error(exc.brief)
 
 
 IDLE_RULE = (
@@ -114,7 +135,8 @@ IDLE_RULE = (
 
 @st.cache_data(ttl=300, show_spinner=False)
 def _describe(path: str, run_id: str | None) -> RunDescription:
-    return _reader(path, None, run_id).describe_run()
+    with storage_failures(path):
+        return _reader(path, None, run_id).describe_run()
 
 
 def run_picker() -> None:
@@ -146,7 +168,11 @@ def run_header() -> None:
     run_id = selected_run_id()
     if run_id is None:
         return
-    run = _describe(db_path(), run_id)
+    try:
+        run = _describe(db_path(), run_id)
+    except UserError as exc:
+        show_error(exc)
+        st.stop()
     st.caption(run.header())
     note = run.non_default_note()
     if note:
@@ -171,7 +197,7 @@ def try_load(query_name: str, /, **params: Any) -> pl.DataFrame | None:
     except AnalysisMissing as exc:
         st.info(f"{exc}.")
     except UserError as exc:
-        st.error(str(exc))
+        show_error(exc)
         st.stop()
     return None
 

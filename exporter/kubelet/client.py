@@ -1,7 +1,10 @@
 """kubelet PodResources v1 client: real gRPC over the kubelet's unix socket, one channel reused.
 
 Called from the collection cycle only (never on the scrape path), with a short timeout and a 16 MiB
-receive limit (busy nodes answer more than gRPC's 4 MiB default). Any failure becomes
+receive limit (busy nodes answer more than gRPC's 4 MiB default). At most ``MAX_GPU_GRANTS`` GPU grants
+of a reply become Python objects, each sharing its pod's and container's strings, so the memory a reply
+takes is bounded by the receive limit (deploy/base sets the exporter's memory limit from both). Any
+failure becomes
 :class:`KubeletUnavailableError` with a one-line reason; the cycle counts it and keeps serving device
 metrics without pod labels.
 """
@@ -20,6 +23,9 @@ from gpulens.exporter.kubelet.proto import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_RECEIVE_BYTES = 16 * 1024 * 1024
+MAX_GPU_GRANTS = 65536
+"""GPU device ids and DRA devices held by containers that one reply may list: far above a real node
+(8 GPUs x 7 MIG instances x 256 time-slicing replicas is 14,336); a reply with more is refused."""
 DRA_DRIVER = "gpu.nvidia.com"
 KUBELET_SOURCE = "kubelet"
 """``source`` label of kubelet PodResources calls that failed."""
@@ -67,21 +73,35 @@ class PodResourcesView:
 def parse_list_response(
     response: api_pb2.ListPodResourcesResponse, extra_resources: tuple[str, ...] = ()
 ) -> PodResourcesView:
-    """Keep the GPU devices (``nvidia.com/gpu``, ``nvidia.com/mig-*``) and NVIDIA DRA claims of every container."""
+    """Keep the GPU devices (``nvidia.com/gpu``, ``nvidia.com/mig-*``) and NVIDIA DRA claims of every container.
+
+    More than ``MAX_GPU_GRANTS`` of them raise ``KubeletUnavailableError`` before they are built.
+    """
     devices: list[DeviceGrant] = []
     claims: list[ClaimGrant] = []
     for pod in response.pod_resources:
+        namespace, name = pod.namespace, pod.name  # one string per pod, shared by its grants
         for c in pod.containers:
+            container = c.name
             for d in c.devices:
-                if is_gpu_resource(d.resource_name, extra_resources):
-                    devices.extend(DeviceGrant(pod.namespace, pod.name, c.name, d.resource_name, i)
-                                   for i in d.device_ids)
+                resource = d.resource_name
+                if is_gpu_resource(resource, extra_resources):
+                    _check_grants(len(devices) + len(claims) + len(d.device_ids))
+                    devices.extend(DeviceGrant(namespace, name, container, resource, i) for i in d.device_ids)
             for dr in c.dynamic_resources:
+                _check_grants(len(devices) + len(claims) + len(dr.claim_resources))
+                claim, claim_namespace = dr.claim_name, dr.claim_namespace
                 for cr in dr.claim_resources:
                     if cr.driver_name == DRA_DRIVER:
-                        claims.append(ClaimGrant(pod.namespace, pod.name, c.name, dr.claim_name,
-                                                 dr.claim_namespace, cr.driver_name, cr.pool_name, cr.device_name))
+                        claims.append(ClaimGrant(namespace, name, container, claim, claim_namespace, DRA_DRIVER,
+                                                 cr.pool_name, cr.device_name))
     return PodResourcesView(tuple(devices), tuple(claims))
+
+
+def _check_grants(count: int) -> None:
+    if count > MAX_GPU_GRANTS:
+        raise KubeletUnavailableError(f"kubelet PodResources List lists more than {MAX_GPU_GRANTS} GPU grants: "
+                                      "refused (no node holds that many)")
 
 
 def replicas_per_device(response: api_pb2.AllocatableResourcesResponse) -> dict[str, int]:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from gpulens.exporter.mig_catalog import GpuModel, layout_problems, model_by_name
 from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
@@ -347,6 +347,11 @@ def _utc(value: Any) -> Any:
     return value
 
 
+EPOCH_RANGE = (datetime(2020, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
+"""When a scenario's fleet may have booted: the first read integrates the energy of every day since the
+epoch (about 3 s of CPU per year of the default fleet), so an epoch of year 1 would take hours."""
+
+
 class Scenario(_Strict):
     """A whole simulated fleet. Everything it yields is a pure function of (scenario, seed, t)."""
 
@@ -364,6 +369,15 @@ class Scenario(_Strict):
     tenants: list[TenantSpec] = Field(min_length=1)
     workloads: list[WorkloadSpec] = []
     faults: list[FaultSpec] = []
+
+    @field_validator("epoch")
+    @classmethod
+    def _epoch_in_range(cls, value: datetime) -> datetime:
+        if not EPOCH_RANGE[0] <= value < EPOCH_RANGE[1]:
+            first, end = (f"{t:%Y-%m-%d}" for t in EPOCH_RANGE)
+            raise ValueError(f"must be from {first} to before {end} (got {value.date().isoformat()}): counters are integrated "
+                             "day by day from the epoch, so an earlier one costs every day since")
+        return value
 
     @property
     def epoch_seconds(self) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import typer
@@ -39,8 +40,23 @@ for _module in COMMAND_MODULES:
     _module.register(app)
 
 
+class _Notes(logging.Handler):
+    """Prints what the store's migrations changed (logger ``gpulens.store``) as ``gpulens: note: ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"gpulens: note: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _say_store_upgrades() -> None:
+    store_log = logging.getLogger("gpulens.store")
+    if not any(isinstance(h, _Notes) for h in store_log.handlers):
+        store_log.addHandler(_Notes())
+    store_log.setLevel(logging.INFO)
+
+
 def run() -> None:
     """Entry point that turns ``UserError`` and bad flags into a one-line message and a non-zero exit."""
+    _say_store_upgrades()
     try:
         result = app(standalone_mode=False)
     except UserError as exc:

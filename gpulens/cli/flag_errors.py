@@ -8,15 +8,21 @@ says ``--window: not a duration (use 15s, 5m, 2h, 14d)`` and ``--percentile: mus
 
 from __future__ import annotations
 
+import math
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import typer
 from pydantic import ValidationError
+
+from gpulens.core.errors import UserError
 
 DURATION_EXAMPLES = "15s, 5m, 2h, 14d"
 _DURATION_TEXT = re.compile(r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|h|d|w)?\s*$")
+_WITHIN = {"gt": operator.gt, "ge": operator.ge, "lt": operator.lt, "le": operator.le}
 _BOUNDS = {"gt": "must be more than", "ge": "must be at least", "lt": "must be less than", "le": "must be at most"}
 
 
@@ -96,3 +102,44 @@ def _plain(err: Any) -> str:
     if message.startswith("Input should be "):
         message = "should be " + message.removeprefix("Input should be ")
     return message
+
+
+def number(
+    *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None,
+    unit: str = "",
+) -> Callable[[typer.CallbackParam, float | int | None], float | int | None]:
+    """A typer callback for a number flag: NaN, infinities and values out of the bounds given are refused
+    by the flag's name (``--healthy-hours: must be a finite number (got nan)``) before the command runs.
+
+    Every ``float`` and ``int`` option of every command takes one (``typer.Option(callback=number(gt=0))``,
+    or :data:`finite` for no bounds); a test walks the app to keep it so.
+    """
+
+    def check(param: typer.CallbackParam, value: float | int | None) -> float | int | None:
+        if value is None:
+            return value
+        name = param.opts[0] if param.opts else f"--{param.name}"
+        flag = Flag(name, unit)
+        if not math.isfinite(value):
+            raise UserError(f"{name}: must be a finite number (got {value})")
+        bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
+        for kind, bound in bounds.items():
+            if bound is not None and not _WITHIN[kind](value, bound):
+                raise UserError(f"{name}: {_BOUNDS[kind]} {flag.number(bound)} (got {flag.number(value)})")
+        return value
+
+    return check
+
+
+finite = number()
+"""The callback of a number flag without bounds of its own (pydantic settings check its range)."""
+
+DAYS_LIMIT = 3660.0
+"""The longest span a flag in days takes (ten years): more than any store holds, and its dates stay in range
+(``--days 1e6`` reached year -711; ``1e300`` planned chunks forever)."""
+
+
+def days(*, ge: float | None = None, gt: float | None = None) -> Callable[
+        [typer.CallbackParam, float | int | None], float | int | None]:
+    """The callback of a flag in days: finite, within ``ge`` / ``gt``, at most :data:`DAYS_LIMIT`."""
+    return number(ge=ge, gt=gt, le=DAYS_LIMIT, unit="days")

@@ -7,3 +7,5 @@ class UserError(Exception):
     """Bad input (flag, file, config, unreachable endpoint): reported as one clear line, never a trace."""
 
     exit_code = 2
+    brief: str | None = None
+    """The same for a browser (the dashboard): short, without this machine's paths; None: the message is fit."""

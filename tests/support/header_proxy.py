@@ -36,8 +36,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 @contextmanager
-def header_proxy(upstream_port: int, headers: Mapping[str, str]) -> Iterator[str]:
-    """Serve the proxy on a free 127.0.0.1 port while the block runs; yields its base URL."""
+def header_proxy(upstream_port: int, headers: Mapping[str, str], *, source: str = "127.0.0.1") -> Iterator[str]:
+    """Serve the proxy on a free 127.0.0.1 port while the block runs; yields its base URL. Its connections to
+    the upstream come from ``source`` (another loopback address, such as 127.0.0.2, is another peer)."""
     port = free_port()
     loop = asyncio.new_event_loop()
     ready = threading.Event()
@@ -45,7 +46,7 @@ def header_proxy(upstream_port: int, headers: Mapping[str, str]) -> Iterator[str
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
             head = await client_r.readuntil(b"\r\n\r\n")
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream_port)
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream_port, local_addr=(source, 0))
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             client_w.close()
             return

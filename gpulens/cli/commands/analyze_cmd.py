@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpulens.cli.flag_errors import Flag, duration
+from gpulens.cli.flag_errors import Flag, duration, finite
 from gpulens.core.errors import UserError
 
 FLAGS = {
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: just after the newest sample.")
         ] = None,
         activity_threshold: Annotated[
-            float, typer.Option(help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
+            float, typer.Option(callback=finite, help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
         ] = 0.05,
         prices: Annotated[
             Path | None,
@@ -81,6 +81,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.run import analyze as run_analysis
         from gpulens.analytics.settings import AnalysisSettings
         from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.collector.store_errors import storage_failures
         from gpulens.core.config import load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
@@ -103,12 +104,13 @@ def register(app: typer.Typer) -> None:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
-        if parts_from:
-            from gpulens.analytics.day_parts import import_parts
+        with storage_failures(db):  # a damaged block, a full disk: one line naming the store
+            if parts_from:
+                from gpulens.analytics.day_parts import import_parts
 
-            for worker in parts_from:
-                typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
-        summary = run_analysis(db, settings)
+                for worker in parts_from:
+                    typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
+            summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if out is not None:
             typer.echo(f"FOCUS chargeback written to {out}/chargeback_focus.csv and .parquet")

@@ -9,8 +9,11 @@ from typing import Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import days as days_flag
+from gpulens.collector.store_errors import storage_failures
 from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
+from gpulens.core.redact import redact
 
 COLLECT_HELP = (
     "Fill the DuckDB store (--db) from exactly one source; every window is written in one transaction, "
@@ -77,9 +80,15 @@ def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, 
     seconds = parse_duration(timeout, what="--timeout")
     failures: dict[str, list[str]] = {}
     cycles = [0]
+    told: dict[str, str] = {}
 
     def report(summary: ScrapeSummary) -> None:
         cycles[0] += 1
+        for target in summary.targets:  # said once per target, and again when it changes (an upgrade)
+            generation = target.speaks.generation
+            if generation is not None and told.get(target.url) != generation:
+                told[target.url] = generation
+                _say(f"target {target.url}: speaks {generation}")
         for err in summary.errors:
             _say(f"gpulens: warning: {err}")
         for line in summary.warnings:
@@ -110,7 +119,7 @@ def _require_http_url(url: str, flag: str) -> None:
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"{flag} {url!r} is not an http:// or https:// URL (e.g. http://prometheus:9090)")
+        raise UserError(f"{flag} {redact(url)!r} is not an http:// or https:// URL (e.g. http://prometheus:9090)")
 
 
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
@@ -143,7 +152,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
             if mark is None:  # nothing collected from there yet (a CronJob's first run): the last day
                 start_s = end_s - FIRST_COLLECTION_SECONDS
                 what = "rollups" if rollups else "raw series"
-                _say(f"first collection of {what} from {url}: from {format_time(start_s)} (a day back; give --start to "
+                _say(f"first collection of {what} from {client.name}: from {format_time(start_s)} (a day back; give --start to "
                      f"collect earlier history)")
             else:
                 start_s = mark
@@ -161,7 +170,11 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
                                 schema=schema, labels=_pairs(labels, "--label"),  # type: ignore[arg-type]
                                 progress=progress, rollups=rollups)
     if summary.rejected.total:
-        _say(f"gpulens: warning: {url}: {summary.rejected.describe()}")
+        _say(f"gpulens: warning: {redact(url)}: {summary.rejected.describe()}")
+    for line in summary.speaks:
+        _say(line)
+    for line in summary.naming_warnings:
+        _say(f"gpulens: warning: {line}")
     _say(f"prometheus{' rollups' if rollups else ''}: {len(summary.windows)} windows written ({summary.rows} new rows), "
          f"{summary.skipped} already stored")
 
@@ -186,8 +199,6 @@ def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: 
     from gpulens.collector.backfill import ChunkProgress, backfill_simulated
     from gpulens.collector.timeparse import parse_duration, parse_time
 
-    if days <= 0:
-        raise UserError("--days must be positive")
     step_s = parse_duration(step, what="--step")
     end_s = parse_time(end, what="--end") if end else time.time()
     end_s = (end_s // step_s) * step_s
@@ -244,7 +255,7 @@ def register(app: typer.Typer) -> None:
                  "--tenancy-config (default: the built-in rule order).")] = None,
         simulate: Annotated[bool, typer.Option("--simulate", help="Backfill simulated history.")] = False,
         scenario: Annotated[Path | None, typer.Option(help="--simulate: scenario YAML (default: built-in).")] = None,
-        days: Annotated[float, typer.Option(help="--simulate: days of history.")] = 14.0,
+        days: Annotated[float, typer.Option(callback=days_flag(gt=0), help="--simulate: days of history.")] = 14.0,
     ) -> None:
         if schema not in ("gpulens", "dcgm", "auto"):
             raise UserError(f"invalid --schema {schema!r}: use gpulens, dcgm or auto")
@@ -257,15 +268,16 @@ def register(app: typer.Typer) -> None:
             raise UserError("--rollups goes with --prometheus URL (it reads rollups recorded in Prometheus)")
         if urls and not scrape:
             raise UserError(f"unexpected argument {urls[0]!r} (URLs go with --scrape)")
-        if scrape:
-            _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
-        elif prometheus is not None:
-            _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
-                            insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
-        elif kubernetes:
-            _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
-        else:
-            _run_simulate(db, scenario, days, step or "60s", end)
+        with storage_failures(db):  # a full disk, a damaged block: one line naming the store
+            if scrape:
+                _run_scrape(list(urls or []), db, interval, duration, once, timeout, schema, max_body_size)
+            elif prometheus is not None:
+                _run_prometheus(prometheus, db, start, end or "now", step or ("5m" if rollups else "60s"), schema, bearer_token_file, ca_file,
+                                insecure_skip_verify, list(label or []), timeout, retries, list(header or []), rollups)
+            elif kubernetes:
+                _run_kubernetes(db, kubeconfig, tenancy_config, timeout)
+            else:
+                _run_simulate(db, scenario, days, step or "60s", end)
 
     @app.command("export-parquet")
     def export_parquet_cmd(

@@ -34,6 +34,12 @@ def register(app: typer.Typer) -> None:
             typer.Option("--access-file", help="YAML file: admin_groups (see every tenant) and groups "
                                                "(group: [tenant, ...]). Others get a 'no access' page."),
         ] = None,
+        trusted_proxy: Annotated[
+            list[str] | None,
+            typer.Option("--trusted-proxy", help="Address or CIDR of the authenticating proxy (repeatable): the "
+                                                 "headers are read only from requests whose peer it is. Needed "
+                                                 "with the access options on a non-loopback --host."),
+        ] = None,
     ) -> None:
         """Serve the Streamlit app: fleet capacity states, tenants, isolation risk, recommendations, health.
 
@@ -42,23 +48,31 @@ def register(app: typer.Typer) -> None:
         analysis has not run yet say which command to run.
 
         Behind an authenticating proxy (oauth2-proxy), the three access options make every page show only
-        the caller's tenants. Trust those headers only from the proxy: keep the app on 127.0.0.1 next to it.
+        the caller's tenants (also read from GPULENS_TRUSTED_USER_HEADER, GPULENS_TRUSTED_GROUPS_HEADER,
+        GPULENS_ACCESS_FILE). The headers are trusted only from the proxy: keep the app on 127.0.0.1 next to
+        it, or name the proxy with --trusted-proxy (GPULENS_TRUSTED_PROXIES, comma-separated); on any other
+        address without it the command refuses to start.
         """
         import os
         import sys
 
         from gpulens.analytics.report.data import StoreReader
-        from gpulens.dashboards.streamlit.access import load_access_file, trusted_headers_from
-        from gpulens.dashboards.streamlit.launch import streamlit_command
+        from gpulens.dashboards.streamlit.access import (
+            PROXY_FLAG,
+            load_access_file,
+            require_safe_listen,
+            trusted_headers_from,
+        )
+        from gpulens.dashboards.streamlit.launch import streamlit_command, streamlit_environment
 
         given = {"--trusted-user-header": trusted_user_header, "--trusted-groups-header": trusted_groups_header,
                  "--access-file": None if access_file is None else str(access_file)}
-        trusted = trusted_headers_from([a for flag, value in given.items() if value for a in (flag, value)], {})
+        argv = [a for flag, value in given.items() if value for a in (flag, value)]
+        argv += [a for proxy in trusted_proxy or () for a in (PROXY_FLAG, proxy)]
+        trusted = trusted_headers_from(argv, os.environ)  # the app reads the same environment
+        require_safe_listen(host, trusted)
         if trusted is not None:
             load_access_file(trusted.access_file)  # fail now, with one line, on a bad access file
-            if host not in ("127.0.0.1", "::1", "localhost"):
-                typer.echo(f"gpulens dashboard: warning: --host {host} lets clients reach the app without the proxy "
-                           f"and send their own {trusted.user} header; keep it on 127.0.0.1 behind the proxy", err=True)
 
         reader = StoreReader.open(db)  # fail early, with one line, on a missing, busy or foreign file
         try:
@@ -70,4 +84,4 @@ def register(app: typer.Typer) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         # become streamlit: signals (Ctrl-C, SIGTERM from a supervisor) reach the server directly
-        os.execv(command[0], command)
+        os.execve(command[0], command, streamlit_environment(os.environ, trusted))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import number
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -46,14 +47,17 @@ def register(app: typer.Typer) -> None:
         scenario: Annotated[
             Path | None, typer.Option("--scenario", help="Scenario YAML (default: the built-in fleet).")
         ] = None,
-        days: Annotated[float, typer.Option("--days", min=0.1, max=90, help="Days of history to backfill.")] = 14,
+        days: Annotated[float, typer.Option("--days", callback=number(ge=0.1, le=90, unit="days"), help="Days of history to backfill.")] = 14,
         step: Annotated[str, typer.Option("--step", help="Sample step of the backfill (e.g. 60s, 5m).")] = "5m",
         serve: Annotated[
             bool,
             typer.Option("--serve/--no-serve", help="Keep the live exporters serving after the demo until Ctrl-C."),
         ] = False,
     ) -> None:
-        run_demo(out=out, scenario_path=scenario, days=days, step=step, serve=serve)
+        from gpulens.collector.store_errors import storage_failures
+
+        with storage_failures(out / "gpulens.duckdb"):  # a full disk under --out: one line naming the store
+            run_demo(out=out, scenario_path=scenario, days=days, step=step, serve=serve)
 
 
 def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:

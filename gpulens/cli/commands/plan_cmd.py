@@ -12,7 +12,9 @@ import typer
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
+    from gpulens.analytics.plan.model import FleetPlan
     from gpulens.analytics.writers.apply import ApplyOutcome
+    from gpulens.analytics.writers.live_totals import LiveTotal
     from gpulens.analytics.writers.plan import ObjectPlan
 
 PLAN_HELP = (
@@ -25,7 +27,9 @@ PLAN_HELP = (
     "Explains the binding constraint per queue and what relaxing it gives. When guarantees and holds "
     "exceed capacity, the conflict is reported with amounts and nothing is written.\n\n"
     "Dry run by default: writes the ClusterQueue YAML it would apply to --out. --apply sends it with "
-    "server-side apply (field manager gpulens) with the guard rails of `recommend`, one outcome per object. "
+    "server-side apply (field manager gpulens) with the guard rails of `recommend`, one outcome per object: "
+    "every cut first, then the raises of each flavor only if all its cuts landed, so no flavor goes over "
+    "capacity; after a partial apply each flavor's live total is read back and shown against its capacity. "
     "--add-capacity FLAVOR=N (what-if) shows which queues gain and which stop waiting; it writes nothing.\n\n"
     "Example: gpulens plan --db gpulens.duckdb --capacity capacity.yaml --policy policy.yaml --out plan/"
 )
@@ -35,6 +39,8 @@ _ADD = re.compile(r"^(?P<flavor>[^=/]+)(/(?P<resource>[^=]+))?=(?P<n>\d+)$")
 
 def parse_add_capacity(values: list[str]) -> dict[tuple[str, str], int]:
     """``FLAVOR=N`` (nvidia.com/gpu) or ``FLAVOR/RESOURCE=N`` -> {(flavor, resource): N}."""
+    from gpulens.analytics.plan.policy import MAX_UNITS
+
     out: dict[tuple[str, str], int] = {}
     for v in values:
         m = _ADD.match(v.strip())
@@ -42,6 +48,8 @@ def parse_add_capacity(values: list[str]) -> dict[tuple[str, str], int]:
             raise UserError(f"invalid --add-capacity {v!r}: use FLAVOR=N or FLAVOR/RESOURCE=N (N a whole number)")
         key = (m["flavor"], m["resource"] or "nvidia.com/gpu")
         out[key] = out.get(key, 0) + int(m["n"])
+        if out[key] > MAX_UNITS:
+            raise UserError(f"invalid --add-capacity {v!r}: at most {MAX_UNITS:,} units per flavor and resource")
     return out
 
 
@@ -71,15 +79,27 @@ def register(app: typer.Typer) -> None:
         store: Annotated[
             bool, typer.Option("--store/--no-store", help="Record the plan in the store's quota_plan table.")
         ] = True,
+        request_timeout: Annotated[
+            str, typer.Option("--request-timeout", help="With --apply: give up on one API request after this long "
+                              "(15s, 1m); a write without an answer is read back, else reported as may have been "
+                              "applied.")
+        ] = "30s",
     ) -> None:
         from gpulens.analytics.plan.fleet import PlanConflict, plan_store
         from gpulens.analytics.plan.output import object_plans, write_plan_yaml
         from gpulens.analytics.plan.policy import load_capacity, load_policy
+        from gpulens.analytics.plan.record import record_outcomes
         from gpulens.analytics.plan.render import render_plan, render_what_if
+        from gpulens.analytics.writers.local_paths import check_out_dir
+        from gpulens.analytics.writers.order import unsettled_line
+        from gpulens.collector.timeparse import parse_duration
 
         extra = parse_add_capacity(add_capacity or [])
         if extra and apply:
             raise UserError("--add-capacity is a what-if: it cannot be combined with --apply")
+        timeout_s = parse_duration(request_timeout, what="--request-timeout")
+        if not extra:
+            check_out_dir(out, "--out")  # before the store is written or the API server asked
         plan_policy = load_policy(policy)
         capacity_file = load_capacity(capacity)
         base = plan_store(db, plan_policy, capacity=capacity_file, store=store and not extra)
@@ -96,7 +116,7 @@ def register(app: typer.Typer) -> None:
         try:
             written = write_plan_yaml(base, objects, out)
         except OSError as exc:
-            raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+            raise UserError(f"invalid --out {out}: cannot write there ({exc.strerror or exc})") from exc
         typer.echo("")
         for obj in objects:
             if obj.applicable:
@@ -104,20 +124,45 @@ def register(app: typer.Typer) -> None:
             for r in obj.refused:
                 typer.echo(f"{obj.ref} {r.key.flavor}/{r.key.resource}: refused, low confidence "
                            f"{r.confidence.value:.1f} days")
+        outcomes: list[ApplyOutcome] = []
         if apply:
-            outcomes = _apply(objects, kubeconfig)
-            for o in outcomes:
-                typer.echo(f"{o.ref}: {o.status.upper()}: {o.message}")
-            failed = [o for o in outcomes if o.status == "failed"]
-            if failed:
-                raise UserError(f"{len(failed)} object(s) not applied: {failed[0].ref}: {failed[0].message}")
+            outcomes, totals = _apply(base, objects, kubeconfig, timeout_s)
+            _echo_outcomes(outcomes, totals)
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
+        problem = unsettled_line(outcomes)
+        if apply and store:
+            try:
+                record_outcomes(db, base.run_id, {obj.name: (o.status, o.message) for obj, o in zip(objects, outcomes,
+                                                                                                      strict=True)})
+            except UserError as exc:
+                problem = "; ".join(filter(None, [problem, f"outcomes not recorded in quota_plan: {exc}"]))
+        if problem:
+            raise UserError(problem)
 
 
-def _apply(objects: list[ObjectPlan], kubeconfig: Path | None) -> list[ApplyOutcome]:
-    from gpulens.analytics.plan.output import apply_plan
+def _echo_outcomes(outcomes: list[ApplyOutcome], totals: list[LiveTotal]) -> None:
+    """One line per object, the live totals after a partial apply, and the counts of every outcome."""
+    from gpulens.analytics.writers.order import closing_line
+
+    for o in outcomes:
+        typer.echo(f"{o.ref}: {o.status.upper()}: {o.message}")
+    if totals:
+        typer.echo("\nlive totals after a partial apply (read back from the API server; capacity for nominal "
+                   "quotas, after drains and the reserve):")
+        for t in totals:
+            typer.echo(f"  {t.line()}")
+    typer.echo(closing_line(outcomes))
+
+
+def _apply(
+    plan: FleetPlan, objects: list[ObjectPlan], kubeconfig: Path | None, timeout_s: float
+) -> tuple[list[ApplyOutcome], list[LiveTotal]]:
+    """Every object's outcome, cuts first; after a partial apply, each planned flavor's live total."""
+    from gpulens.analytics.plan.output import apply_plan, live_totals
+    from gpulens.analytics.writers.order import partial
     from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
-    with KubernetesClient(connection) as api:
-        return apply_plan(objects, api, clock=lambda: datetime.now(UTC))
+    with KubernetesClient(connection, timeout_s=timeout_s) as api:
+        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC))
+        return outcomes, live_totals(plan, api) if partial(outcomes) else []

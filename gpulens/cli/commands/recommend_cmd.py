@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpulens.cli.flag_errors import Flag, percent
+from gpulens.cli.flag_errors import Flag, days, finite, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -70,31 +71,31 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path, typer.Option("--out", help="Directory for the YAML that would be applied.")
         ] = Path("gpulens-recommendations"),
-        window_days: Annotated[float, typer.Option("--window-days", help="Evidence window in days.")] = 14.0,
-        percentile: Annotated[float, typer.Option("--percentile", help="Quota demand percentile, in %.")] = 95.0,
-        headroom: Annotated[float, typer.Option("--headroom", help="Headroom in % (workloads and quotas).")] = 15.0,
-        max_step: Annotated[float, typer.Option("--max-step", help="Largest quota change per apply, in %.")] = 25.0,
+        window_days: Annotated[float, typer.Option("--window-days", callback=days(gt=0), help="Evidence window in days.")] = 14.0,
+        percentile: Annotated[float, typer.Option("--percentile", callback=finite, help="Quota demand percentile, in %.")] = 95.0,
+        headroom: Annotated[float, typer.Option("--headroom", callback=finite, help="Headroom in % (workloads and quotas).")] = 15.0,
+        max_step: Annotated[float, typer.Option("--max-step", callback=finite, help="Largest quota change per apply, in %.")] = 25.0,
         min_confidence_days: Annotated[
-            float, typer.Option("--min-confidence-days", help="Apply refuses changes with less confidence (days).")
+            float, typer.Option("--min-confidence-days", callback=days(ge=0), help="Apply refuses changes with less confidence (days).")
         ] = 2.0,
         min_cut_days: Annotated[
             float,
-            typer.Option("--min-cut-days", help="A quota cut needs at least this many days of evidence (and must "
+            typer.Option("--min-cut-days", callback=days(ge=0), help="A quota cut needs at least this many days of evidence (and must "
                          "hold over the stored history up to --history-days); a shorter window may only raise."),
         ] = 14.0,
         history_days: Annotated[
-            float, typer.Option("--history-days", help="How far back a cut is checked against stored history.")
+            float, typer.Option("--history-days", callback=days(gt=0), help="How far back a cut is checked against stored history.")
         ] = 30.0,
         kueue_version: Annotated[
             str, typer.Option("--kueue-version", help="ClusterQueue API version: v1beta1 or v1beta2.")
         ] = "v1beta2",
         borrowing_limit_ratio: Annotated[
             float | None,
-            typer.Option("--borrowing-limit-ratio", help="Also set Kueue borrowingLimit = ratio x new nominalQuota."),
+            typer.Option("--borrowing-limit-ratio", callback=finite, help="Also set Kueue borrowingLimit = ratio x new nominalQuota."),
         ] = None,
         lending_limit_ratio: Annotated[
             float | None,
-            typer.Option("--lending-limit-ratio", help="Also set Kueue lendingLimit = ratio x new nominalQuota."),
+            typer.Option("--lending-limit-ratio", callback=finite, help="Also set Kueue lendingLimit = ratio x new nominalQuota."),
         ] = None,
         namespace: Annotated[
             str, typer.Option("--namespace", help="Namespace of the GPUQuotaRecommendation objects.")
@@ -119,7 +120,10 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
         from gpulens.analytics.rightsizing import MigFitSettings
         from gpulens.analytics.writers import TARGETS
+        from gpulens.analytics.writers.local_paths import check_out_dir
+        from gpulens.analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.collector.timeparse import parse_duration
 
         workloads_target = target == "workloads"
         if target is not None and not workloads_target and target not in TARGETS:
@@ -129,6 +133,12 @@ def register(app: typer.Typer) -> None:
         if apply and workloads_target:
             raise UserError("--apply: MIG layouts and workload patches are written as files only (repartitioning "
                             "ends the work running on a GPU); review and roll them out as OUT/mig/README.md says")
+        check_finite({"--window-days": window_days, "--percentile": percentile, "--headroom": headroom,
+                      "--max-step": max_step, "--min-confidence-days": min_confidence_days,
+                      "--min-cut-days": min_cut_days, "--history-days": history_days,
+                      "--borrowing-limit-ratio": borrowing_limit_ratio, "--lending-limit-ratio": lending_limit_ratio})
+        timeout_s = parse_duration(request_timeout, what="--request-timeout") if apply else 0.0
+        check_out_dir(out, "--out")  # before the store is written or the API server asked
         try:
             settings = RecommendSettings(
                 window_days=window_days,
@@ -154,12 +164,12 @@ def register(app: typer.Typer) -> None:
         try:
             written = write_dry_run(report, out)
         except OSError as exc:
-            raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+            raise UserError(f"invalid --out {out}: cannot write there ({exc.strerror or exc})") from exc
         if apply:
-            from gpulens.collector.timeparse import parse_duration
-
-            report = _apply(report, kubeconfig, parse_duration(request_timeout, what="--request-timeout"))
+            report = _apply(report, kubeconfig, timeout_s)
         typer.echo(report.render())
+        if apply:
+            typer.echo(closing_line(report.outcomes))
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
         _exit_on_failures(report)
 
@@ -171,7 +181,7 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
     try:
         written = write_layout_files(run, out, dra=dra)
     except OSError as exc:
-        raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+        raise UserError(f"invalid --out {out}: cannot write there ({exc.strerror or exc})") from exc
     typer.echo(report.render())
     typer.echo("")
     typer.echo(run.render())
@@ -188,15 +198,24 @@ def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: flo
         return apply_recommendations(report, api, clock=lambda: datetime.now(UTC))
 
 
+def check_finite(values: dict[str, float | None]) -> None:
+    """``inf`` and ``nan`` are numbers to Python, not to a flag: one line naming the first such flag."""
+    for flag, value in values.items():
+        if value is not None and not math.isfinite(value):
+            raise UserError(f"{flag}: must be a finite number (got {value})")
+
+
 def _exit_on_failures(report: RecommendationReport) -> None:
-    """Exit non-zero (one line, after the outcome table) when an object failed or was not recorded."""
-    failed = [o for o in report.outcomes if o.status == "failed"]
+    """Exit non-zero (one line, after the outcome table) when an object failed, may have been applied, or was
+    not recorded."""
+    from gpulens.analytics.writers.order import unsettled_line
+
+    problem = unsettled_line(report.outcomes)
     unrecorded = [o for o in report.outcomes if o.record_error]
-    if failed:
-        first = failed[0]
+    if problem:
         more = f" (and {len(unrecorded)} recommendation(s) not recorded)" if unrecorded else ""
-        raise UserError(f"{len(failed)} of {len(report.outcomes)} object(s) failed{more}; first: "
-                        f"{first.ref}: {first.message}")
+        head, _, rest = problem.partition("; first: ")
+        raise UserError(f"{head}{more}; first: {rest}")
     if unrecorded:
-        first = unrecorded[0]
-        raise UserError(f"{len(unrecorded)} recommendation(s) not recorded; first: {first.ref}: {first.record_error}")
+        o = unrecorded[0]
+        raise UserError(f"{len(unrecorded)} recommendation(s) not recorded; first: {o.ref}: {o.record_error}")

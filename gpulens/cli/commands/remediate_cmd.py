@@ -1,4 +1,4 @@
-"""`gpulens remediate`: taint the nodes of failing GPUs (dry-run YAML by default, guarded server-side apply)."""
+"""`gpulens remediate`: quarantine failing GPUs (a DRA device taint, else a Node taint), dry run by default."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import Flag, describe_flag_errors, duration, finite, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -15,16 +16,32 @@ if TYPE_CHECKING:
     from gpulens.analytics.remediation.run import RemediationReport
 
 REMEDIATE_HELP = (
-    "Keep new work off nodes whose GPUs are failing or trending towards failure: the drain candidates of "
-    "the latest `gpulens analyze` health run get the taint gpulens.io/gpu-unhealthy=<reason>:NoSchedule, "
+    "Keep new work off failing GPUs, or GPUs trending towards failure: the drain candidates of the latest "
+    "`gpulens analyze` health run are quarantined with the taint gpulens.io/gpu-unhealthy=<reason>:NoSchedule, "
     "with the evidence, the window and the run in annotations.\n\n"
-    "Dry run by default: writes one YAML file per Node to --out and changes nothing. --apply reads the live "
-    "Nodes and sends the taints with server-side apply (field manager gpulens), one outcome per Node. "
-    "Guard rails: at most --max-share of a flavor's nodes tainted at once (default 10 %), never the last "
-    "untainted node of a flavor, taints removed after --healthy-hours without a signal, and Nodes annotated "
-    "gpulens.io/remediate: \"false\" are left alone.\n\n"
+    "Scope (--scope): 'device' taints only the failing GPU with a DRA DeviceTaintRule (where the API server "
+    "serves DeviceTaintRules and the GPU is a DRA device); 'node' taints the Node; 'auto' (default) takes "
+    "the device where it can, else the Node (device-plugin nodes). Node taints are read-modify-write: every "
+    "other taint, label and annotation of the Node is kept.\n\n"
+    "Dry run by default: reads no cluster, writes one YAML file per change to --out and changes nothing. "
+    "--apply reads the live Nodes, DeviceTaintRules and ResourceSlices first; one outcome per node.\n\n"
+    "Guard rails, per flavor: at most --max-share of its nodes (default 10 %, rounded down but at least "
+    "one) and at most --max-nodes quarantined at once; never its last schedulable node (cordoned, "
+    "NotReady and nodes tainted NoSchedule/NoExecute by anyone count as unschedulable); a circuit breaker "
+    "holds every new quarantine when more than --breaker-share (default 50 %) of a flavor turned "
+    "unhealthy within --breaker-window (default 1h); quarantines lifted after --healthy-hours without a "
+    "signal; Nodes annotated gpulens.io/remediate: \"false\" are left alone. With Kueue topology-aware "
+    "scheduling, each Node taint's outcome names the TAS workloads Kueue may evict and re-place.\n\n"
     "Example: gpulens remediate --db gpulens.duckdb --out taints/"
 )
+FLAGS = {
+    "max_share": percent("--max-share"),
+    "max_nodes": Flag("--max-nodes"),
+    "healthy_seconds": Flag("--healthy-hours", "h", 3600.0),
+    "breaker_share": percent("--breaker-share"),
+    "breaker_seconds": duration("--breaker-window"),
+    "scope": Flag("--scope"),
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -33,53 +50,74 @@ def register(app: typer.Typer) -> None:
     @app.command("remediate", help=REMEDIATE_HELP)
     def remediate_command(
         db: Annotated[Path, typer.Option("--db", help="The DuckDB store with a health run (gpulens analyze / demo).")],
-        out: Annotated[Path, typer.Option("--out", help="Directory for the Node YAML that would be applied.")] = Path(
+        out: Annotated[Path, typer.Option("--out", help="Directory for the files of what would change (or changed).")] = Path(
             "gpulens-remediation"
         ),
-        apply: Annotated[bool, typer.Option("--apply", help="Apply with server-side apply (default: dry run).")] = False,
+        apply: Annotated[bool, typer.Option("--apply", help="Change the cluster (default: dry run).")] = False,
         kubeconfig: Annotated[
             Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
         ] = None,
+        scope: Annotated[str, typer.Option("--scope", help="auto, device (DRA DeviceTaintRule) or node.")] = "auto",
         max_share: Annotated[
-            float, typer.Option("--max-share", help="Most of a flavor's nodes tainted at once, in %.")
+            float, typer.Option("--max-share", callback=finite, help="Most of a flavor's nodes quarantined at once, in % (at least one).")
         ] = 10.0,
+        max_nodes: Annotated[
+            int | None, typer.Option("--max-nodes", help="Most nodes of a flavor quarantined at once (default: no count cap).")
+        ] = None,
+        breaker_share: Annotated[
+            float, typer.Option("--breaker-share", callback=finite, help="Hold all new quarantines above this % of a flavor turned unhealthy.")
+        ] = 50.0,
+        breaker_window: Annotated[
+            str, typer.Option("--breaker-window", help="The breaker's window, before the analysed window's end.")
+        ] = "1h",
         healthy_hours: Annotated[
-            float, typer.Option("--healthy-hours", help="Remove the taint after this many hours without a signal.")
+            float, typer.Option("--healthy-hours", callback=finite, help="Lift the quarantine after this many hours without a signal.")
         ] = 24.0,
         no_execute: Annotated[
             bool, typer.Option("--no-execute-on-drain", help="Use NoExecute (evicts pods) for drain-state nodes.")
         ] = False,
+        request_timeout: Annotated[
+            str, typer.Option("--request-timeout", help="--apply: how long to wait for each API request.")
+        ] = "30s",
     ) -> None:
         from pydantic import ValidationError
 
         from gpulens.analytics.remediation.policy import RemediationPolicy
-        from gpulens.analytics.remediation.run import plan, write_dry_run
-        from gpulens.core.config import describe_validation_error
+        from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
+        from gpulens.collector.timeparse import parse_duration
 
         try:
             policy = RemediationPolicy(
-                max_share=max_share / 100, healthy_seconds=int(healthy_hours * 3600),
+                max_share=max_share / 100, max_nodes=max_nodes, healthy_seconds=healthy_hours * 3600,
+                breaker_share=breaker_share / 100,
+                breaker_seconds=parse_duration(breaker_window, what="--breaker-window"),
+                scope=scope,  # type: ignore[arg-type]
                 no_execute_states=frozenset({"drain"}) if no_execute else frozenset(),
             )
         except ValidationError as exc:
-            msg = describe_validation_error(exc).replace("max_share", "--max-share (as a ratio)")
-            raise UserError(f"invalid option: {msg.replace('healthy_seconds', '--healthy-hours')}") from exc
+            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
+        timeout_s = parse_duration(request_timeout, what="--request-timeout")
+        check_out(out)
         now = datetime.now(UTC).replace(tzinfo=None)
-        report = _apply(db, policy, kubeconfig) if apply else plan(db, policy, now)
+        report = _apply(db, policy, kubeconfig, timeout_s) if apply else plan(db, policy, now)
         try:
             written = write_dry_run(report, out, now)
         except OSError as exc:
-            raise UserError(f"cannot write to {out}: {exc.strerror or exc}") from exc
+            typer.echo(report.render())
+            raise UserError(f"the outcomes above stand, but the files cannot be written to --out {out}: "
+                            f"{exc.strerror or exc}") from exc
         typer.echo(report.render())
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
-        failed = [o for o in report.outcomes if o.status == "failed"]
-        if failed:
-            raise UserError(f"{len(failed)} Node(s) not changed: {failed[0].node}: {failed[0].message}")
+        problems = report.problems
+        if problems:
+            first = problems[0]
+            raise UserError(f"{len(problems)} of {len(report.outcomes)} node(s) not known to be changed "
+                            f"({', '.join(sorted({p.status for p in problems}))}); first: {first.node}: {first.message}")
 
 
-def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None) -> RemediationReport:
+def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None, timeout_s: float) -> RemediationReport:
     from gpulens.analytics.remediation.run import apply_plan
     from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
 
-    with KubernetesClient(connection_from_kubeconfig(kubeconfig)) as api:
+    with KubernetesClient(connection_from_kubeconfig(kubeconfig), timeout_s=timeout_s) as api:
         return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))

@@ -36,24 +36,31 @@ def register(app: typer.Typer) -> None:
         source) and notes parameters that are not the defaults. With --tenant or --per-tenant, each
         report shows one tenant only (showback).
         """
+        from gpulens.collector.store_errors import storage_failures
         from gpulens.core.errors import UserError
 
         if tenant is not None and per_tenant:
             raise UserError("--tenant and --per-tenant cannot be used together: pick one")
-        if per_tenant:
-            from gpulens.analytics.report.tenant_reports import write_per_tenant_reports
+        with storage_failures(db):  # a damaged block of the store: one line naming it
+            _write(db, out, run_id, tenant, per_tenant)
 
-            index, reports = write_per_tenant_reports(db, out, run_id=run_id)
-            typer.echo(f"{len(reports)} tenant reports written under {out}; the platform team's index: {index}")
-            typer.echo(f"open it in a browser: file://{index.resolve()}")
-            return
-        if tenant is not None:
-            from gpulens.analytics.report.tenant_reports import write_tenant_report
 
-            index = write_tenant_report(db, out, tenant, run_id=run_id)
-        else:
-            from gpulens.analytics.report import write_report
+def _write(db: Path, out: Path, run_id: str | None, tenant: str | None, per_tenant: bool) -> None:
+    """Write the fleet report, one tenant's, or every tenant's with their index, and say where."""
+    if per_tenant:
+        from gpulens.analytics.report.tenant_reports import write_per_tenant_reports
 
-            index = write_report(db, out, run_id=run_id)
-        typer.echo(f"report written: {index}")
+        index, reports = write_per_tenant_reports(db, out, run_id=run_id)
+        typer.echo(f"{len(reports)} tenant reports written under {out}; the platform team's index: {index}")
         typer.echo(f"open it in a browser: file://{index.resolve()}")
+        return
+    if tenant is not None:
+        from gpulens.analytics.report.tenant_reports import write_tenant_report
+
+        index = write_tenant_report(db, out, tenant, run_id=run_id)
+    else:
+        from gpulens.analytics.report import write_report
+
+        index = write_report(db, out, run_id=run_id)
+    typer.echo(f"report written: {index}")
+    typer.echo(f"open it in a browser: file://{index.resolve()}")
