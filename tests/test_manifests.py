@@ -1,17 +1,20 @@
-"""The kustomize base in deploy/base: valid Kubernetes objects, least privilege, wired to each other and the CLI."""
+"""The kustomizations in deploy/: valid Kubernetes objects, least privilege, wired to each other and the CLI."""
 
 from __future__ import annotations
 
-import shutil
+import json
+import re
 import subprocess
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
-import typer.main
 import yaml
+from typer.testing import CliRunner
 
 from gpulens.cli import app
 from gpulens.dashboards.grafana.generate import DASHBOARDS
@@ -19,65 +22,45 @@ from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
+from tests.support.crd_schemas import validate_custom
+from tests.support.kustomize import (
+    GUIDE,
+    IMAGE_NAME,
+    containers,
+    gpulens_commands,
+    pod_spec,
+    render,
+    shipped_kustomizations,
+    write_guide_overlay,
+)
 from tests.support.rbac import WRITE_VERBS, granted, permission
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "deploy" / "base"
-IMAGE = "ghcr.io/gpulens/gpulens:0.1.0"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+IMAGE = f"{IMAGE_NAME}:{VERSION}"
 CLUSTER_SCOPED = frozenset(
     {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume", "StorageClass"}
 )
 CUSTOM_KINDS = frozenset({"ServiceMonitor", "PrometheusRule"})
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "CronJob"})
-KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 
 
-def _load_kustomization(directory: Path) -> list[dict[str, Any]]:
-    """Objects of a kustomization: its resources (files or kustomization folders), namespace, labels, images."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
-    objects: list[dict[str, Any]] = []
-    for resource in kustomization.get("resources", []):
-        path = (directory / resource).resolve()
-        if path.is_dir():
-            objects.extend(_load_kustomization(path))
-        else:
-            objects.extend(doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc)
-    namespace = kustomization.get("namespace")
-    for obj in objects:
-        metadata = obj.setdefault("metadata", {})
-        if namespace and obj["kind"] not in CLUSTER_SCOPED:
-            metadata["namespace"] = namespace
-        for label_set in kustomization.get("labels", []):
-            metadata.setdefault("labels", {}).update(label_set["pairs"])
-    images = {image["name"]: image["newTag"] for image in kustomization.get("images", [])}
-    for container in (c for obj in objects for c in containers(obj)):
-        name, _, _ = container["image"].partition(":")
-        if name in images:
-            container["image"] = f"{name}:{images[name]}"
-    return objects
+
+def claimed_kubernetes_versions() -> tuple[str, str]:
+    """The oldest Kubernetes docs/install.md says the manifests run on, and the newest schema known."""
+    claim = re.search(r"Kubernetes (\d+\.\d+) or newer", GUIDE.read_text(encoding="utf-8"))
+    assert claim is not None, "docs/install.md no longer says which Kubernetes it needs"
+    return f"{claim[1]}.0", kubernetes_validate.latest_version()
+
+
+KUBERNETES_VERSIONS = claimed_kubernetes_versions()
 
 
 @cache
 def rendered() -> tuple[dict[str, Any], ...]:
-    """deploy/base rendered without a kustomize binary (enough for what the base uses)."""
-    return tuple(_load_kustomization(BASE))
-
-
-def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
-    if obj["kind"] == "CronJob":
-        spec: dict[str, Any] = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-        return spec
-    if obj["kind"] in {"DaemonSet", "Deployment", "StatefulSet", "Job"}:
-        spec = obj["spec"]["template"]["spec"]
-        return spec
-    return None
-
-
-def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = pod_spec(obj)
-    if spec is None:
-        return []
-    return [*spec.get("initContainers", []), *spec["containers"]]
+    """deploy/base as ``kubectl kustomize`` renders it."""
+    return tuple(render(BASE))
 
 
 def one(kind: str, name: str) -> dict[str, Any]:
@@ -104,35 +87,89 @@ def test_the_base_has_every_component_of_an_install() -> None:
     } <= kinds
 
 
+def every_rendering(where: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each shipped kustomization and the guide's overlay (written under ``where``), rendered by kubectl."""
+    renderings = {str(path.relative_to(ROOT)): list(rendered()) if path == BASE else render(path)
+                  for path in shipped_kustomizations()}
+    renderings["docs/install.md overlay"] = render(write_guide_overlay(where))
+    return renderings
+
+
+@pytest.fixture(scope="module")
+def renderings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return every_rendering(tmp_path_factory.mktemp("guide"))
+
+
+def test_kubectl_renders_the_base_every_overlay_and_the_guides_overlay(
+        renderings: dict[str, list[dict[str, Any]]]) -> None:
+    assert {"deploy/base", "deploy/overlays/oauth2-proxy", "docs/install.md overlay"} <= renderings.keys()
+    base = {(obj["kind"], obj["metadata"]["name"]) for obj in renderings["deploy/base"]}
+    for name, objects in renderings.items():
+        assert base <= {(obj["kind"], obj["metadata"]["name"]) for obj in objects}, name
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-def test_every_core_object_validates_against_the_kubernetes_schema(version: str) -> None:
+def test_every_core_object_validates_against_the_oldest_and_newest_kubernetes_the_guide_claims(
+        version: str, renderings: dict[str, list[dict[str, Any]]]) -> None:
+    distinct: dict[str, tuple[str, dict[str, Any]]] = {}  # the overlays repeat most objects of the base: each distinct object is checked once
+    for name, objects in renderings.items():
+        for obj in objects:
+            if obj["kind"] not in CUSTOM_KINDS:
+                distinct.setdefault(json.dumps(obj, sort_keys=True), (name, obj))
+    for name, obj in distinct.values():
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']} on Kubernetes {version}: {exc}")
+    assert len(distinct) >= 25
+
+
+def test_every_custom_resource_validates_against_its_upstream_crd_schema(
+        renderings: dict[str, list[dict[str, Any]]]) -> None:
+    """Any other kind fails the Kubernetes schema test (no schema found): its CRD's schema belongs here."""
     checked = 0
-    for obj in rendered():
-        if obj["kind"] in CUSTOM_KINDS:
-            continue
-        kubernetes_validate.validate(obj, version, strict=True)
-        checked += 1
-    assert checked >= 20
+    for objects in renderings.values():
+        for obj in objects:
+            if obj["kind"] in CUSTOM_KINDS:
+                validate_custom(obj)
+                checked += 1
+    assert checked == 2 * len(renderings)
 
 
-def test_the_schema_check_rejects_a_misspelt_field() -> None:
+def test_the_schema_checks_reject_a_misspelt_field() -> None:
     daemonset = yaml.safe_load(yaml.safe_dump(one("DaemonSet", "gpulens-exporter")))
     daemonset["spec"]["template"]["spec"]["nodeSelectr"] = {"x": "y"}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(daemonset, KUBERNETES_VERSIONS[-1], strict=True)
+    monitor = yaml.safe_load(yaml.safe_dump(one("ServiceMonitor", "gpulens-exporter")))
+    monitor["spec"]["endpoints"][0]["honourLabels"] = True
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom(monitor)
 
 
-def test_kubectl_kustomize_renders_the_same_objects() -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("SKIPPED LOUDLY: kubectl not on PATH; the self-rendered base is still validated by the other tests")
-    result = subprocess.run([kubectl, "kustomize", str(BASE)], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    by_kubectl = {
-        (obj["kind"], obj["metadata"]["name"]): obj for obj in yaml.safe_load_all(result.stdout) if obj
-    }
-    ours = {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered()}
-    assert by_kubectl == ours
+def test_the_crd_schema_check_rejects_a_bad_duration_and_a_rule_without_expr() -> None:
+    rule = yaml.safe_load(yaml.safe_dump(one("PrometheusRule", "gpulens")))
+    rule["spec"]["groups"][0]["interval"] = "1 minute"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom(rule)
+    rule = yaml.safe_load(yaml.safe_dump(one("PrometheusRule", "gpulens")))
+    del rule["spec"]["groups"][0]["rules"][0]["expr"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom(rule)
+
+
+def test_the_image_tag_is_written_once_in_the_kustomization_not_in_each_workload() -> None:
+    tagged = [f"{path.name}:{number}" for path in sorted(BASE.glob("*.yaml")) if path.name != "kustomization.yaml"
+              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+              if f"{IMAGE_NAME}:" in line]
+    assert tagged == []
+
+
+def test_the_base_runs_the_image_and_carries_the_version_of_the_package() -> None:
+    """pyproject.toml's version is the one place: the base's image tag and version label must follow it."""
+    images = {c["image"] for obj in rendered() for c in containers(obj)}
+    assert images == {IMAGE}
+    assert {obj["metadata"]["labels"]["app.kubernetes.io/version"] for obj in rendered()} == {VERSION}
 
 
 def test_the_exporter_runs_on_gpu_nodes_with_the_kubelet_socket_read_only_and_its_node_name() -> None:
@@ -279,18 +316,31 @@ def test_the_dashboard_configmaps_carry_the_grafana_sidecar_label() -> None:
         assert all(key.endswith(".json") for key in config_map["data"])
 
 
-def test_every_container_runs_a_gpulens_command_with_flags_that_command_accepts() -> None:
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    for obj in rendered():
-        for container in containers(obj):
-            assert container["image"] == IMAGE
-            if container["name"] == "publish":
-                continue  # the shell step that copies the store for the app (next test)
-            command, *flags = container["args"]
-            assert command in commands, command
-            accepted = {opt for param in commands[command].params for opt in param.opts}
-            for flag in flags:
-                assert flag.split("=", 1)[0] in accepted, (obj["metadata"]["name"], command, flag)
+def parses(args: tuple[str, ...]) -> tuple[bool, str]:
+    """Whether ``gpulens ARGS --help`` exits 0: every flag name exists and takes a value only if it should."""
+    result = CliRunner().invoke(app, [*args, "--help"])
+    return result.exit_code == 0, result.output
+
+
+def test_every_gpulens_container_command_line_parses_with_help_appended(
+        renderings: dict[str, list[dict[str, Any]]]) -> None:
+    """A renamed flag breaks this test, not the cluster (the image test runs the same lines in the image)."""
+    lines: dict[tuple[str, ...], str] = {}  # each distinct command line once, with where it runs first
+    for name, objects in renderings.items():
+        image_name = "registry.example.com/platform/gpulens" if name == "docs/install.md overlay" else IMAGE_NAME
+        for command in gpulens_commands(objects, image_name):
+            lines.setdefault(command.args, f"{name}: {command.where}")
+    assert len(lines) >= 8
+    for args, where in lines.items():
+        ok, output = parses(args)
+        assert ok, f"{where}: gpulens {' '.join(args)} --help: {output}"
+
+
+def test_the_command_line_check_fails_on_a_renamed_flag_or_a_flag_given_a_value() -> None:
+    assert parses(("analyze", "--db=/data/gpulens.duckdb", "--window=14d"))[0]
+    assert not parses(("analyze", "--database=/data/gpulens.duckdb"))[0]
+    assert not parses(("exporter", "--help-me"))[0]
+    assert not parses(("recommend", "--apply=yes"))[0]
 
 
 def test_jobs_that_share_the_store_run_next_to_the_dashboard_that_mounts_it() -> None:
@@ -304,32 +354,50 @@ def test_jobs_that_share_the_store_run_next_to_the_dashboard_that_mounts_it() ->
     assert one("CronJob", "gpulens-collect")["spec"]["concurrencyPolicy"] == "Forbid"
 
 
-def test_the_overlay_of_the_install_guide_renders_and_changes_what_it_says(tmp_path: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("SKIPPED LOUDLY: kubectl not on PATH; cannot render the overlay of docs/install.md")
-    guide = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
-    marker = "# deploy/overlays/my-cluster/kustomization.yaml\n"
-    block = guide[guide.index(marker):]
-    overlay_text = block[: block.index("```")]
-    shutil.copytree(ROOT / "deploy", tmp_path / "deploy", ignore=shutil.ignore_patterns("*.py", "tests"))
-    overlay = tmp_path / "deploy" / "overlays" / "my-cluster"
-    overlay.mkdir(parents=True)
-    (overlay / "kustomization.yaml").write_text(overlay_text, encoding="utf-8")
-    result = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    objects = {(obj["kind"], obj["metadata"]["name"]): obj for obj in yaml.safe_load_all(result.stdout) if obj}
+def test_the_overlay_of_the_install_guide_changes_what_it_says(renderings: dict[str, list[dict[str, Any]]]) -> None:
+    objects = {(obj["kind"], obj["metadata"]["name"]): obj for obj in renderings["docs/install.md overlay"]}
     assert objects[("ServiceMonitor", "gpulens-exporter")]["metadata"]["labels"]["release"] == "monitoring"
     assert objects[("PrometheusRule", "gpulens")]["metadata"]["labels"]["release"] == "monitoring"
     exporter = objects[("DaemonSet", "gpulens-exporter")]["spec"]["template"]["spec"]
     assert exporter["runtimeClassName"] == "nvidia"
-    assert exporter["containers"][0]["image"] == "registry.example.com/platform/gpulens:0.1.0"
+    assert exporter["containers"][0]["image"] == f"registry.example.com/platform/gpulens:{VERSION}"
     collect = objects[("CronJob", "gpulens-collect")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     prometheus_args = [arg for arg in collect["initContainers"][0]["args"] if arg.startswith("--prometheus=")]
     assert prometheus_args == ["--prometheus=http://monitoring-kube-prometheus-prometheus.monitoring.svc:9090"]
-    for obj in objects.values():
-        if obj["kind"] not in CUSTOM_KINDS:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def make_release_manifests(*variables: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "release-manifests", *variables],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_make_release_manifests_writes_an_overlay_that_runs_the_release_everywhere(tmp_path: Path) -> None:
+    out = tmp_path / "release"
+    made = make_release_manifests("IMAGE=registry.example.com:5000/team/gpulens", "TAG=9.8.7", f"OUT={out}")
+    assert made.returncode == 0, made.stderr
+    objects = render(out)
+    assert {(o["kind"], o["metadata"]["name"]) for o in objects} == {(o["kind"], o["metadata"]["name"]) for o in rendered()}
+    images = {c["image"] for obj in objects for c in containers(obj)}
+    assert images == {"registry.example.com:5000/team/gpulens:9.8.7"}
+    assert {obj["metadata"]["labels"]["app.kubernetes.io/version"] for obj in objects} == {"9.8.7"}
+
+
+def test_make_release_manifests_tags_the_package_version_unless_told(tmp_path: Path) -> None:
+    made = make_release_manifests("IMAGE=registry.example.com/team/gpulens", f"OUT={tmp_path}")
+    assert made.returncode == 0, made.stderr
+    images = {c["image"] for obj in render(tmp_path) for c in containers(obj)}
+    assert images == {f"registry.example.com/team/gpulens:{VERSION}"}
+
+
+@pytest.mark.parametrize("variables", [(), ("IMAGE=Registry/Has:tag",), ("IMAGE=registry.example.com/gpulens", "TAG=1 2")])
+def test_make_release_manifests_refuses_a_missing_or_malformed_image_or_tag_in_one_line(
+        variables: tuple[str, ...], tmp_path: Path) -> None:
+    made = make_release_manifests(*variables, f"OUT={tmp_path}")
+    assert made.returncode == 2
+    said = [line for line in made.stderr.splitlines() if line.startswith(("release-manifests: error:", "make release-manifests:"))]
+    assert len(said) == 1 and ("IMAGE" in said[0] or "TAG" in said[0]), made.stderr
+    assert "Traceback" not in made.stderr
+    assert not (tmp_path / "kustomization.yaml").exists()
 
 
 def test_the_app_reads_a_published_copy_that_the_writers_never_open() -> None:

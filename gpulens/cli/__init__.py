@@ -8,8 +8,8 @@ import sys
 import typer
 
 from gpulens.cli.commands import COMMAND_MODULES
-from gpulens.core import __version__
 from gpulens.core.errors import UserError
+from gpulens.core.version import describe
 
 app = typer.Typer(
     name="gpulens",
@@ -25,13 +25,13 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"gpulens {__version__}")
+        typer.echo(describe())
         raise typer.Exit()
 
 
 @app.callback()
 def main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and the commit it was built from."),
 ) -> None:
     """gpulens command line."""
 

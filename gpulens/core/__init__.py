@@ -1,3 +1,5 @@
 """The ground layer: errors, configuration loading and the version; it imports nothing else of gpulens."""
 
-__version__ = "0.1.0"
+from gpulens.core.version import package_version
+
+__version__ = package_version()

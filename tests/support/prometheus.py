@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -29,15 +29,19 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
-def require_binary(name: str) -> str:
+def require_binary(name: str, debian_package: str = "prometheus") -> str:
     """Path of executable ``name``; skip loudly when it is missing, or fail when ``CI=true``."""
     path = shutil.which(name)
     if path is not None:
         return path
-    reason = (
-        f"'{name}' binary not found on PATH: install it (Debian: apt-get install prometheus; "
+    missing(
+        f"'{name}' binary not found on PATH: install it (Debian: apt-get install {debian_package}; "
         "scripts/dev test does it when root) to run this test"
     )
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip the test loudly for ``reason``, or fail it when ``CI=true``: CI must run it."""
     if in_ci():
         pytest.fail(f"CI=true and {reason}", pytrace=False)
     pytest.skip(f"SKIPPED LOUDLY: {reason}")
