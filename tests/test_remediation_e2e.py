@@ -87,7 +87,7 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     ("--healthy-hours", "nan"), ("--healthy-hours", "inf"), ("--healthy-hours", "-1"), ("--max-share", "nan"),
     ("--max-share", "-inf"), ("--max-nodes", "-1"), ("--breaker-share", "nan"), ("--breaker-share", "0"),
     ("--breaker-share", "101"), ("--breaker-window", "nan"), ("--breaker-window", "0"), ("--scope", "rack"),
-    ("--request-timeout", "inf"),
+    ("--request-timeout", "inf"), ("--healthy-hours", "1e300"), ("--breaker-window", "100000d"),
 ])
 def test_every_number_flag_rejects_non_finite_and_out_of_range_values_by_name(tmp_path: Path, flag: str,
                                                                               value: str) -> None:

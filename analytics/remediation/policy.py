@@ -20,6 +20,8 @@ NODE_ANNOTATION = "gpulens.io/node"
 """Annotation of a DeviceTaintRule gpulens owns: the Node whose device it quarantines."""
 
 Scope = Literal["auto", "device", "node"]
+LONGEST_SECONDS = 3660 * 86400
+"""Ten years: the longest healthy period or breaker window (a longer one overflows dates and means never)."""
 
 
 class RemediationPolicy(BaseModel):
@@ -33,11 +35,11 @@ class RemediationPolicy(BaseModel):
     """At most this many nodes of a flavor quarantined at once (None: only the share counts)."""
     no_execute_states: frozenset[Literal["watch", "warn", "drain"]] = frozenset()
     """States whose taint is NoExecute (evicts running pods) instead of NoSchedule; none by default."""
-    healthy_seconds: float = Field(24 * 3600, ge=0)
+    healthy_seconds: float = Field(24 * 3600, ge=0, le=LONGEST_SECONDS)
     """Remove our taint once the node has been healthy this long (and the analysis window covers it)."""
     breaker_share: float = Field(0.5, gt=0, le=1)
     """No new taint anywhere when more than this share of a flavor turned unhealthy within the breaker window."""
-    breaker_seconds: float = Field(3600, gt=0)
+    breaker_seconds: float = Field(3600, gt=0, le=LONGEST_SECONDS)
     """The breaker window, ending at the end of the analysed window."""
     scope: Scope = "auto"
     """``device`` (a DRA DeviceTaintRule), ``node`` (a Node taint) or ``auto``: device where the cluster has it."""
