@@ -238,6 +238,23 @@ TABLES: dict[str, list[Column]] = {
            "refused | failed | unknown (may have been applied); NULL: not applied (dry run, or not changed)."),
         _c("apply_message", "VARCHAR", "The reason of that outcome, as printed (NULL: not applied)."),
     ],
+    "remediation_outcomes": [
+        _c("run_id", "VARCHAR NOT NULL", "The health run the decisions were made from (see analysis_runs)."),
+        _c("window_start", "TIMESTAMP NOT NULL", "That run's window start (inclusive, UTC)."),
+        _c("window_end", "TIMESTAMP NOT NULL", "That run's window end (exclusive, UTC)."),
+        _c("decided_at", "TIMESTAMP NOT NULL", "When `gpulens remediate` ran (UTC)."),
+        _c("mode", "VARCHAR NOT NULL", "'dry-run' (files only) or 'apply' (the live cluster was read and written)."),
+        _c("node", "VARCHAR NOT NULL", "The Node decided on."),
+        _c("flavor", "VARCHAR NOT NULL", "Its flavor (pool, else GPU model): the guard rails count per flavor."),
+        _c("action", "VARCHAR NOT NULL", "taint | keep | untaint | skip | refuse | hold (circuit breaker)."),
+        _c("scope", "VARCHAR NOT NULL", "device (DRA DeviceTaintRule), node (Node taint) or none."),
+        _c("reason", "VARCHAR NOT NULL", "Why that action, as printed (the guard rail that refused it, the state...)."),
+        _c("evidence", "VARCHAR", "The health evidence behind it, worst first (NULL: none recorded)."),
+        _c("outcome", "VARCHAR", "What --apply did: applied | unchanged | skipped | refused | held | failed | unknown "
+           "(may have been applied); NULL: dry run."),
+        _c("outcome_message", "VARCHAR", "The outcome's message, as printed (NULL: dry run)."),
+        _c("parameters", "JSON NOT NULL", "The guard rails (RemediationPolicy) the decisions were made under."),
+    ],
     "recommendations": [
         _c("run_id", "VARCHAR NOT NULL", "Hash of window and settings of the `gpulens recommend` run."),
         _c("generated_at", "TIMESTAMP NOT NULL", "When the run was made (UTC)."),

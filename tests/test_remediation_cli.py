@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from tests.fakes.kubernetes_api import FakeKubernetesApi
@@ -61,3 +63,37 @@ def test_a_write_without_an_answer_is_reported_as_may_have_been_applied_and_exit
     assert proc.returncode == 2
     (error,) = proc.stderr.strip().splitlines()
     assert error.startswith("gpulens: error: 1 of 2 node(s) not known to be changed (unknown)")
+
+
+def newest_rows(db: Path) -> dict[str, dict[str, Any]]:
+    """The rows of the latest `gpulens remediate` run recorded in the store, by node."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        cur = con.execute("SELECT * FROM remediation_outcomes WHERE decided_at = "
+                          "(SELECT max(decided_at) FROM remediation_outcomes)")
+        names = [d[0] for d in cur.description]
+        return {row["node"]: row for row in (dict(zip(names, r, strict=True)) for r in cur.fetchall())}
+
+
+def test_every_applied_outcome_is_recorded_in_the_store_with_its_run_window_and_guard_rails(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db, nodes = store
+    with FakeKubernetesApi() as fake:
+        cluster(fake, nodes)
+        fake.hang("PATCH", node_path(FAILED[0]), 5.0)
+        proc = remediate(fake, db, tmp_path, "--out", str(tmp_path / "out"), "--request-timeout", "1s")
+    assert proc.returncode == 2
+    rows = newest_rows(db)
+    failed, degrading = rows[FAILED[0]], rows[DEGRADING[0]]
+    assert (failed["mode"], failed["action"], failed["outcome"]) == ("apply", "taint", "unknown")
+    assert "may have been applied" in failed["outcome_message"]
+    assert (degrading["action"], degrading["outcome"]) == ("taint", "applied")
+    assert failed["run_id"] and failed["window_start"] < failed["window_end"] and failed["evidence"]
+    assert json.loads(failed["parameters"])["max_share"] == 0.1
+
+
+def test_a_dry_run_records_its_decisions_without_outcomes(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db, _ = store
+    proc = gpulens("remediate", "--db", str(db), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    rows = newest_rows(db)
+    assert rows[FAILED[0]]["mode"] == "dry-run" and rows[FAILED[0]]["action"] == "taint"
+    assert all(r["outcome"] is None and r["outcome_message"] is None for r in rows.values())

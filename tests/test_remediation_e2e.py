@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -14,11 +15,15 @@ from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, FailingSto
 
 
 @pytest.fixture(scope="module")
-def store(failing_store: FailingStore) -> tuple[Path, dict[tuple[str, int], str]]:
-    """The session's analyzed fault fleet (read-only) and its GPU UUIDs by (node, index)."""
+def store(failing_store: FailingStore,
+          tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int], str]]:
+    """A copy of the session's analyzed fault fleet (remediate records its decisions) and its GPU UUIDs by
+    (node, index)."""
     fleet = failing_store.fleet
     uuids = {(n, g.index): g.uuid for n in fleet.node_names() for g in fleet.node_plan(n).gpus}
-    return failing_store.path, uuids
+    path = tmp_path_factory.mktemp("remediate-e2e") / "gpulens.duckdb"
+    shutil.copyfile(failing_store.path, path)
+    return path, uuids
 
 
 def health_rows(path: Path) -> dict[str, tuple[object, ...]]:

@@ -100,6 +100,7 @@ def register(app: typer.Typer) -> None:
         check_out(out)
         now = datetime.now(UTC).replace(tzinfo=None)
         report = _apply(db, policy, kubeconfig, timeout_s) if apply else plan(db, policy, now)
+        unrecorded = _record(db, report, now)
         try:
             written = write_dry_run(report, out, now)
         except OSError as exc:
@@ -108,11 +109,26 @@ def register(app: typer.Typer) -> None:
                             f"{exc.strerror or exc}") from exc
         typer.echo(report.render())
         typer.echo(f"\nwrote {len(written)} file(s) to {out}" + ("" if apply else " (dry run: nothing applied)"))
+        if unrecorded and apply:
+            raise UserError(f"the outcomes above stand, but they are not recorded in --db {db}: {unrecorded}")
+        if unrecorded:
+            typer.echo(f"gpulens: warning: the decisions are not recorded in --db {db}: {unrecorded}", err=True)
         problems = report.problems
         if problems:
             first = problems[0]
             raise UserError(f"{len(problems)} of {len(report.outcomes)} node(s) not known to be changed "
                             f"({', '.join(sorted({p.status for p in problems}))}); first: {first.node}: {first.message}")
+
+
+def _record(db: Path, report: RemediationReport, now: datetime) -> str:
+    """Record the decisions and outcomes in the store; the reason they could not be, else ''."""
+    from gpulens.analytics.remediation.record import record_outcomes
+
+    try:
+        record_outcomes(db, report, now)
+    except UserError as exc:
+        return str(exc)
+    return ""
 
 
 def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None, timeout_s: float) -> RemediationReport:
