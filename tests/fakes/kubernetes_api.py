@@ -72,6 +72,14 @@ class _Script:
     """With ``hang_seconds``: handle the request first, then hold its answer back (a write that landed)."""
 
 
+def _well_formed(item: Any) -> bool:
+    """Whether a list item is an object whose metadata, labels and spec are objects (as a real server's are)."""
+    if not isinstance(item, dict):
+        return False
+    meta = item.get("metadata") or {}
+    return isinstance(meta, dict) and isinstance(meta.get("labels") or {}, dict) and isinstance(item.get("spec") or {}, dict)
+
+
 def _selected(item: Any, query: dict[str, str]) -> bool:
     """Whether a list item matches ``fieldSelector`` (``spec.nodeName``, ``metadata.name``) and an equality
     ``labelSelector`` (``a=b,c``: label a is b and label c exists)."""
@@ -271,8 +279,9 @@ class FakeKubernetesApi:
                 return 404, _status(404, f"{path} not found", "NotFound")
             obj = {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._version)},
                    "items": members}
-        if "items" in obj:
+        if isinstance(obj.get("items"), list) and all(_well_formed(i) for i in obj["items"]):
             obj = {**obj, "items": [i for i in obj["items"] if _selected(i, query)]}
+        # else: a list of the wrong shape, stored on purpose by a test, is served as it is
         return 200, obj
 
     def _collection(self, path: str) -> list[Any]:
