@@ -145,18 +145,18 @@ def test_a_flavor_lacks_a_mig_profile_its_nodes_do_not_have(tmp_path: Path) -> N
 
 def test_recommend_never_raises_a_quota_for_a_device_the_flavor_does_not_have(tmp_path: Path) -> None:
     path = build_fleet(tmp_path / "s.duckdb", flavors=EXACT)
-    with duckdb.connect(str(path)) as con:
-        rows = []
-        for i in range(0, 14 * 24 * 12):  # every 5 minutes for 14 days: 2 of 2 in use, 1 pending
-            ts = START + timedelta(minutes=5 * i)
-            for resource in (MIG3, "nvidia.com/mig-1g.18gb"):
-                rows.append((ts, "ClusterQueue", "", "vision", "vision", "h200-mig", resource, 2.0, 2.0, "test"))
-        con.executemany("INSERT INTO quota_snapshots (ts, object_kind, object_namespace, object_name, tenant, flavor, "
-                        "resource, nominal_quota, usage, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        pending = [(START + timedelta(minutes=5 * i), "vision", "vision", "vision", "h200-mig", r, r[-7:], 1.0)
-                   for i in range(0, 14 * 24 * 12) for r in (MIG3, "nvidia.com/mig-1g.18gb")]
-        con.executemany("INSERT INTO pending_demand (ts, tenant, cluster_queue, namespace, flavor, resource, profile, "
-                        "quantity, workloads, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, 'test')", pending)
+    with duckdb.connect(str(path)) as con:  # every 5 minutes for 14 days: 2 of 2 in use, 1 more pending
+        steps = {"start": START, "n": 14 * 24 * 12}
+        for resource in (MIG3, "nvidia.com/mig-1g.18gb"):
+            con.execute(
+                "INSERT INTO quota_snapshots (ts, object_kind, object_namespace, object_name, tenant, flavor, resource, "
+                "nominal_quota, usage, source) SELECT $start + to_minutes(5 * i), 'ClusterQueue', '', 'vision', "
+                "'vision', 'h200-mig', $resource, 2, 2, 'test' FROM range($n) t(i)", {**steps, "resource": resource})
+            con.execute(
+                "INSERT INTO pending_demand (ts, tenant, cluster_queue, namespace, flavor, resource, profile, quantity, "
+                "workloads, source) SELECT $start + to_minutes(5 * i), 'vision', 'vision', 'vision', 'h200-mig', "
+                "$resource, $profile, 1, 1, 'test' FROM range($n) t(i)",
+                {**steps, "resource": resource, "profile": resource.removeprefix("nvidia.com/mig-")})
     report = recommend(path, RecommendSettings(window_end=END, targets=("kueue",), store_results=False))
     recs = {q.key.resource: q for q in report.quotas}
     assert recs["nvidia.com/mig-1g.18gb"].action == "increase"  # the flavor has these: the raise stands
