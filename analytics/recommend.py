@@ -202,13 +202,11 @@ def _flavor_capacity(fleet: FleetCapacity | None) -> dict[tuple[str, str], int]:
 
 def _keep_missing_device(q: QuotaRecommendation, fleet: FleetCapacity | None) -> QuotaRecommendation:
     """A raise for a device the flavor's nodes do not have is no raise: the quota is kept, and the reason said."""
-    if q.action != "increase" or fleet is None or not fleet.lacks(q.key.flavor, q.key.resource):
+    why = fleet.lacks(q.key.flavor, q.key.resource) if q.action == "increase" and fleet is not None else None
+    if why is None:
         return q
-    return dataclasses.replace(
-        q, action="hold", recommended=q.current, next_value=q.current,
-        reasons=(*q.reasons, f"the flavor has no {q.key.resource}: its nodes have none, so the quota stays "
-                             f"at {q.current}"),
-    )
+    return dataclasses.replace(q, action="hold", recommended=q.current, next_value=q.current,
+                               reasons=(*q.reasons, f"{why}: the quota stays at {q.current}"))
 
 
 def _history(

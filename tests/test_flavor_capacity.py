@@ -138,9 +138,16 @@ def test_gpus_on_the_drain_or_warn_list_are_not_capacity_and_the_note_says_how_m
 
 def test_a_flavor_lacks_a_mig_profile_its_nodes_do_not_have(tmp_path: Path) -> None:
     fleet = capacity(build_fleet(tmp_path / "s.duckdb", flavors=EXACT))
-    assert fleet.lacks("h200-mig", MIG3)
-    assert not fleet.lacks("h200-mig", "nvidia.com/mig-1g.18gb")
-    assert not fleet.lacks("no-such-flavor", MIG3)  # no node at all: capacity unknown, not "has none"
+    assert fleet.lacks("h200-mig", MIG3) == f"the flavor has no {MIG3}"
+    assert fleet.lacks("h200-mig", "nvidia.com/mig-1g.18gb") is None
+    assert fleet.lacks("no-such-flavor", MIG3) is None  # no node at all: capacity unknown, not "has none"
+
+
+def test_a_flavor_whose_only_node_another_flavor_matches_too_has_nothing_counted_and_says_why(tmp_path: Path) -> None:
+    fleet = capacity(build_fleet(tmp_path / "s.duckdb", flavors=LOOSE))
+    assert fleet.lacks("h200-mps", "nvidia.com/gpu") == (
+        "the flavor has no nvidia.com/gpu counted: node(s) h200-mps-0 match another flavor too (a configuration "
+        "error) and count in neither")
 
 
 def test_recommend_never_raises_a_quota_for_a_device_the_flavor_does_not_have(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ class FlavorNodes:
     conflicts: Mapping[str, tuple[str, ...]]
     """Per node that several flavors match, those flavors (a configuration error)."""
 
-    def matched(self, flavor: str) -> bool:
-        """Whether any node matches ``flavor`` (alone or with another flavor)."""
-        return bool(self.members.get(flavor)) or any(flavor in fl for fl in self.conflicts.values())
+    def shared_with_others(self, flavor: str) -> list[str]:
+        """The nodes ``flavor`` matches together with another flavor (counted in neither)."""
+        return [n for n, fl in sorted(self.conflicts.items()) if flavor in fl]
 
     def notes(self) -> list[str]:
         """One sentence per conflicting node: which node, which flavors, and that it is counted in none."""

@@ -98,8 +98,7 @@ def make_plan(
         pools = add_capacity(pools, dict(extra))
     plans, unplanned, budget_notes = plan_pools(pools, demands, policy)
     for d in unplanned:
-        why = (f"the flavor has no {d.resource}" if fleet.lacks(d.flavor, d.resource)
-               else "capacity unknown: no devices on the flavor's nodes")
+        why = fleet.lacks(d.flavor, d.resource) or "capacity unknown: no devices on the flavor's nodes"
         notes.append(f"{d.queue} {d.flavor}/{d.resource}: {why} and it is not in --capacity: not planned")
     return FleetPlan(run_id_of(start, end, policy, pools), generated_at, start, end, policy, plans, unplanned,
                      tuple(notes) + budget_notes)

@@ -91,9 +91,17 @@ class FleetCapacity:
     flavor_nodes: FlavorNodes
     notes: tuple[str, ...]
 
-    def lacks(self, flavor: str, resource: str) -> bool:
-        """Whether the inventory shows ``flavor`` on nodes but none of them has ``resource``."""
-        return self.flavor_nodes.matched(flavor) and (flavor, resource) not in self.pools
+    def lacks(self, flavor: str, resource: str) -> str | None:
+        """Why ``flavor`` has no ``resource`` where the inventory shows devices for it but none of that resource;
+        None where it has some, or where the flavor's nodes show no devices at all (capacity unknown)."""
+        if (flavor, resource) in self.pools:
+            return None
+        shared = self.flavor_nodes.shared_with_others(flavor)
+        if shared:
+            return (f"the flavor has no {resource} counted: node(s) {', '.join(shared)} match another flavor too "
+                    "(a configuration error) and count in neither")
+        has_devices = any(f == flavor for f, _ in self.pools)
+        return f"the flavor has no {resource}" if has_devices else None
 
 
 def inventory_capacity(
