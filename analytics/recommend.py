@@ -23,7 +23,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.plan.inputs import inventory_capacity
+from gpulens.analytics.plan.inputs import FleetCapacity, inventory_capacity
 from gpulens.analytics.quota import (
     MigConversion,
     QuotaEvidence,
@@ -166,12 +166,13 @@ def recommend(
         workloads = tuple(strategy.run(u, step) for u in usages)
         evidence = load_quota_evidence(con, start, end, settings.quota)
         history = _history(con, start, end, settings.quota)
+        fleet = _fleet_capacity(con, [e for e in evidence if e.key.object_kind in targets], start)
         quotas = tuple(
-            recommend_quota(e, settings.quota, history.get(e.key, e))
+            _keep_missing_device(recommend_quota(e, settings.quota, history.get(e.key, e)), fleet)
             for e in evidence
             if e.key.object_kind in targets
         )
-        notes = _target_notes(evidence, targets)
+        notes = _target_notes(evidence, targets) + tuple(fleet.flavor_nodes.notes() if fleet else ())
         conversions = tuple(propose_mig_conversions(workloads, quotas))
         run_id = _run_id(start, end, settings)
         plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
@@ -179,22 +180,33 @@ def recommend(
         report = RecommendationReport(run_id, generated_at, start, end, settings, workloads, quotas, conversions,
                                       plans, notes=notes, data_span=_data_span(workloads, quotas),
                                       topology=load_tas_advice(con, settings.topology),
-                                      capacity=_flavor_capacity(con, quotas, start))
+                                      capacity=_flavor_capacity(fleet))
         if settings.store_results:
             store_results(con, report, strategy.name)
     return report
 
 
-def _flavor_capacity(
-    con: duckdb.DuckDBPyConnection, quotas: Sequence[QuotaRecommendation], start: datetime
-) -> dict[tuple[str, str], int]:
-    """Units of each ClusterQueue flavor and resource on its nodes, as ``gpulens plan`` counts them (drain
-    candidates out, no reserve): what the live totals after a partial apply are shown against."""
-    flavors = {q.key.flavor for q in quotas if q.key.flavor}
-    if not flavors:
-        return {}
-    pools, _ = inventory_capacity(con, flavors, start, hours_per_month=730.0)
-    return {key: pool.capacity for key, pool in pools.items() if pool.physical}
+def _fleet_capacity(
+    con: duckdb.DuckDBPyConnection, evidence: Sequence[QuotaEvidence], start: datetime
+) -> FleetCapacity | None:
+    """Capacity of every ClusterQueue flavor, as ``gpulens plan`` counts it (None: no entry names a flavor)."""
+    flavors = {e.key.flavor for e in evidence if e.key.flavor}
+    return inventory_capacity(con, flavors, start, hours_per_month=730.0) if flavors else None
+
+
+def _flavor_capacity(fleet: FleetCapacity | None) -> dict[tuple[str, str], int]:
+    """Units of each ClusterQueue flavor and resource on its nodes (drain and warn lists out, no reserve):
+    what the live totals after a partial apply are shown against."""
+    return {key: pool.capacity for key, pool in fleet.pools.items() if pool.physical} if fleet else {}
+
+
+def _keep_missing_device(q: QuotaRecommendation, fleet: FleetCapacity | None) -> QuotaRecommendation:
+    """A raise for a device the flavor's nodes do not have is no raise: the quota is kept, and the reason said."""
+    why = fleet.lacks(q.key.flavor, q.key.resource) if q.action == "increase" and fleet is not None else None
+    if why is None:
+        return q
+    return dataclasses.replace(q, action="hold", recommended=q.current, next_value=q.current,
+                               reasons=(*q.reasons, f"{why}: the quota stays at {q.current}"))
 
 
 def _history(

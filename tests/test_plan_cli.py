@@ -12,6 +12,9 @@ import yaml
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.demo_run import DemoRun
 
+NO_RESERVE_FOR_THE_HELD_H200S = "reserve: {flavors: {h200-80gb: 0}}\n"
+"""The demo's foundation queue holds all 24 H200s of its flavor: without this, n+1 there is a conflict too."""
+
 
 @pytest.fixture(scope="module")
 def demo_store(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -34,18 +37,21 @@ def test_on_the_demo_store_a_held_pool_over_capacity_is_a_conflict_and_nothing_i
     drained, reserve, capacity = int(pool[1]), int(pool[3]), int(pool[4])
     assert drained >= 1 and capacity == 16 - drained - reserve  # the demo's degrading training GPUs
     assert f"CONFLICT (short {16 - capacity})" in proc.stdout and "no cut while work is pending 16" in proc.stdout
-    assert proc.stderr.strip() == "gpulens: error: 1 flavor/resource pool(s) in conflict: nothing written"
+    # the 24 dedicated H200s are held whole: n+1 cannot be kept there either (the MPS node is not theirs)
+    assert "h200-80gb nvidia.com/gpu: 24 units (inventory) - reserve 8 [n+1 (largest node: 8)]" in proc.stdout
+    assert proc.stderr.strip() == "gpulens: error: 2 flavor/resource pool(s) in conflict: nothing written"
     assert not out.exists() or not list(out.glob("*.yaml"))
     with duckdb.connect(str(demo_store), read_only=True) as con:
         bindings = dict(con.execute("SELECT binding_constraint, count(*) FROM quota_plan GROUP BY 1").fetchall())
-    assert bindings["conflict"] == 1
+    assert bindings["conflict"] == 2  # llm-research on h100-80gb, foundation on h200-80gb
 
 
 def test_on_the_demo_store_with_capacity_the_plan_writes_clusterqueue_yaml(demo_store: Path, tmp_path: Path) -> None:
     capacity = tmp_path / "capacity.yaml"
     capacity.write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
     policy = tmp_path / "policy.yaml"
-    policy.write_text("queues:\n  llm-research: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n")
+    policy.write_text("queues:\n  llm-research: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n"
+                      + NO_RESERVE_FOR_THE_HELD_H200S)
     out = tmp_path / "plan"
     proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(capacity), "--policy", str(policy),
                    "--out", str(out))
@@ -99,7 +105,9 @@ def test_a_missing_store_is_one_line(tmp_path: Path) -> None:
 def planned_store(demo_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("planned")
     (tmp / "capacity.yaml").write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
-    proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(tmp / "capacity.yaml"), "--out", str(tmp / "o"))
+    (tmp / "policy.yaml").write_text(NO_RESERVE_FOR_THE_HELD_H200S)
+    proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(tmp / "capacity.yaml"),
+                   "--policy", str(tmp / "policy.yaml"), "--out", str(tmp / "o"))
     assert proc.returncode == 0, proc.stderr
     return demo_store
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.plan.inputs import flavor_nodes
+from gpulens.analytics.plan.flavor_nodes import match_flavor_nodes
 from gpulens.collector.inventory import collect_inventory
 from gpulens.collector.store import Store
 from gpulens.exporter.kube_api import KubernetesClient
@@ -43,6 +43,9 @@ def test_resource_flavors_are_collected_and_select_their_nodes_by_labels(tmp_pat
         rows = {f: json.loads(labels) for f, labels in store.query("SELECT flavor, node_labels FROM resource_flavors")}
     assert rows["h100-train"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "train"}
     with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
-        members, notes = flavor_nodes(con, ["h100-train", "any-h100", "unknown"])
-    assert members == {"h100-train": ["h100-a"], "any-h100": ["h100-a", "h100-b"], "unknown": []}
-    assert notes == ["node h100-a matches flavors any-h100, h100-train: its devices count in each"]
+        matched = match_flavor_nodes(con, ["h100-train", "any-h100", "unknown"])
+    # h100-a satisfies both flavors' nodeLabels: a configuration error, counted in neither
+    assert matched.members == {"h100-train": (), "any-h100": ("h100-b",), "unknown": ()}
+    assert matched.conflicts == {"h100-a": ("any-h100", "h100-train")}
+    assert matched.notes() == ["node h100-a matches flavors any-h100, h100-train (the nodeLabels of each select it): "
+                               "a configuration error; its devices are counted in none of them"]

@@ -87,7 +87,8 @@ def make_plan(
     if not demands:
         raise UserError("the store holds no Kueue ClusterQueue quotas in the window: nothing to plan")
     flavors = {d.flavor for d in demands}
-    pools, notes = inventory_capacity(con, flavors, start, policy.hours_per_month)
+    fleet = inventory_capacity(con, flavors, start, policy.hours_per_month)
+    pools, notes = dict(fleet.pools), list(fleet.notes)
     if capacity is not None:
         pools = apply_capacity_file(pools, capacity)
     if extra:
@@ -97,8 +98,8 @@ def make_plan(
         pools = add_capacity(pools, dict(extra))
     plans, unplanned, budget_notes = plan_pools(pools, demands, policy)
     for d in unplanned:
-        notes.append(f"{d.queue} {d.flavor}/{d.resource}: capacity unknown (no devices on the flavor's nodes "
-                     "and not in --capacity): not planned")
+        why = fleet.lacks(d.flavor, d.resource) or "capacity unknown: no devices on the flavor's nodes"
+        notes.append(f"{d.queue} {d.flavor}/{d.resource}: {why} and it is not in --capacity: not planned")
     return FleetPlan(run_id_of(start, end, policy, pools), generated_at, start, end, policy, plans, unplanned,
                      tuple(notes) + budget_notes)
 

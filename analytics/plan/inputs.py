@@ -1,16 +1,16 @@
-"""The plan's inputs from the store: capacity per flavor and resource (minus drains), demand, prices."""
+"""The plan's inputs from the store: capacity per flavor and resource (minus drain and warn lists), demand."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 import duckdb
 
 from gpulens.analytics.inventory import short_model
+from gpulens.analytics.plan.flavor_nodes import FlavorNodes, match_flavor_nodes, table_exists
 from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
 from gpulens.analytics.plan.policy import CapacityFile
 from gpulens.analytics.prices import load_price_book
@@ -45,11 +45,6 @@ class DeviceUnits:
     gpu_model: str
 
 
-def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()
-    return bool(row and row[0])
-
-
 def latest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
     row = con.execute(
         "SELECT greatest((SELECT max(ts) FROM device_samples), (SELECT max(ts) FROM quota_snapshots))"
@@ -57,87 +52,118 @@ def latest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
     return row[0] if row else None
 
 
-def flavor_nodes(con: duckdb.DuckDBPyConnection, flavors: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Nodes of each flavor: nodes whose labels hold the flavor's nodeLabels, else nodes whose pool is its name."""
-    nodes = con.execute("SELECT node, pool, labels FROM nodes ORDER BY node").fetchall()
-    selectors: dict[str, dict[str, str]] = {}
-    if _table_exists(con, "resource_flavors"):
-        for flavor, labels in con.execute("SELECT flavor, node_labels FROM resource_flavors").fetchall():
-            selectors[str(flavor)] = _json_map(labels)
-    out: dict[str, list[str]] = {}
-    notes = []
-    for flavor in sorted(set(flavors)):
-        if flavor in selectors:
-            want = selectors[flavor]
-            out[flavor] = [n for n, _, labels in nodes if want.items() <= _json_map(labels).items()]
-        else:
-            out[flavor] = [n for n, pool, _ in nodes if pool == flavor]
-    owners: dict[str, list[str]] = defaultdict(list)
-    for flavor, names in out.items():
-        for n in names:
-            owners[n].append(flavor)
-    for n, fl in sorted(owners.items()):
-        if len(fl) > 1:
-            notes.append(f"node {n} matches flavors {', '.join(fl)}: its devices count in each")
-    return out, notes
+@dataclass(frozen=True)
+class Unhealthy:
+    """What the latest ``health`` run keeps out of plan capacity: GPUs and whole nodes on its drain or warn list."""
+
+    gpus: Mapping[str, str]
+    """GPU UUID -> its state (``drain``, ``warn``, or ``watch`` for a raised early-warning trend)."""
+    nodes: Mapping[str, str]
+    """Node -> its state, where the node itself is listed and none of its GPUs is."""
+    run_id: str | None
+
+    def state_of(self, u: DeviceUnits) -> str | None:
+        return self.gpus.get(u.gpu_uuid) or self.nodes.get(u.node)
 
 
-def _json_map(raw: object) -> dict[str, str]:
-    if raw is None:
-        return {}
-    data = json.loads(raw) if isinstance(raw, str) else raw
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def drained_gpus(con: duckdb.DuckDBPyConnection) -> tuple[set[str], set[str], str | None]:
-    """GPUs and whole nodes that the latest ``health`` run marks as drain candidates, and that run's id."""
-    if not _table_exists(con, "health"):
-        return set(), set(), None
+def unhealthy_devices(con: duckdb.DuckDBPyConnection) -> Unhealthy:
+    """GPUs and whole nodes that the latest ``health`` run lists as drain candidates or warns about."""
+    if not table_exists(con, "health"):
+        return Unhealthy({}, {}, None)
     row = con.execute("SELECT run_id FROM health ORDER BY window_end DESC, run_id DESC LIMIT 1").fetchone()
     if not row:
-        return set(), set(), None
+        return Unhealthy({}, {}, None)
     rows = con.execute(
-        "SELECT scope, node, gpu_uuid FROM health WHERE run_id = ? AND drain_candidate", [row[0]]
+        "SELECT scope, node, gpu_uuid, CASE WHEN state IN ('warn', 'drain') THEN state ELSE 'watch' END FROM health "
+        "WHERE run_id = ? AND (drain_candidate OR state IN ('warn', 'drain'))", [row[0]]
     ).fetchall()
-    gpus = {str(g) for scope, _, g in rows if scope == "gpu" and g}
-    gpu_nodes = {str(n) for scope, n, _ in rows if scope == "gpu"}
-    nodes = {str(n) for scope, n, _ in rows if scope == "node" and n not in gpu_nodes}
-    return gpus, nodes, str(row[0])
+    gpus = {str(g): str(st) for scope, _, g, st in rows if scope == "gpu" and g}
+    gpu_nodes = {str(n) for scope, n, _, _ in rows if scope == "gpu"}
+    nodes = {str(n): str(st) for scope, n, _, st in rows if scope == "node" and n not in gpu_nodes}
+    return Unhealthy(gpus, nodes, str(row[0]))
+
+
+@dataclass(frozen=True)
+class FleetCapacity:
+    """Capacity per (flavor, resource) from the devices of each flavor's own nodes, and what was left out."""
+
+    pools: Mapping[tuple[str, str], PoolCapacity]
+    flavor_nodes: FlavorNodes
+    notes: tuple[str, ...]
+
+    def lacks(self, flavor: str, resource: str) -> str | None:
+        """Why ``flavor`` has no ``resource`` where the inventory shows devices for it but none of that resource;
+        None where it has some, or where the flavor's nodes show no devices at all (capacity unknown)."""
+        if (flavor, resource) in self.pools:
+            return None
+        shared = self.flavor_nodes.shared_with_others(flavor)
+        if shared:
+            return (f"the flavor has no {resource} counted: node(s) {', '.join(shared)} match another flavor too "
+                    "(a configuration error) and count in neither")
+        has_devices = any(f == flavor for f, _ in self.pools)
+        return f"the flavor has no {resource}" if has_devices else None
 
 
 def inventory_capacity(
     con: duckdb.DuckDBPyConnection, flavors: Iterable[str], window_start: datetime, hours_per_month: float
-) -> tuple[dict[tuple[str, str], PoolCapacity], list[str]]:
-    """Capacity per (flavor, resource) from the devices on each flavor's nodes, drain candidates taken out."""
-    members, notes = flavor_nodes(con, flavors)
+) -> FleetCapacity:
+    """Capacity per (flavor, resource): the devices on the nodes that the flavor alone matches, GPUs and nodes
+    on the latest health run's drain or warn list taken out; the unit price follows those devices."""
+    matched = match_flavor_nodes(con, flavors)
+    notes = matched.notes()
     units = [DeviceUnits(*r) for r in con.execute(_UNITS_SQL, {"start": window_start}).fetchall()]
-    gpus, nodes, health_run = drained_gpus(con)
-    if health_run is None:
-        notes.append("no health results in the store: drain candidates not taken out (run gpulens analyze)")
+    unhealthy = unhealthy_devices(con)
+    if unhealthy.run_id is None:
+        notes.append("no health results in the store: drain and warn lists not taken out (run gpulens analyze)")
     prices = load_price_book(con, None)
     out = {}
-    for flavor, node_names in sorted(members.items()):
+    for flavor, node_names in sorted(matched.members.items()):
         mine = set(node_names)
         per_res: dict[str, list[DeviceUnits]] = defaultdict(list)
         for u in units:
             if u.node in mine:
                 per_res[u.resource].append(u)
         for resource, rows in sorted(per_res.items()):
-            physical = sum(u.units for u in rows)
-            out_units = {u for u in rows if u.gpu_uuid in gpus or u.node in nodes}
-            per_node: dict[str, int] = defaultdict(int)
-            for u in rows:
-                if u not in out_units:
-                    per_node[u.node] += u.units
-            ge = sum(u.ge for u in rows)
-            model = short_model(rows[0].gpu_model)
-            price = ge / physical * prices.list_for(model) * hours_per_month if physical else None
-            out[(flavor, resource)] = PoolCapacity(
-                flavor, resource, physical, sum(u.units for u in out_units), nodes=len(per_node),
-                largest_node=max(per_node.values(), default=0), unit_price_month=price, source="inventory",
-                drained_nodes=tuple(sorted({u.node for u in out_units})),
-            )
-    return out, notes
+            pool = _pool(flavor, resource, rows, unhealthy, prices.list_for, hours_per_month)
+            out[(flavor, resource)] = pool
+            if pool.drained:
+                notes.append(_left_out_note(pool, rows, unhealthy))
+    return FleetCapacity(out, matched, tuple(notes))
+
+
+def _pool(
+    flavor: str, resource: str, rows: list[DeviceUnits], unhealthy: Unhealthy,
+    list_price: Callable[[str], float], hours_per_month: float,
+) -> PoolCapacity:
+    """One flavor's capacity of one resource; the unit price is the GPU-equivalent-weighted price of its devices."""
+    physical = sum(u.units for u in rows)
+    out_units = [u for u in rows if unhealthy.state_of(u)]
+    per_node: dict[str, int] = defaultdict(int)
+    for u in rows:
+        if not unhealthy.state_of(u):
+            per_node[u.node] += u.units
+    value = sum(u.ge * list_price(short_model(u.gpu_model)) for u in rows)
+    return PoolCapacity(
+        flavor, resource, physical, sum(u.units for u in out_units), nodes=len(per_node),
+        largest_node=max(per_node.values(), default=0),
+        unit_price_month=value / physical * hours_per_month if physical else None, source="inventory",
+        drained_nodes=tuple(sorted({u.node for u in out_units})),
+    )
+
+
+def _left_out_note(pool: PoolCapacity, rows: list[DeviceUnits], unhealthy: Unhealthy) -> str:
+    """How many units of a pool the health run keeps out of capacity, and why."""
+    why: dict[str, int] = defaultdict(int)
+    for u in rows:
+        state = unhealthy.state_of(u)
+        if state:
+            why[state] += u.units
+    reasons = ", ".join(f"{n} {_STATE_WORDS[s]}" for s, n in sorted(why.items()))
+    return (f"{pool.flavor} {pool.resource}: {pool.drained} of {pool.physical} units left out of capacity "
+            f"({reasons}; health run {unhealthy.run_id}, nodes {', '.join(pool.drained_nodes)})")
+
+
+_STATE_WORDS = {"drain": "on the drain list", "warn": "on the warn list", "watch": "under an early-warning trend"}
 
 
 def apply_capacity_file(

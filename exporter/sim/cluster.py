@@ -185,8 +185,7 @@ def build_cluster_state(scenario: Scenario, plan: FleetPlan, t: float) -> Cluste
         )
         local_queues.extend(LocalQueue(q, ns, ten.queue_name, ten.name) for q, ns in ten.local_queue_map().items())
     flavors = [
-        ResourceFlavor(p.flavor_name, p.model.name, str(p.sharing),
-                       _frozen({"nvidia.com/gpu.product": p.model.name.replace(" ", "-"), **p.labels}))
+        ResourceFlavor(p.flavor_name, p.model.name, str(p.sharing), _frozen(p.flavor_labels))
         for p in s.pools
     ]
     pods = []

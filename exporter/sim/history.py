@@ -383,9 +383,8 @@ def _dimensions(fleet: FleetModel, names: list[str], first: float, last: float) 
     ]
     flavors: dict[str, dict[str, object]] = {}
     for pool in s.pools:  # a ResourceFlavor selects its pool's nodes by their labels (as exporter.sim.cluster)
-        labels = {"nvidia.com/gpu.product": pool.model.name.replace(" ", "-"), **pool.labels}
         flavors.setdefault(pool.flavor_name, {"flavor": pool.flavor_name,
-                                              "node_labels": json.dumps(labels, sort_keys=True), **seen})
+                                              "node_labels": json.dumps(pool.flavor_labels, sort_keys=True), **seen})
     return {
         "resource_flavors": _table("resource_flavors", list(flavors.values())),
         "nodes": _table("nodes", node_rows) if node_rows else _empty("nodes"),

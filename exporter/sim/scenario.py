@@ -131,6 +131,13 @@ class PoolSpec(_Strict):
     def flavor_name(self) -> str:
         return self.flavor or self.name
 
+    @property
+    def flavor_labels(self) -> dict[str, str]:
+        """The ResourceFlavor's nodeLabels: GPU product, sharing mode and the pool's labels, so that no two pools'
+        flavors select the same node (every simulated node carries these labels)."""
+        return {"nvidia.com/gpu.product": self.model.name.replace(" ", "-"), "gpulens.io/sharing-mode": str(self.sharing),
+                **self.labels}
+
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.nodes)]
 
