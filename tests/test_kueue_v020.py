@@ -20,7 +20,13 @@ from gpulens.collector.store import Store
 from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi
-from tests.support.recommend_cluster import CQ_V1BETA2, CUT_HISTORY, WEEK, build_writer_store, live_cluster_queue
+from tests.support.recommend_cluster import (
+    CQ_V1BETA2,
+    CUT_HISTORY,
+    WEEK,
+    build_writer_store,
+    live_cluster_queue,
+)
 from tests.support.recommend_store import StoreBuilder
 from tests.test_collector_inventory import CLUSTER, serve
 from tests.test_writers_kube import outcome, patches, run_apply
