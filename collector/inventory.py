@@ -391,12 +391,12 @@ def collect_inventory(
 ) -> WindowResult:
     """Snapshot the cluster into the store as one window (``[now, now]``) of source ``kubernetes``; a
     failed read (unreachable, no answer, forbidden) is a ``UserError`` and writes nothing. ``say`` hears
-    which Kueue API version was read."""
+    which Kueue API version was read (after a successful read only)."""
     now = clock()
     try:
         kueue = served_kueue(api, (config or TenancyConfig()).kueue_api_version)
-        say(kueue.statement)
         frames = snapshot_frames(api, now, config, kueue=kueue)
     except KubernetesApiError as exc:
         raise UserError(f"Kubernetes inventory failed: {exc}") from exc
+    say(kueue.statement)  # after the reads: a failed run says one line only
     return store.ingest_window(SOURCE, now, now, frames, now=datetime.now(UTC).timestamp())

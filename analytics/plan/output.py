@@ -122,7 +122,7 @@ def apply_plan(
 
 def live_totals(plan: FleetPlan, api: KubernetesClient) -> list[LiveTotal]:
     """Every planned flavor and resource: the live nominal quotas of all its queues, against what the plan may give."""
-    target = ClusterQueueTarget(plan.policy.kueue_version)
+    target, _ = ClusterQueueTarget(plan.policy.kueue_version).served(api)
     members: dict[tuple[str, str], list[QueueRef]] = {}
     capacity = {}
     for pool in plan.pools:
