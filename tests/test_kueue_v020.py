@@ -20,6 +20,7 @@ from gpulens.collector.store import Store
 from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi
+from tests.support.cli import gpulens
 from tests.support.recommend_cluster import (
     CQ_V1BETA2,
     CUT_HISTORY,
@@ -184,3 +185,25 @@ def test_the_exporter_takes_the_queue_kueue_put_on_the_pod_without_a_local_queue
     info = TenantResolver(KubernetesClient(kueue_020.url), "gpu-node-1").resolve("default", "admitted")
     assert (info.tenant, info.rule, info.queue) == ("beta", "kueue", "lq-b")
     assert not [r.path for r in kueue_020.requests if "/localqueues/" in r.path]
+
+
+def test_plan_apply_and_its_live_totals_use_the_served_version_and_say_which(kueue_020: FakeKubernetesApi,
+                                                                              tmp_path: Path) -> None:
+    s = StoreBuilder(tmp_path / "plan.duckdb")
+    s.quota("ClusterQueue", "team-a", "nvidia.com/gpu", flavor="h100", tenant="team-a", nominal=16,
+            usage=[4 + (i % 4) for i in range(CUT_HISTORY)])
+    s.quota("ClusterQueue", "team-b", "nvidia.com/gpu", flavor="h100", tenant="team-b", nominal=4,
+            usage=[4] * CUT_HISTORY)
+    s.pending("team-b", "nvidia.com/gpu", dict.fromkeys(range(CUT_HISTORY), 4.0), cluster_queue="team-b")
+    capacity, policy = tmp_path / "capacity.yaml", tmp_path / "policy.yaml"
+    capacity.write_text("flavors: {h100: {nvidia.com/gpu: 20}}\n")
+    policy.write_text("kueue_version: v1beta1\n")
+    kueue_020.put(f"{CQ_V1BETA2}/team-a", live_cluster_queue("team-a", gpus=10))  # moved: a partial apply
+    kueue_020.put(f"{CQ_V1BETA2}/team-b", live_cluster_queue("team-b", gpus=4))
+    proc = gpulens("plan", "--db", str(s.save()), "--capacity", str(capacity), "--policy", str(policy),
+                   "--out", str(tmp_path / "o"), "--apply", "--kubeconfig", str(kueue_020.kubeconfig(tmp_path)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Kueue API: {KUEUE}/v1beta2 (served: v1beta2; v1beta1 asked for, not served)" in proc.stdout
+    assert "ClusterQueue team-a: REFUSED: h100/nvidia.com/gpu: live value 10 differs" in proc.stdout
+    assert "live totals after a partial apply" in proc.stdout and "not readable" not in proc.stdout
+    assert not [r.path for r in kueue_020.requests if r.path.startswith(V1BETA1)]
