@@ -200,6 +200,7 @@ local_queues AS (
     SELECT DISTINCT object_namespace AS namespace, object_name AS queue,
            json_extract_string(annotations, '$.clusterQueue') AS cluster_queue
     FROM f_quota_snapshots WHERE object_kind = 'LocalQueue'
+      AND json_extract_string(annotations, '$.clusterQueue') IS NOT NULL  -- Kueue's metrics do not name it
 ),
 pending_pods AS (
     -- pods of the Kubernetes inventory that wait (phase Pending), by queue, namespace and resource

@@ -48,6 +48,7 @@ from gpulens.analytics.writers.crd import RecommendationPolicy
 from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
 from gpulens.analytics.writers.order import apply_in_order, partial
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from gpulens.analytics.writers.served import at_served_versions
 from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
 from gpulens.exporter.kube_api import KubernetesClient
 
@@ -340,7 +341,7 @@ def write_dry_run(report: RecommendationReport, out_dir: str | Path) -> list[Pat
     header = f"{DRY_RUN_HEADER} (run {report.run_id}, {report.generated_at:%Y-%m-%dT%H:%M:%SZ})\n"
     written = []
     for plan in report.plans:
-        if plan.applicable and not plan.opted_out:
+        if plan.writable:
             path = out / _file_name(plan)
             body = dump_yaml(plan.body(report.generated_at))
             path.write_text(header + plan.target.dry_run_note + body, encoding="utf-8")
@@ -371,7 +372,9 @@ def apply_recommendations(
         kwargs["sleep"] = sleep
     applier = QuotaApplier(api, **kwargs)
     policy = report.settings.policy(auto_apply=True)
-    outcomes, notes = [], list(report.notes)
+    plans, served = at_served_versions(api, report.plans)
+    report = dataclasses.replace(report, plans=tuple(plans))
+    outcomes, notes = [], [*report.notes, *served]
     # never raises for the API server's doing: a failure is an outcome
     for plan, outcome in zip(report.plans, apply_in_order(applier, report.plans), strict=True):
         if record:
@@ -448,6 +451,9 @@ def _render(r: RecommendationReport) -> list[str]:
             continue
         if plan.opted_out:
             lines.append(f"  {plan.ref}: would be skipped: annotated gpulens.io/auto-apply: \"false\"")
+        managed = plan.managed_refusal()
+        if managed and not r.outcomes:
+            lines.append(f"  {plan.ref}: refused: {managed}")
         for q in plan.refused:
             lines.append(
                 f"  {plan.ref} {q.key.flavor}/{q.key.resource}: refused, low confidence {q.confidence.value:.1f} days"

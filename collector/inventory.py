@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from gpulens.collector.kueue_api import KueueApi, effective_quotas, served_kueue
 from gpulens.collector.store import Store, WindowResult, to_datetime
 from gpulens.core.errors import UserError
 from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
@@ -34,6 +35,7 @@ from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
 from gpulens.exporter.tenancy.pod_tenancy import (
     cluster_queue_tenant,
     namespace_tenant,
+    pod_local_queue,
     pod_tenant,
     pod_workload,
 )
@@ -120,9 +122,10 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def list_kueue(api: KubernetesReads, plural: str, config: TenancyConfig) -> list[dict[str, Any]]:
-    """Kueue objects of every namespace, at the first API version the cluster serves; none without Kueue."""
-    for version in config.kueue_versions():
+def list_kueue(api: KubernetesReads, plural: str, kueue: KueueApi) -> list[dict[str, Any]]:
+    """Kueue objects of every namespace at the served version (:mod:`gpulens.collector.kueue_api`); none
+    without Kueue."""
+    for version in kueue.versions_to_try():
         try:
             return list_items(api, f"/apis/{KUEUE_GROUP}/{version}/{plural}")
         except NotFoundError:
@@ -195,13 +198,16 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | None = None) -> dict[str, pl.DataFrame]:
-    """Read the cluster once and build the inventory frames for time ``now`` (tenants by ``config``)."""
+def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | None = None, *,
+                    kueue: KueueApi | None = None) -> dict[str, pl.DataFrame]:
+    """Read the cluster once and build the inventory frames for time ``now`` (tenants by ``config``; Kueue
+    at the version ``kueue`` names, discovered when None)."""
     config = config or TenancyConfig()
+    kueue = kueue or served_kueue(api, config.kueue_api_version)
     ts = to_datetime(now)
     namespaces = list_items(api, CORE_LISTS["namespaces"])
-    cluster_queues = list_kueue(api, "clusterqueues", config)
-    local_queues = list_kueue(api, "localqueues", config)
+    cluster_queues = list_kueue(api, "clusterqueues", kueue)
+    local_queues = list_kueue(api, "localqueues", kueue)
     objects = _SnapshotObjects(namespaces, local_queues, cluster_queues, ApiTenancyObjects(api, config))
     policies: dict[str, int] = {}
     for pol in list_items(api, CORE_LISTS["network_policies"]):
@@ -242,7 +248,9 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
             for r in f.get("resources") or []
         }
         annotations = _meta(cq).get("annotations") or {}
-        for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        effective = effective_quotas(cq)
+        orchestrator = {"orchestrator": effective.orchestrator} if effective else {}
+        for group in (effective and effective.resource_groups) or (cq.get("spec") or {}).get("resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 for res in flavor.get("resources") or []:
                     key = (flavor.get("name", ""), res.get("name", ""))
@@ -260,7 +268,7 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
                             "lending_limit": parse_quantity(res.get("lendingLimit")),
                             "usage": usage.get(key),
                             "annotations": _dumps(
-                                {**annotations, "cohort": (cq.get("spec") or {}).get("cohortName")
+                                {**annotations, **orchestrator, "cohort": (cq.get("spec") or {}).get("cohortName")
                                  or (cq.get("spec") or {}).get("cohort")}
                             ),
                             "source": SOURCE,
@@ -331,7 +339,7 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
                 "node": (pod.get("spec") or {}).get("nodeName"),
                 "phase": (pod.get("status") or {}).get("phase"),
                 "tenant": pod_tenant(ns, labels, objects, config).tenant,
-                "queue": labels.get(KUEUE_QUEUE_LABEL),
+                "queue": pod_local_queue(labels, KUEUE_QUEUE_LABEL),
                 "workload_kind": kind,
                 "workload_name": wname,
                 "gpu_requests": _dumps(requests),
@@ -362,7 +370,7 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
     flavor_rows = [
         {"flavor": str(_meta(rf).get("name", "")), "node_labels": _dumps((rf.get("spec") or {}).get("nodeLabels") or {}),
          "first_seen": ts, "last_seen": ts}
-        for rf in list_kueue(api, "resourceflavors", config)
+        for rf in list_kueue(api, "resourceflavors", kueue)
     ]
     frames = {
         "resource_flavors": pl.DataFrame(flavor_rows, schema={"flavor": pl.Utf8, "node_labels": pl.Utf8,
@@ -379,13 +387,16 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
 
 def collect_inventory(
     store: Store, api: KubernetesReads, *, config: TenancyConfig | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.time, say: Callable[[str], None] = lambda line: None,
 ) -> WindowResult:
     """Snapshot the cluster into the store as one window (``[now, now]``) of source ``kubernetes``; a
-    failed read (unreachable, no answer, forbidden) is a ``UserError`` and writes nothing."""
+    failed read (unreachable, no answer, forbidden) is a ``UserError`` and writes nothing. ``say`` hears
+    which Kueue API version was read (after a successful read only)."""
     now = clock()
     try:
-        frames = snapshot_frames(api, now, config)
+        kueue = served_kueue(api, (config or TenancyConfig()).kueue_api_version)
+        frames = snapshot_frames(api, now, config, kueue=kueue)
     except KubernetesApiError as exc:
         raise UserError(f"Kubernetes inventory failed: {exc}") from exc
+    say(kueue.statement)  # after the reads: a failed run says one line only
     return store.ingest_window(SOURCE, now, now, frames, now=datetime.now(UTC).timestamp())

@@ -50,8 +50,11 @@ KUEUE_METRICS = (
     "kueue_cluster_queue_resource_usage",
     "kueue_cluster_queue_resource_pending",
     "kueue_pending_workloads",
+    "kueue_local_queue_resource_usage",
+    "kueue_local_queue_pending_workloads",
 )
-"""Kueue's own metrics: quotas, usage and pending demand when the Kubernetes API is not reachable."""
+"""Kueue's own metrics: quotas, usage and pending demand when the Kubernetes API is not reachable (the
+``kueue_local_queue_*`` ones need Kueue's LocalQueueMetrics gate)."""
 
 CANONICAL_LABELS = (
     "node",
@@ -187,6 +190,43 @@ def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
     return {"quota_snapshots": quota, "pending_demand": pending}
 
 
+def map_local_queues(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
+    """``quota_snapshots`` rows of kind ``LocalQueue`` (as the Kubernetes inventory writes them) from Kueue's
+    local-queue metrics: usage per flavor and resource, and the queue's pending workloads (summed over
+    ``status``) as ``annotations.pendingWorkloads``; a queue with pending work and no usage series gets one
+    row with flavor and resource ''. No pending series: no such annotation (not measured, not 0)."""
+    lq = long.filter(pl.col("metric").str.starts_with("kueue_local_queue_"))
+    if lq.height == 0:
+        return {}
+    df = (_ensure(lq, ("name", "local_queue", "namespace", "flavor", "resource"))
+          .with_columns(_TS, queue=pl.coalesce("local_queue", "name"), flavor=pl.col("flavor").fill_null(""))
+          .filter(pl.col("queue").is_not_null() & pl.col("namespace").is_not_null() & pl.col("value").is_finite()))
+    keys = ["ts", "namespace", "queue"]
+    usage = (df.filter((pl.col("metric") == "kueue_local_queue_resource_usage") & pl.col("resource").is_not_null())
+             .group_by(*keys, "flavor", "resource").agg(usage=pl.col("value").sum()))
+    pending = (df.filter(pl.col("metric") == "kueue_local_queue_pending_workloads")
+               .group_by(*keys).agg(pending=pl.col("value").sum().round(0).cast(pl.Int64)))
+    alone = pending.join(usage.select(keys).unique(), on=keys, how="anti").select(
+        *keys, pl.lit("").alias("flavor"), pl.lit("").alias("resource"), pl.lit(None, dtype=pl.Float64).alias("usage"))
+    rows = pl.concat([usage, alone], how="diagonal_relaxed").join(pending, on=keys, how="left")
+    quota = rows.select(
+        "ts",
+        pl.lit("LocalQueue").alias("object_kind"),
+        pl.col("namespace").alias("object_namespace"),
+        pl.col("queue").alias("object_name"),
+        pl.col("namespace").alias("tenant"),
+        "flavor",
+        "resource",
+        *(pl.lit(None, dtype=pl.Float64).alias(c) for c in ("nominal_quota", "borrowing_limit", "lending_limit")),
+        "usage",
+        pl.when(pl.col("pending").is_not_null())
+        .then(pl.format('{{"pendingWorkloads":{}}}', pl.col("pending")))
+        .alias("annotations"),
+        pl.lit(source).alias("source"),
+    )
+    return {"quota_snapshots": quota}
+
+
 def split_by_schema(long: pl.DataFrame, schema: SchemaName) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The gpulens rows and the dcgm rows of ``long`` that ``schema`` asks for."""
     is_gpulens = pl.col("metric").str.starts_with(PREFIX)
@@ -206,6 +246,7 @@ def to_store_frames(long: pl.DataFrame, schema: SchemaName, source: str) -> dict
         frames.append(map_dcgm(normalize_dcgm_labels(dc), source))
     if long.height and "metric" in long.columns:
         frames.append(map_kueue(long, source))
+        frames.append(map_local_queues(long, source))
     out: dict[str, pl.DataFrame] = {}
     for part in frames:
         for table, frame in part.items():

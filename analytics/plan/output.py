@@ -18,6 +18,7 @@ from gpulens.analytics.writers.kueue import ClusterQueueTarget
 from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
 from gpulens.analytics.writers.order import apply_in_order
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from gpulens.analytics.writers.served import at_served_versions
 from gpulens.exporter.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"
@@ -96,7 +97,7 @@ def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | P
               f"{plan.window_start:%Y-%m-%dT%H:%MZ} .. {plan.window_end:%Y-%m-%dT%H:%MZ})\n")
     written = []
     for obj in objects:
-        if obj.applicable and not obj.opted_out:
+        if obj.writable:
             path = out / _file_name(obj)
             path.write_text(header + obj.target.dry_run_note + dump_yaml(obj.body(plan.generated_at)),
                             encoding="utf-8")
@@ -106,18 +107,22 @@ def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | P
 
 def apply_plan(
     objects: list[ObjectPlan], api: KubernetesClient, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    sleep: Callable[[float], None] | None = None,
+    sleep: Callable[[float], None] | None = None, say: Callable[[str], None] = lambda line: None,
 ) -> list[ApplyOutcome]:
-    """Server-side apply of every object with ``recommend``'s guard rails, cuts first; one outcome per object."""
+    """Server-side apply of every object with ``recommend``'s guard rails, at the Kueue version the cluster
+    serves (``say`` hears which), cuts first; one outcome per object."""
     kwargs: dict[str, Any] = {"clock": clock}
     if sleep is not None:
         kwargs["sleep"] = sleep
-    return apply_in_order(QuotaApplier(api, **kwargs), objects)
+    served, lines = at_served_versions(api, objects)
+    for line in lines:
+        say(line)
+    return apply_in_order(QuotaApplier(api, **kwargs), served)
 
 
 def live_totals(plan: FleetPlan, api: KubernetesClient) -> list[LiveTotal]:
     """Every planned flavor and resource: the live nominal quotas of all its queues, against what the plan may give."""
-    target = ClusterQueueTarget(plan.policy.kueue_version)
+    target, _ = ClusterQueueTarget(plan.policy.kueue_version).served(api)
     members: dict[tuple[str, str], list[QueueRef]] = {}
     capacity = {}
     for pool in plan.pools:

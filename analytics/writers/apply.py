@@ -133,6 +133,9 @@ class QuotaApplier:
         if opted_out(meta.get("annotations")):
             return ApplyOutcome(plan.ref, "skipped", "opted out: annotated gpulens.io/auto-apply: \"false\"",
                                 attempts=attempt)
+        managed = plan.managed_refusal(live)
+        if managed:
+            return ApplyOutcome(plan.ref, "refused", managed, attempts=attempt, notes=(managed,))
         live_values = plan.target.current_values(live)
         recs, drift = [], []
         for r in applicable:

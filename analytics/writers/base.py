@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpulens.analytics.quota import QuotaEvidence
+from gpulens.exporter.kube_api import KubernetesReads
 
 EntryKey = tuple[str, str]
 """(flavor, resource); flavor is '' where the object has none (ResourceQuota)."""
@@ -46,6 +47,14 @@ class QuotaTarget(ABC):
     def pending_workloads(self, obj: Mapping[str, Any]) -> int | None:
         """Workloads pending in the live object now; None when it does not say."""
         return None
+
+    def managed_by(self, obj: Mapping[str, Any]) -> str | None:
+        """The controller that owns the object's quota values (gpulens must not write them); None: nobody."""
+        return None
+
+    def served(self, api: KubernetesReads) -> tuple[QuotaTarget, str | None]:
+        """This target at the API version the cluster serves, and a line saying which (None: nothing to say)."""
+        return self, None
 
     @property
     @abstractmethod

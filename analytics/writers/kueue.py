@@ -2,12 +2,19 @@
 
 ``resourceGroups`` is an atomic list in Kueue's schema, so an apply must carry the whole list: it is
 sent exactly as read, with only ``nominalQuota`` changed. ``borrowingLimit`` and ``lendingLimit`` stay
-as they were unless a ratio is configured. The group structure is the same in both API versions (only
-the cohort field was renamed, and gpulens never writes it).
+as they were unless a ratio is configured. The group structure is the same in both API versions (v1beta2
+renamed ``cohort`` to ``cohortName``, dropped ``admissionChecks`` and the ``Borrow``/``Preempt``
+fungibility values; gpulens writes none of them). ``--apply`` writes the version the cluster serves
+(discovered: Kueue v0.20 serves only v1beta2).
+
+A queue whose ``status.effectiveQuotas`` names an ``orchestratorRef`` (Dynamic Quota Orchestration) has its
+quotas set by that controller, overriding ``spec.resourceGroups``: gpulens never writes it, and says what it
+would have recommended.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -23,10 +30,13 @@ from gpulens.analytics.writers.base import (
     parse_quantity,
     register_target,
 )
-from gpulens.exporter.kube_api import segment
+from gpulens.collector.kueue_api import effective_quotas, served_kueue
+from gpulens.exporter.kube_api import KubernetesReads, segment
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
+ORCHESTRATOR_NOTE = "orchestrator"
+"""The store's annotation (``quota_snapshots.annotations``) naming a queue's quota orchestrator."""
 
 
 @register_target("kueue")
@@ -61,6 +71,18 @@ class ClusterQueueTarget(QuotaTarget):
     def api_version(self) -> str:
         return f"{KUEUE_GROUP}/{self.version}"
 
+    def served(self, api: KubernetesReads) -> tuple[QuotaTarget, str | None]:
+        kueue = served_kueue(api, self.version)
+        if kueue.version is None or kueue.version == self.version:
+            return self, kueue.statement
+        other = copy.copy(self)
+        other.version = kueue.version
+        return other, kueue.statement
+
+    def managed_by(self, obj: Mapping[str, Any]) -> str | None:
+        effective = effective_quotas(obj)
+        return effective.orchestrator if effective else None
+
     def path(self, namespace: str, name: str) -> str:
         return f"/apis/{KUEUE_GROUP}/{self.version}/clusterqueues/{segment(name)}"
 
@@ -74,11 +96,15 @@ class ClusterQueueTarget(QuotaTarget):
             items.sort(key=lambda e: e.key.resource)
             covered = tuple(e.key.resource for e in items)
             groups[covered].append({"name": flavor, "resources": [_resource(e) for e in items]})
-        return self.snapshot_object(entries, {
+        obj = self.snapshot_object(entries, {
             "resourceGroups": [
                 {"coveredResources": list(covered), "flavors": flavors} for covered, flavors in groups.items()
             ]
         })
+        orchestrator = entries[0].annotations.get(ORCHESTRATOR_NOTE)
+        if orchestrator:  # the inventory saw status.effectiveQuotas
+            obj["status"] = {"effectiveQuotas": {"orchestratorRef": orchestrator}}
+        return obj
 
     def current_values(self, obj: Mapping[str, Any]) -> dict[EntryKey, float]:
         out = {}

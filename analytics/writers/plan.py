@@ -95,6 +95,21 @@ class ObjectPlan:
     def opted_out(self) -> bool:
         return opted_out(self.snapshot.get("metadata", {}).get("annotations"))
 
+    def managed_refusal(self, obj: Mapping[str, Any] | None = None) -> str | None:
+        """Why ``obj`` (default: the snapshot) is not ours to write, with what would have been written; None
+        when no orchestrator manages its quotas."""
+        orchestrator = self.target.managed_by(self.snapshot if obj is None else obj)
+        if orchestrator is None:
+            return None
+        would = ", ".join(f"{entry_label((r.key.flavor, r.key.resource))} {format_quantity(r.current or 0)} -> "
+                          f"{r.next_value}" for r in self.changes) or "no change"
+        return f"managed by {orchestrator}; the recommendation would be {would}"
+
+    @property
+    def writable(self) -> bool:
+        """Whether a dry run writes this object's apply body: confident changes, not opted out, not managed."""
+        return bool(self.applicable) and not self.opted_out and self.managed_refusal() is None
+
     def audit_annotations(
         self, before: Mapping[EntryKey, float], after: Mapping[EntryKey, int], when: datetime
     ) -> dict[str, str]:

@@ -6,8 +6,9 @@ LocalQueue, ClusterQueue, the ReplicaSet or Job that owns a pod) come through :c
 an object that is absent or unreadable is ``None`` and the rule simply does not answer.
 
 Rules, in the configured order, first answer wins: ``pod_label`` and ``vcluster`` read a pod label;
-``kueue`` follows the pod's queue label to its LocalQueue's ClusterQueue, whose tenant is its
-``cluster_queue_tenant_label`` label, else its name; ``capsule`` and ``namespace_label`` read a namespace
+``kueue`` takes the ClusterQueue Kueue names on the pod (``kueue.x-k8s.io/cluster-queue-name``, set by
+AssignQueueLabelsForPods), else follows the pod's queue label (or Kueue's ``local-queue-name``) to its
+LocalQueue's ClusterQueue; that queue's tenant is its ``cluster_queue_tenant_label`` label, else its name; ``capsule`` and ``namespace_label`` read a namespace
 label; ``namespace`` is the namespace name (also the answer when no rule answers). The owning workload is
 the pod's controller, and for a ReplicaSet or a Job, that object's own controller (a Deployment, a
 CronJob, a JobSet) when it has one.
@@ -20,8 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpulens.exporter.tenancy.gangs import gang_of
-from gpulens.exporter.tenancy.rules import RuleKind, TenancyConfig
+from gpulens.exporter.tenancy.rules import DEFAULT_KEYS, RuleKind, TenancyConfig
 
+CLUSTER_QUEUE_NAME_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+LOCAL_QUEUE_NAME_LABEL = "kueue.x-k8s.io/local-queue-name"
+"""Labels Kueue puts on the pods it admits (AssignQueueLabelsForPods, beta since Kueue 0.17)."""
 POD_RULES = frozenset({RuleKind.POD_LABEL, RuleKind.VCLUSTER, RuleKind.KUEUE})
 """Rules that read the pod or its queue; the others read only its namespace."""
 OWNER_KINDS = ("ReplicaSet", "Job")
@@ -63,8 +67,7 @@ def pod_tenant(namespace: str, pod_labels: Mapping[str, str], objects: TenancyOb
         if rule.kind in (RuleKind.POD_LABEL, RuleKind.VCLUSTER):
             value = pod_labels.get(rule.label)
         elif rule.kind is RuleKind.KUEUE:
-            queue = pod_labels.get(rule.label)
-            value = queue_tenant(namespace, queue, objects, config) if queue else None
+            value = pod_queue_tenant(namespace, pod_labels, rule.label, objects, config)
         elif rule.kind in (RuleKind.CAPSULE, RuleKind.NAMESPACE_LABEL):
             if ns_labels is None:
                 ns_labels = labels_of(objects.namespace(namespace))
@@ -98,6 +101,22 @@ def queue_tenant(namespace: str, local_queue: str, objects: TenancyObjects, conf
     if not cq_name:
         return None
     return cluster_queue_tenant(str(cq_name), objects.cluster_queue(str(cq_name)), config)
+
+
+def pod_local_queue(pod_labels: Mapping[str, str], queue_label: str = DEFAULT_KEYS[RuleKind.KUEUE]) -> str | None:
+    """The pod's LocalQueue: its queue label, else the one Kueue stamped on it (``local-queue-name``)."""
+    return pod_labels.get(queue_label) or pod_labels.get(LOCAL_QUEUE_NAME_LABEL) or None
+
+
+def pod_queue_tenant(namespace: str, pod_labels: Mapping[str, str], queue_label: str, objects: TenancyObjects,
+                     config: TenancyConfig) -> str | None:
+    """The tenant of the pod's ClusterQueue: the one Kueue named on the pod first (no LocalQueue lookup),
+    else the one behind its LocalQueue; ``None`` without either."""
+    cq_name = pod_labels.get(CLUSTER_QUEUE_NAME_LABEL)
+    if cq_name:
+        return cluster_queue_tenant(cq_name, objects.cluster_queue(cq_name), config)
+    queue = pod_local_queue(pod_labels, queue_label)
+    return queue_tenant(namespace, queue, objects, config) if queue else None
 
 
 def controller(meta: Mapping[str, Any]) -> tuple[str, str] | None:

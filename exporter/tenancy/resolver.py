@@ -16,7 +16,7 @@ from typing import Any
 
 from gpulens.exporter.kube_api import KubernetesReads
 from gpulens.exporter.tenancy.api_objects import ApiTenancyObjects
-from gpulens.exporter.tenancy.pod_tenancy import pod_tenant, pod_workload
+from gpulens.exporter.tenancy.pod_tenancy import pod_local_queue, pod_tenant, pod_workload
 from gpulens.exporter.tenancy.rules import TenancyConfig
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -68,7 +68,7 @@ class TenantResolver:
         answer = pod_tenant(namespace, labels, self.objects, self.config)
         phase = (pod or {}).get("status", {}).get("phase")
         return PodInfo(namespace, pod_name, meta.get("uid"), answer.tenant, answer.rule,
-                       labels.get(KUEUE_QUEUE_LABEL), kind, workload, finished=phase in ("Succeeded", "Failed"))
+                       pod_local_queue(labels, KUEUE_QUEUE_LABEL), kind, workload, finished=phase in ("Succeeded", "Failed"))
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         now = self._clock()

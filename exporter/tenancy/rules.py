@@ -1,6 +1,7 @@
 """Tenant-resolution rules (configurable order), loaded from YAML with clear errors.
 
-Default order: a pod label, the Kueue queue (LocalQueue -> ClusterQueue), a vCluster host
+Default order: a pod label, the Kueue queue (the ClusterQueue Kueue labels the pod with, else
+LocalQueue -> ClusterQueue), a vCluster host
 label, a Capsule tenant label on the namespace, a namespace label, else the namespace name. The same
 config drives the exporter (``--tenancy-config``) and the collector (``collect --kubernetes
 --tenancy-config``); :mod:`gpulens.exporter.tenancy.pod_tenancy` applies it.

@@ -29,6 +29,11 @@ class Permission:
     """The namespace of a namespaced request; None for cluster-scoped objects and cluster-wide lists."""
 
 
+def is_discovery(path: str) -> bool:
+    """``/apis/<group>`` and ``/apis/<group>/<version>``: every authenticated identity may read them (no RBAC)."""
+    return path.startswith("/apis/") and path.count("/") <= 3
+
+
 def permission(request: RecordedRequest) -> Permission:
     """The permission a request needs: a GET of a named object is ``get``, of a collection ``list``."""
     parts = request.path.strip("/").split("/")

@@ -190,7 +190,7 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | No
     timeout_s = parse_duration(timeout, what="--timeout")
     connection = connection_from_kubeconfig(kubeconfig)
     with Store(str(db)) as store, KubernetesClient(connection, timeout_s=timeout_s) as api:
-        result = collect_inventory(store, api, config=config)
+        result = collect_inventory(store, api, config=config, say=_say)
     parts = ", ".join(f"{t} +{n}" for t, n in sorted(result.rows.items()))
     _say(f"kubernetes inventory at {format_time(result.start)}: {parts or 'no new rows'}")
 

@@ -119,7 +119,10 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"invalid --out {out}: cannot write there ({exc.strerror or exc})") from exc
         typer.echo("")
         for obj in objects:
-            if obj.applicable:
+            managed = None if apply else obj.managed_refusal()
+            if managed:
+                typer.echo(f"{obj.ref}: refused: {managed}")
+            elif obj.applicable:
                 typer.echo(obj.diff(base.generated_at))
             for r in obj.refused:
                 typer.echo(f"{obj.ref} {r.key.flavor}/{r.key.resource}: refused, low confidence "
@@ -164,5 +167,5 @@ def _apply(
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:
-        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC))
+        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC), say=typer.echo)
         return outcomes, live_totals(plan, api) if partial(outcomes) else []
