@@ -6,7 +6,7 @@ the window ends at 03:00, so no ``unknown`` time is counted for the 44 minutes t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import duckdb
