@@ -89,5 +89,6 @@ def test_plan_takes_the_same_min_cut_days_flag_as_recommend(tmp_path: Path) -> N
                      "--min-cut-days", "20")
     assert strict.returncode == 0, strict.stdout + strict.stderr
     assert "q-14d keeps 16: no cut: the evidence covers 14.000 days and a cut needs at least 20" in strict.stdout
+    assert "cuts need >= 20 days of evidence (--min-cut-days, less one bucket" in strict.stdout
     bad = gpulens("plan", "--db", str(db), "--min-cut-days", "-1")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("gpulens: error: --min-cut-days")
