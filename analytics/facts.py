@@ -76,8 +76,9 @@ def resolve_window(
     now: datetime | None = None,
 ) -> Window:
     """Window ending at ``end`` (rounded up to a bucket), or by default at the last complete bucket of the
-    data: the bucket boundary at or before the newest device sample and ``now`` (a store without device
-    samples: the newest quota snapshot or pending demand, e.g. Kueue metrics only), never after the data."""
+    data: the bucket boundary at or before the end of the newest device sample (its time plus its step from
+    the sample before, at most a bucket) and at or before ``now`` (a store without device samples: the
+    newest quota snapshot or pending demand, e.g. Kueue metrics only), never after the data."""
     if end is not None:
         return _window_ending(_epoch_seconds(end), window_seconds, bucket_seconds, ceil=True)
     newest, oldest = con.execute(
@@ -90,7 +91,9 @@ def resolve_window(
     ).fetchone() or (None, None)
     if newest is None:
         raise UserError("the store holds no device samples: run `gpulens collect` first, or pass --end")
-    last = _epoch_seconds(newest) if now is None else min(_epoch_seconds(newest), _epoch_seconds(now))
+    last = _epoch_seconds(newest) + min(_newest_step(con), bucket_seconds)  # the newest sample stands for its step
+    if now is not None:
+        last = min(last, _epoch_seconds(now))
     window = _window_ending(last, window_seconds, bucket_seconds, ceil=False)
     if window.end <= oldest:
         raise UserError(
@@ -98,6 +101,18 @@ def resolve_window(
             f"{bucket_seconds // 60} min bucket yet: pass --end, a smaller --bucket, or collect longer"
         )
     return window
+
+
+def _newest_step(con: duckdb.DuckDBPyConnection) -> float:
+    """Seconds from the newest device sample back to the sample before it on the same device (0: none)."""
+    row = con.execute(
+        """
+        WITH newest AS (SELECT arg_max(device_id, ts) AS device_id, max(ts) AS ts FROM f_device_samples)
+        SELECT epoch(any_value(n.ts)) - epoch(max(s.ts))
+        FROM f_device_samples s JOIN newest n ON s.device_id = n.device_id AND s.ts < n.ts
+        """
+    ).fetchone()
+    return float(row[0]) if row is not None and row[0] is not None else 0.0
 
 
 def _epoch_seconds(ts: datetime) -> float:

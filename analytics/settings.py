@@ -177,7 +177,7 @@ class AnalysisSettings(BaseModel):
     """Grain of the stored rows (device detail, fragmentation); idle is decided per sample, so it moves no idle figure."""
     end: datetime | None = None
     """Window end (exclusive, UTC; rounded up to a bucket); default: the last complete bucket of the data (the
-    bucket boundary at or before the newest sample, never after now)."""
+    bucket boundary at or before the end of the newest sample, never after now)."""
     activity_threshold: float = Field(0.05, ge=0, le=1)
     """Allocated devices with activity below this ratio are ``allocated-idle``."""
     sample_interval_seconds: float | None = Field(None, gt=0)

@@ -73,3 +73,15 @@ def test_an_explicit_end_is_still_rounded_up_to_a_whole_bucket(tmp_path: Path) -
         {"window_seconds": "3h", "bucket_seconds": "1h", "end": T0 + timedelta(hours=2, minutes=10)}
     )
     assert analyze(db, settings, clock=lambda: NOW).window_end == T0 + timedelta(hours=3)
+
+
+def test_the_newest_sample_stands_for_its_step_so_a_bucket_its_interval_completes_is_counted(tmp_path: Path) -> None:
+    f = Fleet(tmp_path / "s.duckdb")
+    f.node("n1")
+    f.gpu("GPU-A", "n1")
+    f.samples("GPU-A", count=36, every=300, activity=0.5)  # 00:00 .. 02:55 every 5 minutes: data to 03:00
+    f.alloc("GPU-A", "alpha", count=36, every=300)
+    f.close()
+    summary = analyze(tmp_path / "s.duckdb", _settings(), clock=lambda: NOW)
+    assert summary.window_end == T0 + timedelta(hours=3)
+    assert summary.ge_hours_by_state["allocated-active"] == pytest.approx(3.0)
