@@ -27,7 +27,7 @@ from gpulens.core.states import DeviceState
 UNALLOCATED = "__unallocated__"
 UNKNOWN = "__unknown__"
 CENT = Decimal("0.01")
-_STATE = {
+COST_STATES = {
     DeviceState.ALLOCATED_ACTIVE: "active",
     DeviceState.ALLOCATED_IDLE: "idle",
     DeviceState.ALLOCATED_UNMEASURED: "unmeasured",
@@ -35,6 +35,17 @@ _STATE = {
     DeviceState.UNKNOWN: "unknown",
 }
 """The chargeback's cost state (FOCUS ``x_CostState``) of each device state."""
+SHARED_UNALLOCATED = "shared-unallocated"
+"""The cost state of unallocated capacity shared out to tenants (``--unallocated even|proportional``)."""
+TENANT_COST_STATES = ("active", "idle", "unmeasured", SHARED_UNALLOCATED)
+"""Every cost state a tenant's lines can have, in the order exports list them."""
+
+
+def device_state_of(cost_state: str) -> DeviceState:
+    """The device state whose time a chargeback line bills (shared-unallocated: unallocated)."""
+    if cost_state == SHARED_UNALLOCATED:
+        return DeviceState.UNALLOCATED
+    return next(state for state, name in COST_STATES.items() if name == cost_state)
 
 
 @dataclass
@@ -158,7 +169,7 @@ def _lines(con: duckdb.DuckDBPyConnection) -> list[Line]:
     ).fetchall()
     lines = []
     for day, tenant, state, model, ge_h, gpu_h in rows:
-        cost_state = _STATE[state]
+        cost_state = COST_STATES[state]
         account = tenant if tenant is not None else (UNKNOWN if cost_state == "unknown" else UNALLOCATED)
         lines.append(Line(day, account, tenant, cost_state, model, float(ge_h), float(gpu_h or 0.0)))
     return lines
@@ -183,7 +194,7 @@ def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, flo
         for tenant, w in sorted(weights.items()):
             share = 1.0 / len(weights) if policy == "even" or total == 0 else w / total
             out.append(
-                Line(ln.day, tenant, tenant, "shared-unallocated", ln.model, ln.ge_hours * share, ln.gpu_hours * share)
+                Line(ln.day, tenant, tenant, SHARED_UNALLOCATED, ln.model, ln.ge_hours * share, ln.gpu_hours * share)
             )
     return out
 

@@ -51,6 +51,9 @@ def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Ma
             rel.create_view(f"f_{table}", replace=True)
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
 @dataclass(frozen=True)
 class Window:
     """The analysed window, aligned to whole buckets (start inclusive, end exclusive, naive UTC)."""
@@ -69,26 +72,61 @@ class Window:
 
 
 def resolve_window(
-    con: duckdb.DuckDBPyConnection, end: datetime | None, window_seconds: int, bucket_seconds: int
+    con: duckdb.DuckDBPyConnection, end: datetime | None, window_seconds: int, bucket_seconds: int,
+    now: datetime | None = None,
 ) -> Window:
-    """Window ending at ``end`` (rounded up to a bucket), or just after the newest device sample (a store
-    without device samples: the newest quota snapshot or pending demand, e.g. Kueue metrics only)."""
-    if end is None:
-        newest = con.execute(
-            """
-            SELECT coalesce((SELECT max(ts) FROM f_device_samples),
-                            greatest((SELECT max(ts) FROM f_quota_snapshots), (SELECT max(ts) FROM f_pending_demand)))
-            """
-        ).fetchone()
-        if newest is None or newest[0] is None:
-            raise UserError("the store holds no device samples: run `gpulens collect` first, or pass --end")
-        end = newest[0] + timedelta(microseconds=1)
-    if end.tzinfo is not None:
-        end = end.astimezone(UTC).replace(tzinfo=None)
-    epoch = datetime(1970, 1, 1)
-    offset = (end - epoch).total_seconds()
-    aligned = epoch + timedelta(seconds=-(-offset // bucket_seconds) * bucket_seconds)
-    return Window(aligned - timedelta(seconds=window_seconds), aligned, bucket_seconds)
+    """Window ending at ``end`` (rounded up to a bucket), or by default at the last complete bucket of the
+    data: the bucket boundary at or before the end of the newest device sample (its time plus its step from
+    the sample before, at most a bucket) and at or before ``now`` (a store without device samples: the
+    newest quota snapshot or pending demand, e.g. Kueue metrics only), never after the data."""
+    if end is not None:
+        return _window_ending(_epoch_seconds(end), window_seconds, bucket_seconds, ceil=True)
+    newest, oldest = con.execute(
+        """
+        SELECT coalesce((SELECT max(ts) FROM f_device_samples),
+                        greatest((SELECT max(ts) FROM f_quota_snapshots), (SELECT max(ts) FROM f_pending_demand))),
+               coalesce((SELECT min(ts) FROM f_device_samples),
+                        least((SELECT min(ts) FROM f_quota_snapshots), (SELECT min(ts) FROM f_pending_demand)))
+        """
+    ).fetchone() or (None, None)
+    if newest is None:
+        raise UserError("the store holds no device samples: run `gpulens collect` first, or pass --end")
+    last = _epoch_seconds(newest) + min(_newest_step(con), bucket_seconds)  # the newest sample stands for its step
+    if now is not None:
+        last = min(last, _epoch_seconds(now))
+    window = _window_ending(last, window_seconds, bucket_seconds, ceil=False)
+    if window.end <= oldest:
+        raise UserError(
+            f"the data ({oldest:%Y-%m-%d %H:%M} .. {newest:%Y-%m-%d %H:%M} UTC) holds no complete "
+            f"{bucket_seconds // 60} min bucket yet: pass --end, a smaller --bucket, or collect longer"
+        )
+    return window
+
+
+def _newest_step(con: duckdb.DuckDBPyConnection) -> float:
+    """Seconds from the newest device sample back to the sample before it on the same device (0: none)."""
+    row = con.execute(
+        """
+        WITH newest AS (SELECT arg_max(device_id, ts) AS device_id, max(ts) AS ts FROM f_device_samples)
+        SELECT epoch(any_value(n.ts)) - epoch(max(s.ts))
+        FROM f_device_samples s JOIN newest n ON s.device_id = n.device_id AND s.ts < n.ts
+        """
+    ).fetchone()
+    return float(row[0]) if row is not None and row[0] is not None else 0.0
+
+
+def _epoch_seconds(ts: datetime) -> float:
+    """Seconds since the epoch of a naive-UTC or aware time."""
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    return (ts - _EPOCH).total_seconds()
+
+
+def _window_ending(offset: float, window_seconds: int, bucket_seconds: int, *, ceil: bool) -> Window:
+    """The window whose end is the bucket boundary at or after (``ceil``) or at or before ``offset``."""
+    buckets = -(-offset // bucket_seconds) if ceil else offset // bucket_seconds
+    end = _EPOCH + timedelta(seconds=buckets * bucket_seconds)
+    return Window(end - timedelta(seconds=window_seconds), end, bucket_seconds)
 
 
 def infer_spacing(con: duckdb.DuckDBPyConnection) -> float | None:

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpulens.analytics.cut_rule import cut_refusal
 from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
@@ -396,11 +397,9 @@ def _guard_cut(
         reasons.append("pending demand in the window: no cut")
         return current
     days = ev.days(s.bucket_seconds)
-    if days + EPS < s.min_cut_days:
-        reasons.append(
-            f"no cut: the evidence covers {days:.1f} days and a cut needs at least {s.min_cut_days:g} "
-            "(--min-cut-days); a shorter window may raise, never cut"
-        )
+    refusal = cut_refusal(days, s.min_cut_days, s.bucket_seconds)
+    if refusal is not None:
+        reasons.append(refusal)
         return current
     if history is None or history.buckets <= ev.buckets:
         reasons.append(f"cut decided by the {days:.1f} days of evidence (all the stored history up to "

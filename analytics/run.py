@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -41,10 +41,13 @@ from gpulens.core.errors import UserError
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
 
 
-def analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
-    """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run)."""
+def analyze(
+    db_path: str | Path, settings: AnalysisSettings, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> AnalysisSummary:
+    """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run). ``clock``
+    is now: the default window never ends after it."""
     with _no_cycle_collection():
-        return _open_and_analyze(db_path, settings)
+        return _open_and_analyze(db_path, settings, clock)
 
 
 @contextmanager
@@ -61,7 +64,9 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _open_and_analyze(db_path: str | Path, settings: AnalysisSettings) -> AnalysisSummary:
+def _open_and_analyze(
+    db_path: str | Path, settings: AnalysisSettings, now: Callable[[], datetime]
+) -> AnalysisSummary:
     con = connect_store(db_path, read_only=False)
     try:
         if not _MEMORY.match(settings.memory_limit):
@@ -74,15 +79,17 @@ def _open_and_analyze(db_path: str | Path, settings: AnalysisSettings) -> Analys
         con.execute("SET parquet_metadata_cache = true")
         create_schema(con)
         create_result_tables(con)
-        return _analyze(con, settings)
+        return _analyze(con, settings, now)
     finally:
         con.close()
 
 
-def _analyze(con: duckdb.DuckDBPyConnection, settings: AnalysisSettings) -> AnalysisSummary:
+def _analyze(
+    con: duckdb.DuckDBPyConnection, settings: AnalysisSettings, now: Callable[[], datetime]
+) -> AnalysisSummary:
     clock = _Phases()
     source = bind_facts(con, settings.parquet_dir)
-    window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds)
+    window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds, now())
     prices = load_price_book(con, settings.prices_path)
     register_catalog(con, prices)
     build_inventory(con, window, settings.mig_proration, prices.fallback)

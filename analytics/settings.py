@@ -176,7 +176,8 @@ class AnalysisSettings(BaseModel):
     bucket_seconds: int = 3600
     """Grain of the stored rows (device detail, fragmentation); idle is decided per sample, so it moves no idle figure."""
     end: datetime | None = None
-    """Window end (exclusive, UTC); default: the bucket after the newest device sample."""
+    """Window end (exclusive, UTC; rounded up to a bucket); default: the last complete bucket of the data (the
+    bucket boundary at or before the end of the newest sample, never after now)."""
     activity_threshold: float = Field(0.05, ge=0, le=1)
     """Allocated devices with activity below this ratio are ``allocated-idle``."""
     sample_interval_seconds: float | None = Field(None, gt=0)

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import duckdb
 
-from gpulens.analytics.chargeback import FleetCost
+from gpulens.analytics.chargeback import FleetCost, device_state_of
 from gpulens.analytics.queue_use import QueueUse
 from gpulens.core.states import DeviceState, HealthState
 
@@ -113,7 +113,8 @@ class AnalysisSummary:
             f"gpulens analysis {self.run_id}: {self.window_start:%Y-%m-%d %H:%M} .. {self.window_end:%Y-%m-%d %H:%M} UTC"
             f" ({self.bucket_seconds // 60} min buckets, samples every {self.sample_interval_seconds:g} s,"
             f" facts from {self.fact_source})",
-            f"capacity {self.capacity_ge_hours:,.1f} GE-hours (% = share of capacity GE-hours; $ at list price):",
+            f"capacity {self.capacity_ge_hours:,.1f} GE-hours (% = share of capacity GE-hours; $ = the chargeback's"
+            " BilledCost, the cents of the CSV exports):",
         ]
         for state in STATES:
             ge = self.ge_hours_by_state.get(state, 0.0)
@@ -203,17 +204,27 @@ def build_summary(
     phase_seconds: dict[str, float] | None = None,
 ) -> AnalysisSummary:
     """Read the run's rows back into headline numbers."""
-    by_state = con.execute(
-        "SELECT state, sum(ge_hours), sum(cost_usd) FROM idle_capacity WHERE run_id = ? GROUP BY state", [run_id]
+    ge_by_state = con.execute(
+        "SELECT state, sum(ge_hours) FROM idle_capacity WHERE run_id = ? GROUP BY state", [run_id]
     ).fetchall()
+    cost_by_state: dict[str, Decimal] = {}
+    for cost_state, billed in con.execute(
+        'SELECT x_CostState, sum("BilledCost") FROM chargeback WHERE run_id = ? GROUP BY ALL', [run_id]
+    ).fetchall():  # money is the chargeback's cents (rounded once, from the fleet total), never re-rounded here
+        state = device_state_of(cost_state).value
+        cost_by_state[state] = cost_by_state.get(state, Decimal(0)) + billed
     idle = con.execute(
         """
+        WITH billed AS (
+            SELECT x_Tenant AS tenant, sum("BilledCost") AS idle_cost FROM chargeback
+            WHERE run_id = $run AND x_CostState = 'idle' AND x_Tenant IS NOT NULL GROUP BY ALL
+        )
         SELECT tenant,
                coalesce(sum(ge_hours) FILTER (WHERE state = $idle), 0) AS idle_ge,
-               coalesce(sum(cost_usd) FILTER (WHERE state = $idle), 0),
+               coalesce(any_value(b.idle_cost), 0),
                sum(ge_hours),
                coalesce(sum(memory_byte_hours) FILTER (WHERE state = $idle), 0) / 1073741824.0
-        FROM idle_capacity WHERE run_id = $run AND tenant IS NOT NULL
+        FROM idle_capacity LEFT JOIN billed b USING (tenant) WHERE run_id = $run AND tenant IS NOT NULL
         GROUP BY tenant ORDER BY idle_ge DESC, tenant LIMIT $top
         """,
         {"run": run_id, "top": top, "idle": DeviceState.ALLOCATED_IDLE.value},
@@ -248,8 +259,8 @@ def build_summary(
         bucket_seconds=bucket_seconds,
         sample_interval_seconds=interval_s,
         fact_source=fact_source,
-        ge_hours_by_state={s: float(g) for s, g, _ in by_state},
-        cost_usd_by_state={s: float(c) for s, _, c in by_state},
+        ge_hours_by_state={s: float(g) for s, g in ge_by_state},
+        cost_usd_by_state={s: float(c) for s, c in cost_by_state.items()},
         idle_by_tenant=tuple(TenantIdle(t, float(i), float(c), float(a), float(m)) for t, i, c, a, m in idle),
         stranded_ge_hours=float(stranded[0]) if stranded else 0.0,
         top_risk_tenants=tuple(TenantRisk(t, float(s), _top_term(terms)) for t, s, terms in risks),

@@ -67,7 +67,7 @@ def test_a_short_window_may_raise_but_never_cut(stores: dict[str, Path]) -> None
     recs = quota_recs(stores["new"], 3)
     low = recs["steady-low"]
     assert low.action == "hold" and low.next_value == 40
-    assert any("covers 3.0 days" in r and "--min-cut-days" in r for r in low.reasons), low.reasons
+    assert any("the evidence covers 3.0" in r and "--min-cut-days" in r for r in low.reasons), low.reasons
     assert recs["busy"].action == "hold"
 
 

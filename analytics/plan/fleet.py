@@ -82,7 +82,8 @@ def make_plan(
         raise UserError("the store holds no samples and no quota snapshots yet: nothing to plan")
     end = _naive_utc(end)
     start = end - timedelta(days=policy.window_days)
-    settings = QuotaSettings(max_step=policy.max_step, min_step_units=policy.min_step_units)
+    settings = QuotaSettings(max_step=policy.max_step, min_step_units=policy.min_step_units,
+                             min_cut_days=policy.min_evidence_days_to_cut)  # one cut rule: recommend's
     demands = queue_demands(con, start, end, settings)
     if not demands:
         raise UserError("the store holds no Kueue ClusterQueue quotas in the window: nothing to plan")

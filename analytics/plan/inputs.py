@@ -209,7 +209,8 @@ def queue_demands(
             current=rec.current, demand=rec.recommended, demand_p50=ev.demand_lower, demand_p95=ev.demand_target,
             in_use=ev.usage_now, pending_now=ev.pending_now,
             pending_share=ev.pending_buckets / ev.buckets if ev.buckets else 0.0,
-            evidence_days=rec.confidence.history_days, borrowing_limit=ev.borrowing_limit,
+            evidence_days=rec.confidence.history_days,
+            evidence_step_seconds=settings.bucket_seconds, borrowing_limit=ev.borrowing_limit,
             lending_limit=ev.lending_limit, source=rec,
         ))
     return out

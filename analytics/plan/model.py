@@ -30,6 +30,9 @@ class QueueDemand:
     pending_share: float = 0.0
     """Share of the window's buckets with pending demand."""
     evidence_days: float = 0.0
+    """Days the evidence covers, its last bucket counted (``QuotaEvidence.days``)."""
+    evidence_step_seconds: float = 0.0
+    """The evidence's bucket: the cut rule tolerates one (``analytics/cut_rule.py``)."""
     borrowing_limit: float | None = None
     lending_limit: float | None = None
     source: QuotaRecommendation | None = field(default=None, compare=False, repr=False)

@@ -19,7 +19,8 @@ def render_plan(plan: FleetPlan) -> str:
         f"({p.window_days:g} days); generated {plan.generated_at:%Y-%m-%d %H:%M} UTC",
         "method: weighted max-min fairness by water-filling (integer units, divisor method) within each "
         f"queue's floor and ceiling; step <= {p.max_step:.0%} per apply; cuts need >= "
-        f"{p.min_evidence_days_to_cut:g} days of evidence and no pending work",
+        f"{p.min_evidence_days_to_cut:g} days of evidence (--min-cut-days, less one bucket; recommend's rule) and no "
+        "pending work",
     ]
     lines += [f"note: {n}" for n in plan.notes]
     for pool in plan.pools:

@@ -14,12 +14,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpulens.analytics.cut_rule import cut_refusal
 from gpulens.analytics.plan.model import Conflict, PoolCapacity, PoolPlan, QueueDemand, QueuePlan
 from gpulens.analytics.plan.policy import PlanPolicy
 from gpulens.analytics.plan.waterfill import Claim, water_fill
 
 EPS = 1e-9
-EVIDENCE_SLACK_DAYS = 1 / 24
 """Evidence this close to the required days counts as enough (a window's first bucket may start late)."""
 
 
@@ -30,6 +30,8 @@ class _Bounds:
     hi: int
     hi_by: str
     guarantee: int
+    refusal: str | None = None
+    """Why the cut rule refuses a cut (``analytics/cut_rule.py``); None: a cut may stand on the evidence."""
 
 
 def reserve_for(pool: PoolCapacity, policy: PlanPolicy) -> tuple[int, str]:
@@ -58,11 +60,12 @@ def _bounds(d: QueueDemand, policy: PlanPolicy, budget_cap: int | None, *, step:
     current = d.current or 0
     guarantee = policy.queue(d.queue).guarantee_for(d.flavor, d.resource)
     lo, lo_by = min(guarantee, _ceil(d.in_use + d.pending_now)), "guarantee"
+    refusal = cut_refusal(d.evidence_days, policy.min_evidence_days_to_cut, d.evidence_step_seconds)
     if d.demand is None:
         hold, why = current, "evidence"
     elif d.pending_work:
         hold, why = current, "pending"
-    elif d.evidence_days + EVIDENCE_SLACK_DAYS < policy.min_evidence_days_to_cut:
+    elif refusal is not None:
         hold, why = current, "evidence"
     else:
         hold, why = 0, ""
@@ -78,7 +81,7 @@ def _bounds(d: QueueDemand, policy: PlanPolicy, budget_cap: int | None, *, step:
             lo, lo_by = d.current - allowed, "step"
         if d.current + allowed < hi:
             hi, hi_by = d.current + allowed, "step"
-    return _Bounds(lo, lo_by, hi, hi_by, guarantee)
+    return _Bounds(lo, lo_by, hi, hi_by, guarantee, refusal)
 
 
 def _claims(demands: Sequence[QueueDemand], bounds: Sequence[_Bounds], policy: PlanPolicy) -> list[Claim]:
@@ -166,7 +169,7 @@ def _explain(d: QueueDemand, b: _Bounds, p: int, target: int, reserve_gain: int,
              short: int) -> tuple[str, str, int]:
     """Binding constraint of the planned value, a sentence, and what relaxing it gives."""
     q = d.queue
-    if b.lo > b.hi:
+    if b.lo > b.hi or (b.lo == b.hi == p and b.lo_by == "evidence"):  # recommend's cut, refused by the cut rule
         return _floor_explain(d, b, p)
     if p >= b.hi:
         if b.hi_by == "demand":
@@ -190,8 +193,8 @@ def _floor_explain(d: QueueDemand, b: _Bounds, p: int) -> tuple[str, str, int]:
     if b.lo_by == "pending":
         return "pending", f"{q} keeps {p}: work is pending, no cut", 0
     if b.lo_by == "evidence":
-        days = f"{d.evidence_days:.1f} days of evidence" if d.demand is not None else "not enough data"
-        return "evidence", f"{q} keeps {p}: {days}, a cut needs more", 0
+        why = b.refusal if d.demand is not None and b.refusal is not None else "not enough data, a cut needs more"
+        return "evidence", f"{q} keeps {p}: {why}", 0
     return "step", f"{q} is cut one step to {p}", 0
 
 

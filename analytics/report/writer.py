@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from gpulens.analytics.chargeback import TENANT_COST_STATES
 from gpulens.analytics.csv_cells import safe_frame
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
@@ -458,20 +459,25 @@ def _write_focus(b: _Build) -> None:
 
 
 def _write_tenants(b: _Build) -> None:
+    """``tenants.csv``: one header, the same columns for every tenant and scope (a state a tenant never had
+    bills 0; a risk score not computed stays empty, not 0)."""
     usage = b.reader.tenant_usage()
+    accounts = b.reader.chargeback_by_account().filter(pl.col("tenant").is_not_null())
+    billed_cols = [f"billed_{s.replace('-', '_')}_usd" for s in TENANT_COST_STATES]
     billed = (
-        b.reader.chargeback_by_account().filter(pl.col("tenant").is_not_null())
-        .pivot(on="state", index="tenant", values="billed_usd", aggregate_function="sum")
-        .fill_null(0.0)
+        accounts.pivot(on="state", index="tenant", values="billed_usd", aggregate_function="sum")
+        .rename(lambda c: c if c == "tenant" else f"billed_{c.replace('-', '_')}_usd")
+        if accounts.height else pl.DataFrame(schema={"tenant": pl.String})
     )
-    billed = billed.rename({c: f"billed_{c.replace('-', '_')}_usd" for c in billed.columns if c != "tenant"})
-    billed = billed.with_columns(pl.sum_horizontal([c for c in billed.columns if c != "tenant"]).alias("billed_total_usd"))
+    billed = billed.with_columns(pl.lit(0.0).alias(c) for c in billed_cols if c not in billed.columns)
+    billed = billed.select("tenant", *billed_cols).fill_null(0.0)
+    billed = billed.with_columns(pl.sum_horizontal(billed_cols).alias("billed_total_usd"))
     frame = usage.join(billed, on="tenant", how="full", coalesce=True)
     try:
         risk = b.reader.isolation_scores("tenant").rename({"subject": "tenant", "score": "isolation_risk_score"})
         frame = frame.join(risk.select("tenant", "isolation_risk_score"), on="tenant", how="left")
     except AnalysisMissing:
-        pass
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("isolation_risk_score"))
     safe_frame(frame.sort("tenant").with_columns(pl.col(pl.Float64).round(6))).write_csv(b.out_dir / TENANTS_CSV)
     b.files.append((TENANTS_CSV, f"one row per tenant: GE-hours by state, cost by state, risk score ({frame.height} rows)"))
 

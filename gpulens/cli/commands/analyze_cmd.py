@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
             "divide a day (1m, 5m, 15m, 1h). Idle is decided per sample, so the bucket moves no idle figure; "
             "finer buckets give finer detail and cost more (5m: about 1.8x the CPU of 1h)."))] = "1h",
         end: Annotated[
-            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: just after the newest sample.")
+            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
         ] = None,
         activity_threshold: Annotated[
             float, typer.Option(callback=finite, help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import days
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--add-capacity", help="What-if: FLAVOR=N (or FLAVOR/RESOURCE=N) more units; writes nothing."),
         ] = None,
+        min_cut_days: Annotated[
+            float | None,
+            typer.Option("--min-cut-days", callback=days(ge=0), help="A quota cut needs at least this many days of "
+                         "evidence, the rule of `gpulens recommend` (default: the policy's min_evidence_days_to_cut, 14)."),
+        ] = None,
         apply: Annotated[bool, typer.Option("--apply", help="Apply with server-side apply (default: dry run).")] = False,
         kubeconfig: Annotated[
             Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
@@ -101,6 +107,8 @@ def register(app: typer.Typer) -> None:
         if not extra:
             check_out_dir(out, "--out")  # before the store is written or the API server asked
         plan_policy = load_policy(policy)
+        if min_cut_days is not None:
+            plan_policy = plan_policy.model_copy(update={"min_evidence_days_to_cut": min_cut_days})
         capacity_file = load_capacity(capacity)
         base = plan_store(db, plan_policy, capacity=capacity_file, store=store and not extra)
         if extra:
