@@ -168,7 +168,8 @@ def read_error(path: str | Path, exc: BaseException) -> StoreError:
 def connect_store(path: str | Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
     """Open the existing store at ``path``: :class:`StoreMissing` when there is no such file, another
     :class:`StoreError` when DuckDB cannot open it (held by a writer, not a DuckDB file), and
-    :class:`StoreVersionUnsupported` for a store from a newer or unknown schema version."""
+    :class:`StoreVersionUnsupported` for a store from a newer or unknown schema version. DuckDB's progress
+    bar is off: a long query must not print into a command's output."""
     path = Path(path)
     if not path.is_file():
         raise StoreMissing(path)
@@ -178,6 +179,7 @@ def connect_store(path: str | Path, *, read_only: bool) -> duckdb.DuckDBPyConnec
         raise store_error(path, exc) from exc
     try:
         with reading_store(path):
+            con.execute("SET enable_progress_bar = false")
             check_version(con, path)
     except BaseException:
         con.close()
