@@ -97,3 +97,14 @@ def failing_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FailingS
     store = FailingStore(path, build_failing_store(path))
     with kept_read_only(folder):
         yield store
+
+
+@pytest.fixture
+def on_loopback() -> Iterator[None]:
+    """The dashboard's server address as `gpulens dashboard --host 127.0.0.1` sets it (Streamlit's AppTest
+    serves nothing), so trusted identity headers are honoured as behind a proxy on the same host."""
+    from streamlit import config
+
+    config.set_option("server.address", "127.0.0.1")
+    yield
+    config.set_option("server.address", None)

@@ -54,7 +54,7 @@ def test_the_page_lists_the_workloads_placed_worse_by_tenant_and_the_stranded_do
 
 
 def test_a_team_sees_only_its_own_workloads_and_no_fleet_domains(
-    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_loopback: None,
 ) -> None:
     access = tmp_path / "access.yaml"
     access.write_text("admin_groups: [platform]\ngroups:\n  team-llm: [llm-research]\n", encoding="utf-8")

@@ -7,11 +7,9 @@ source stands in at our boundary, ``support.request_headers``. The real header p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from streamlit import config
 from streamlit.testing.v1 import AppTest
 
 from gpulens.core.errors import UserError
@@ -62,14 +60,6 @@ class FakeProxyHeaders:
 
     def __call__(self) -> dict[str, str]:
         return dict(self.headers)
-
-
-@pytest.fixture
-def on_loopback() -> Iterator[None]:
-    """The app's server address as `gpulens dashboard --host 127.0.0.1` sets it (AppTest serves nothing)."""
-    config.set_option("server.address", "127.0.0.1")
-    yield
-    config.set_option("server.address", None)
 
 
 @pytest.fixture
