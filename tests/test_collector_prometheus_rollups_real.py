@@ -37,7 +37,7 @@ from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
 from gpulens.collector.prometheus_rollups import ROLLUP_GROUP
 from gpulens.collector.store import Store
-from tests.support.prometheus import promtool, require_binary, running_prometheus
+from tests.support.prometheus import PrometheusServer, promtool, require_binary, running_prometheus
 from tests.support.store_render import render_openmetrics, series_for
 from tests.support.synthetic_fleet import synthetic_frames
 
@@ -130,11 +130,24 @@ def _blocks(tmp: Path, name: str, frames: dict[str, pl.DataFrame]) -> Path:
     return out
 
 
-def _backfill(url: str, rules: Path, start: float, end: float, out: Path) -> None:
-    """Record the rules over ``[start, end]`` from the Prometheus at ``url`` into blocks (the real rule engine)."""
+def _backfill(prom: PrometheusServer, rules: Path, start: float, end: float, out: Path) -> None:
+    """Record the rules over ``[start, end]`` from ``prom`` into blocks (the real rule engine).
+
+    The served history must answer first: a backfill over an empty answer exits 0 and writes no block.
+    """
+    _wait_for_history(prom, end)
     code, output = promtool("tsdb", "create-blocks-from", "rules", f"--start={start:.0f}", f"--end={end:.0f}",
-                            f"--url={url}", f"--output-dir={out}", str(rules), timeout=120)
+                            f"--url={prom.url}", f"--output-dir={out}", str(rules), timeout=120)
     assert code == 0, output
+    assert out.is_dir() and any(out.iterdir()), f"the backfill wrote no block:\n{output[-2000:]}\n{prom.log()[-2000:]}"
+
+
+def _wait_for_history(prom: PrometheusServer, end: float, timeout: float = 60.0) -> None:
+    """Wait until the blocks under ``prom`` answer a query at ``end`` (a loaded TSDB can lag its readiness)."""
+    deadline = time.monotonic() + timeout
+    while not prom.query('count({__name__=~".+"})', at=end - SPAN):
+        assert time.monotonic() < deadline, f"the served history never answered:\n{prom.log()[-3000:]}"
+        time.sleep(0.5)
 
 
 def _probe(tmp: Path, rules: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -146,7 +159,7 @@ def _probe(tmp: Path, rules: Path) -> tuple[float, subprocess.CompletedProcess[s
     with running_prometheus(data_dir=tmp / "prom-probe", storage_path=probe, extra_args=PROM_ARGS) as prom:
         failure = _cli("collect", "--prometheus", prom.url, "--rollups", "--start", str(START), "--end", str(END),
                        "--db", str(tmp / "not-deployed.duckdb"))
-        _backfill(prom.url, rules, START, START + SPAN, tmp / "tsdb-probe-rules")
+        _backfill(prom, rules, START, START + SPAN, tmp / "tsdb-probe-rules")
     dump_dir = tmp / "probe-dump"
     shutil.copytree(tmp / "tsdb-probe-rules", dump_dir)
     (dump_dir / "wal").mkdir()
@@ -178,7 +191,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     frames, role = fleet(phase)
     raw_blocks = _blocks(tmp, "raw", frames)
     with running_prometheus(data_dir=tmp / "prom-raw", storage_path=raw_blocks, extra_args=PROM_ARGS) as prom:
-        _backfill(prom.url, rules, START - SPAN, END + SPAN, tmp / "tsdb-rules")
+        _backfill(prom, rules, START - SPAN, END + SPAN, tmp / "tsdb-rules")
     both = tmp / "tsdb-both"
     shutil.copytree(raw_blocks, both)
     for block in (tmp / "tsdb-rules").iterdir():
@@ -308,7 +321,7 @@ def test_dcgm_exporter_rollups_land_in_the_same_tables_with_means_peaks_and_the_
     assert code == 0, out
     with running_prometheus(data_dir=tmp / "prom-dcgm", storage_path=blocks, extra_args=PROM_ARGS) as prom:
         # The same rules file (path) as the probe, so the same evaluation offset.
-        _backfill(prom.url, tmp / "rollup-rules.yaml", start - SPAN, end + SPAN, tmp / "tsdb-dcgm-rules")
+        _backfill(prom, tmp / "rollup-rules.yaml", start - SPAN, end + SPAN, tmp / "tsdb-dcgm-rules")
     for block in (tmp / "tsdb-dcgm-rules").iterdir():
         shutil.copytree(block, blocks / block.name)
     db = tmp / "dcgm.duckdb"
