@@ -17,10 +17,10 @@ import yaml
 from typer.testing import CliRunner
 
 from gpulens.cli import app
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
 from gpulens.dashboards.grafana.generate import DASHBOARDS
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.crd_schemas import validate_custom
 from tests.support.kustomize import (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gpulens.core.device_model import GpuProcess
 from gpulens.exporter.attribution import PidPodResolver, memory_share_by_pod, pod_uid_from_cgroup
-from gpulens.exporter.model import GpuProcess
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, load_capture

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from gpulens.core.device_model import AllocationSource, DeviceSource, SharingMode
 from gpulens.core.errors import UserError
-from gpulens.exporter.model import AllocationSource, DeviceSource, SharingMode
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import Scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario import Scenario
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from gpulens.core.device_model import SharingMode
 from gpulens.core.errors import UserError
-from gpulens.exporter.mig_catalog import MODELS, layout_problems
-from gpulens.exporter.model import SharingMode
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import SCENARIOS_DIR, parse_duration
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.core.mig_catalog import MODELS, layout_problems
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario import SCENARIOS_DIR, parse_duration
+from gpulens.sim.scenario_file import load_scenario
 
 MINIMAL = """
 name: tiny

@@ -19,7 +19,7 @@ from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live
 from gpulens.analytics.writers.order import apply_in_order
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"
 """First line of every file ``write_plan_yaml`` writes; only such files are replaced by the next run."""

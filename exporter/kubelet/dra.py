@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
-from gpulens.exporter.model import ErrorCounter
+from gpulens.core.device_model import ErrorCounter
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 DRA_SOURCE = "dra"
@@ -56,7 +56,7 @@ class ResourceSliceDirectory:
         self._errors = ErrorCounter()
 
     def take_errors(self) -> dict[str, int]:
-        """Failed ResourceSlice lists since the previous call (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        """Failed ResourceSlice lists since the previous call (:class:`~gpulens.core.device_model.ErrorCounting`)."""
         return self._errors.take_errors()
 
     def uuid(self, driver: str, pool: str, device: str) -> str | None:

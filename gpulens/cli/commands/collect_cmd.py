@@ -183,8 +183,8 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | No
     from gpulens.collector.inventory import collect_inventory
     from gpulens.collector.store import Store
     from gpulens.collector.timeparse import parse_duration
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
-    from gpulens.exporter.tenancy.rules import load_tenancy_config
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.tenancy.rules import load_tenancy_config
 
     config = load_tenancy_config(tenancy_config)
     timeout_s = parse_duration(timeout, what="--timeout")

@@ -14,7 +14,7 @@ from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
     from gpulens.exporter.server import ExporterHandle
-    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.sim.fleet import SimulatedFleet
 
 DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster needed).
 
@@ -65,8 +65,8 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
     from gpulens.collector.timeparse import parse_duration
 
     step_seconds = parse_duration(step, what="--step")
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     scenario = load_scenario(scenario_path)
     fleet = SimulatedFleet(scenario)

@@ -171,7 +171,7 @@ def _apply(
     """Every object's outcome, cuts first; after a partial apply, each planned flavor's live total."""
     from gpulens.analytics.plan.output import apply_plan, live_totals
     from gpulens.analytics.writers.order import partial
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:

@@ -186,7 +186,7 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
 def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
     """Every object gets an outcome (a failing API server fails objects, not the run)."""
     from gpulens.analytics.recommend import apply_recommendations
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:

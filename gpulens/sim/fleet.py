@@ -14,8 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from gpulens.core.errors import UserError
-from gpulens.exporter.model import (
+from gpulens.core.device_model import (
     Allocation,
     DeviceReadings,
     Gpu,
@@ -25,17 +24,18 @@ from gpulens.exporter.model import (
     NodeSnapshot,
     SharingMode,
 )
-from gpulens.exporter.sim.cluster import ClusterState, build_cluster_state
-from gpulens.exporter.sim.constants import NodeConstants
-from gpulens.exporter.sim.evaluate import NodeArrays, evaluate, node_constants
-from gpulens.exporter.sim.faults import THERMAL_REASONS
-from gpulens.exporter.sim.history import SimulatedHistory, build_history
-from gpulens.exporter.sim.noise import stable_key
-from gpulens.exporter.sim.plan import FleetPlan, NodePlan, build_plan
-from gpulens.exporter.sim.pods import pod_identity
-from gpulens.exporter.sim.power import PowerLedger
-from gpulens.exporter.sim.scenario import Scenario
-from gpulens.exporter.sim.topology import node_topology
+from gpulens.core.errors import UserError
+from gpulens.sim.cluster import ClusterState, build_cluster_state
+from gpulens.sim.constants import NodeConstants
+from gpulens.sim.evaluate import NodeArrays, evaluate, node_constants
+from gpulens.sim.faults import THERMAL_REASONS
+from gpulens.sim.history import SimulatedHistory, build_history
+from gpulens.sim.noise import stable_key
+from gpulens.sim.plan import FleetPlan, NodePlan, build_plan
+from gpulens.sim.pods import pod_identity
+from gpulens.sim.power import PowerLedger
+from gpulens.sim.scenario import Scenario
+from gpulens.sim.topology import node_topology
 
 
 def _opt(value: float) -> float | None:
@@ -236,7 +236,7 @@ class SimulatedSource:
     cycle does) evaluates the node once. Like the NVML source: XID counts (and last-seen times) are events
     since this source's first read, so they start at 0; with ``attribute_processes`` off, GPU processes
     carry no pod UID (no hostPID), so per-pod activity falls back to allocated share x device activity.
-    It is not :class:`~gpulens.exporter.model.ErrorCounting`: a simulated read has no partial failures
+    It is not :class:`~gpulens.core.device_model.ErrorCounting`: a simulated read has no partial failures
     (simulated faults are readings, such as XIDs and lost GPUs, not errors of the source).
     """
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpulens.exporter.sim.noise import stable_key, unit_noise
-from gpulens.exporter.sim.scenario import FaultKind, FaultSpec, Precursor
+from gpulens.sim.noise import stable_key, unit_noise
+from gpulens.sim.scenario import FaultKind, FaultSpec, Precursor
 
 SLOT = 600.0
 """Seconds per precursor slot."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpulens.exporter.sim.workloads import HoldingTable
+from gpulens.sim.workloads import HoldingTable
 
 
 @dataclass(frozen=True)

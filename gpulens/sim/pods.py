@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gpulens.exporter.sim.noise import stable_uuid
-from gpulens.exporter.sim.plan import PodPlan
+from gpulens.sim.noise import stable_uuid
+from gpulens.sim.plan import PodPlan
 
 
 def pod_identity(seed: int, pod: PodPlan, slot: int) -> tuple[str, str]:

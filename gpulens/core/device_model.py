@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from gpulens.core.gpu_topology import GpuTopology
 from gpulens.core.hashing import value_hash
 from gpulens.core.vocabulary import slices_gpu_equivalents
-from gpulens.exporter.topology import GpuTopology
 
 
 class SharingMode(StrEnum):
@@ -107,7 +107,7 @@ class Gpu:
     nvlink_domain: str | None = None
     driver_version: str | None = None
     topology: GpuTopology | None = None
-    """NVLink, PCIe, NUMA and fabric placement (``exporter/topology.py``); None where not read."""
+    """NVLink, PCIe, NUMA and fabric placement (``gpulens/core/gpu_topology.py``); None where not read."""
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.sim.plan import FleetPlan
-from gpulens.exporter.sim.pods import pod_identity
-from gpulens.exporter.sim.scenario import Scenario, shape_resource
-from gpulens.exporter.sim.workloads import batch_slots, pod_present
+from gpulens.core.mig_catalog import model_by_name
+from gpulens.sim.plan import FleetPlan
+from gpulens.sim.pods import pod_identity
+from gpulens.sim.scenario import Scenario, shape_resource
+from gpulens.sim.workloads import batch_slots, pod_present
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from gpulens.exporter.mig_catalog import GpuModel, layout_problems, model_by_name
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
+from gpulens.core.device_model import WHOLE_GPU_PROFILE, SharingMode
+from gpulens.core.mig_catalog import GpuModel, layout_problems, model_by_name
 
 DEFAULT_SCENARIO_PATH = Path(__file__).with_name("default_scenario.yaml")
 SCENARIOS_DIR = Path(__file__).with_name("scenarios")
@@ -82,7 +82,7 @@ GpuInstanceEntry = Annotated[GpuInstanceSpec, BeforeValidator(_gi_entry)]
 
 
 class Interconnect(StrEnum):
-    """How the GPUs of one node reach each other (see ``exporter/sim/topology.py``)."""
+    """How the GPUs of one node reach each other (see ``gpulens/sim/topology.py``)."""
 
     NVSWITCH = "nvswitch"
     """HGX: every GPU joins every other over NVLink through the NVSwitches (one NVLink domain)."""

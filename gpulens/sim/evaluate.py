@@ -15,15 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpulens.exporter.model import SharingMode
-from gpulens.exporter.sim.constants import NodeConstants
-from gpulens.exporter.sim.faults import XID_CODE, Schedule, faults_on
-from gpulens.exporter.sim.noise import centered_noise, stable_key, stable_unit
-from gpulens.exporter.sim.plan import NodePlan
-from gpulens.exporter.sim.power import HARDWARE, PowerLedger, model_power, node_load, sum_rows
-from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
-from gpulens.exporter.sim.scenario import FaultKind, Scenario
-from gpulens.exporter.sim.workloads import NOISE_SLOT, holding_table, table_memory
+from gpulens.core.device_model import SharingMode
+from gpulens.sim.constants import NodeConstants
+from gpulens.sim.faults import XID_CODE, Schedule, faults_on
+from gpulens.sim.noise import centered_noise, stable_key, stable_unit
+from gpulens.sim.plan import NodePlan
+from gpulens.sim.power import HARDWARE, PowerLedger, model_power, node_load, sum_rows
+from gpulens.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
+from gpulens.sim.scenario import FaultKind, Scenario
+from gpulens.sim.workloads import NOISE_SLOT, holding_table, table_memory
 
 MHZ = 1e6
 MIB = 1024 * 1024

@@ -4,7 +4,7 @@ Namespaces, LocalQueues, ClusterQueues and owners (ReplicaSets, Jobs) are cached
 (failures too, so a broken API server is not hammered); expired entries are swept once per ``ttl``, so
 objects that went away do not pile up. Kueue objects are read at the configured API version first and
 at the others on 404. A 404 is an answer (the object is absent); any other failure is counted (under
-``tenants``, taken through :class:`~gpulens.exporter.model.ErrorCounting`) and the object is ``None``.
+``tenants``, taken through :class:`~gpulens.core.device_model.ErrorCounting`) and the object is ``None``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, segment
-from gpulens.exporter.model import ErrorCounter
-from gpulens.exporter.tenancy.rules import TenancyConfig
+from gpulens.core.device_model import ErrorCounter
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, segment
+from gpulens.core.tenancy.rules import TenancyConfig
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 TENANTS_SOURCE = "tenants"
@@ -49,7 +49,7 @@ class TtlCache:
 
 
 class ApiTenancyObjects:
-    """:class:`~gpulens.exporter.tenancy.pod_tenancy.TenancyObjects` over GETs, cached."""
+    """:class:`~gpulens.core.tenancy.pod_tenancy.TenancyObjects` over GETs, cached."""
 
     def __init__(self, api: KubernetesReads, config: TenancyConfig, *, ttl: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -62,7 +62,7 @@ class ApiTenancyObjects:
         return len(self._cache)
 
     def take_errors(self) -> dict[str, int]:
-        """Failed lookups since the previous call (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        """Failed lookups since the previous call (:class:`~gpulens.core.device_model.ErrorCounting`)."""
         return self._errors.take_errors()
 
     def namespace(self, name: str) -> Mapping[str, Any] | None:

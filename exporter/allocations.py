@@ -6,7 +6,7 @@ how many replicas a shared GPU advertises (``GetAllocatableResources``), and who
 (tenant, Kueue queue, owning workload). The kubelet failing raises ``KubeletUnavailableError`` (the
 cycle counts it under ``kubelet``); tenant lookups failing only degrade the tenant to the namespace
 name and are counted under ``tenants``, DRA claims no ResourceSlice resolves under ``dra``: the source is
-:class:`~gpulens.exporter.model.ErrorCounting` and its ``take_errors()`` adds up its parts' counts.
+:class:`~gpulens.core.device_model.ErrorCounting` and its ``take_errors()`` adds up its parts' counts.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from collections.abc import Callable
 
 from opentelemetry import trace
 
+from gpulens.core.device_model import Allocation, ErrorCounter, SharingMode, merge_errors
+from gpulens.core.mig_catalog import COMPUTE_SLICES, profile_slices
+from gpulens.core.tenancy.api_objects import TENANTS_SOURCE
+from gpulens.core.tenancy.resolver import PodInfo, TenantResolver
 from gpulens.exporter.kubelet.client import (
     KUBELET_SOURCE,
     DeviceGrant,
@@ -31,16 +35,12 @@ from gpulens.exporter.kubelet.device_ids import (
     shared_base,
 )
 from gpulens.exporter.kubelet.dra import DRA_SOURCE, ResourceSliceDirectory
-from gpulens.exporter.mig_catalog import COMPUTE_SLICES, profile_slices
-from gpulens.exporter.model import Allocation, ErrorCounter, SharingMode, merge_errors
-from gpulens.exporter.tenancy.api_objects import TENANTS_SOURCE
-from gpulens.exporter.tenancy.resolver import PodInfo, TenantResolver
 
 tracer = trace.get_tracer(__name__)
 
 
 class KubeletAllocationSource:
-    """An :class:`exporter.model.AllocationSource` on the kubelet PodResources API."""
+    """An :class:`gpulens.core.device_model.AllocationSource` on the kubelet PodResources API."""
 
     def __init__(
         self,

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpulens.exporter.tenancy.gangs import gang_of
-from gpulens.exporter.tenancy.rules import DEFAULT_KEYS, RuleKind, TenancyConfig
+from gpulens.core.tenancy.gangs import gang_of
+from gpulens.core.tenancy.rules import DEFAULT_KEYS, RuleKind, TenancyConfig
 
 CLUSTER_QUEUE_NAME_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 LOCAL_QUEUE_NAME_LABEL = "kueue.x-k8s.io/local-queue-name"

@@ -21,18 +21,18 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
+from gpulens.core.device_model import NodeSnapshot, SharingMode, allocatable_devices
 from gpulens.core.errors import UserError
 from gpulens.core.metric_catalog import DEVICE_ACTIVITY_RATIO
-from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.model import NodeSnapshot, SharingMode, allocatable_devices
-from gpulens.exporter.sim.evaluate import NodeArrays
-from gpulens.exporter.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
-from gpulens.exporter.sim.plan import FleetPlan, NodePlan, PodPlan
-from gpulens.exporter.sim.pods import pod_identity
-from gpulens.exporter.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
-from gpulens.exporter.sim.scenario import FaultKind, Scenario, shape_resource
-from gpulens.exporter.sim.topology import node_topology_labels, topology_rows
-from gpulens.exporter.sim.workloads import batch_slots, pod_present
+from gpulens.core.mig_catalog import model_by_name
+from gpulens.sim.evaluate import NodeArrays
+from gpulens.sim.faults import THERMAL_REASONS, XID_CODE, Schedule, faults_on
+from gpulens.sim.plan import FleetPlan, NodePlan, PodPlan
+from gpulens.sim.pods import pod_identity
+from gpulens.sim.precursors import RecurringTrend, Trend, is_trend, trend_of
+from gpulens.sim.scenario import FaultKind, Scenario, shape_resource
+from gpulens.sim.topology import node_topology_labels, topology_rows
+from gpulens.sim.workloads import batch_slots, pod_present
 
 
 class FleetModel(Protocol):
@@ -382,7 +382,7 @@ def _dimensions(fleet: FleetModel, names: list[str], first: float, last: float) 
         for t in s.tenants
     ]
     flavors: dict[str, dict[str, object]] = {}
-    for pool in s.pools:  # a ResourceFlavor selects its pool's nodes by their labels (as exporter.sim.cluster)
+    for pool in s.pools:  # a ResourceFlavor selects its pool's nodes by their labels (as gpulens.sim.cluster)
         flavors.setdefault(pool.flavor_name, {"flavor": pool.flavor_name,
                                               "node_labels": json.dumps(pool.flavor_labels, sort_keys=True), **seen})
     return {
@@ -402,7 +402,7 @@ def node_labels(pool_labels: dict[str, str], model: str, sharing: SharingMode) -
 
 def _inventory(fleet: FleetModel, t: np.ndarray) -> dict[str, pl.DataFrame]:
     """Quota, pending, namespace and pod snapshots at the inventory times (same values as cluster_state)."""
-    from gpulens.exporter.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
+    from gpulens.sim.cluster import RESOURCE_QUOTA_NAME, pod_labels
 
     s = fleet.scenario
     n_t = len(t)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.core.device_model import WHOLE_GPU_PROFILE, SharingMode
+from gpulens.core.mig_catalog import GpuModel
 from gpulens.core.vocabulary import COMPUTE_SLICES, slices_gpu_equivalents
-from gpulens.exporter.mig_catalog import GpuModel
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, SharingMode
-from gpulens.exporter.sim.noise import stable_key, stable_uuid
-from gpulens.exporter.sim.scenario import (
+from gpulens.sim.noise import stable_key, stable_uuid
+from gpulens.sim.scenario import (
     Archetype,
     PoolSpec,
     Scenario,

@@ -4,7 +4,7 @@ Default order: a pod label, the Kueue queue (the ClusterQueue Kueue labels the p
 LocalQueue -> ClusterQueue), a vCluster host
 label, a Capsule tenant label on the namespace, a namespace label, else the namespace name. The same
 config drives the exporter (``--tenancy-config``) and the collector (``collect --kubernetes
---tenancy-config``); :mod:`gpulens.exporter.tenancy.pod_tenancy` applies it.
+--tenancy-config``); :mod:`gpulens.core.tenancy.pod_tenancy` applies it.
 """
 
 from __future__ import annotations

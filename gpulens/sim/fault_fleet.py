@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpulens.exporter.sim.noise import stable_unit
-from gpulens.exporter.sim.scenario import FaultKind, FaultSpec, Precursor, Scenario
+from gpulens.sim.noise import stable_unit
+from gpulens.sim.scenario import FaultKind, FaultSpec, Precursor, Scenario
 
 DAY = 86400.0
 HOUR = 3600.0

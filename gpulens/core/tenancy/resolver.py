@@ -3,7 +3,7 @@
 Pods are listed once per refresh with ``fieldSelector=spec.nodeName=<node>`` (scoped to this node); a pod
 the kubelet reports but the cache lacks triggers an early refresh (at most once per 2 s). Namespaces,
 queues and owner objects come from :class:`ApiTenancyObjects` (cached for ``cache_seconds``); the rules
-are :mod:`gpulens.exporter.tenancy.pod_tenancy`, the same the collector applies. Every lookup failure is
+are :mod:`gpulens.core.tenancy.pod_tenancy`, the same the collector applies. Every lookup failure is
 counted and the tenant falls back to the namespace name.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.exporter.kube_api import KubernetesReads
-from gpulens.exporter.tenancy.api_objects import ApiTenancyObjects
-from gpulens.exporter.tenancy.pod_tenancy import pod_local_queue, pod_tenant, pod_workload
-from gpulens.exporter.tenancy.rules import TenancyConfig
+from gpulens.core.kube_api import KubernetesReads
+from gpulens.core.tenancy.api_objects import ApiTenancyObjects
+from gpulens.core.tenancy.pod_tenancy import pod_local_queue, pod_tenant, pod_workload
+from gpulens.core.tenancy.rules import TenancyConfig
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _MIN_POD_REFRESH = 2.0
@@ -57,7 +57,7 @@ class TenantResolver:
         return len(self.objects)
 
     def take_errors(self) -> Mapping[str, int]:
-        """Failed lookups since the previous call, under ``tenants`` (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        """Failed lookups since the previous call, under ``tenants`` (:class:`~gpulens.core.device_model.ErrorCounting`)."""
         return self.objects.take_errors()
 
     def resolve(self, namespace: str, pod_name: str) -> PodInfo:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpulens.core.vocabulary import ThrottleReason
-from gpulens.exporter.sim.scenario import FaultKind, FaultSpec
+from gpulens.sim.scenario import FaultKind, FaultSpec
 
 XID_CODE = {FaultKind.XID79: 79, FaultKind.XID48: 48, FaultKind.XID13: 13}
 THERMAL_REASONS = (str(ThrottleReason.HW_THERMAL), str(ThrottleReason.SW_THERMAL))

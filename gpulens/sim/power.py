@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpulens.exporter.sim.constants import NodeConstants
-from gpulens.exporter.sim.faults import Schedule, faults_on
-from gpulens.exporter.sim.noise import centered_noise
-from gpulens.exporter.sim.plan import NodePlan
-from gpulens.exporter.sim.scenario import FaultKind, Scenario
-from gpulens.exporter.sim.workloads import NOISE_SLOT, table_activity, table_present, table_slots
+from gpulens.sim.constants import NodeConstants
+from gpulens.sim.faults import Schedule, faults_on
+from gpulens.sim.noise import centered_noise
+from gpulens.sim.plan import NodePlan
+from gpulens.sim.scenario import FaultKind, Scenario
+from gpulens.sim.workloads import NOISE_SLOT, table_activity, table_present, table_slots
 
 MINUTE = NOISE_SLOT
 DAY = 86400.0

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpulens.exporter.sim.scenario import Interconnect, PoolSpec
-from gpulens.exporter.topology import GpuTopology, PeerLink, cpulist, nvlink_domains
+from gpulens.core.gpu_topology import GpuTopology, PeerLink, cpulist, nvlink_domains
+from gpulens.sim.scenario import Interconnect, PoolSpec
 
 if TYPE_CHECKING:
-    from gpulens.exporter.sim.plan import NodePlan
+    from gpulens.sim.plan import NodePlan
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 ZONE_LABEL = "topology.kubernetes.io/zone"

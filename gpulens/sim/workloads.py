@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpulens.exporter.sim.noise import centered_noise, stable_unit, unit_noise
-from gpulens.exporter.sim.plan import NodePlan, PodPlan
-from gpulens.exporter.sim.scenario import Archetype
+from gpulens.sim.noise import centered_noise, stable_unit, unit_noise
+from gpulens.sim.plan import NodePlan, PodPlan
+from gpulens.sim.scenario import Archetype
 
 MIB = 1024 * 1024
 DAY = 86400.0

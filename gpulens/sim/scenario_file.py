@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from gpulens.core.config import read_user_file
 from gpulens.core.errors import UserError
-from gpulens.exporter.sim.plan import build_plan
-from gpulens.exporter.sim.scenario import DEFAULT_SCENARIO_PATH, Scenario
+from gpulens.sim.plan import build_plan
+from gpulens.sim.scenario import DEFAULT_SCENARIO_PATH, Scenario
 
 
 def _validation_message(exc: ValidationError) -> str:
