@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("analyze")
     def analyze(
+        ctx: typer.Context,
         db: Annotated[Path, typer.Option("--db", help="The store (DuckDB file) to analyse.")] = Path("gpulens.duckdb"),
         window: Annotated[str, typer.Option(help="Length of the analysed window, e.g. 7d, 24h.")] = "14d",
         bucket: Annotated[str, typer.Option(help=(
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Write the FOCUS chargeback as CSV and Parquet into this folder.")
         ] = None,
         config: Annotated[
-            Path | None, typer.Option(help="YAML with further settings (risk weights, health rules); flags override it.")
+            Path | None, typer.Option(help="YAML with any analysis setting (window_seconds, risk weights, health rules); a flag typed overrides it.")
         ] = None,
         parts_from: Annotated[
             list[Path] | None,
@@ -81,6 +82,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.run import analyze as run_analysis
         from gpulens.analytics.settings import AnalysisSettings
         from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.cli.given_flags import given_flags
         from gpulens.collector.store_errors import storage_failures
         from gpulens.core.config import load_yaml_model
 
@@ -89,7 +91,7 @@ def register(app: typer.Typer) -> None:
             end_ts = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else None
         except ValueError as exc:
             raise UserError(f"--end {end!r} is not an ISO 8601 time") from exc
-        flags = {
+        flags = given_flags(ctx, {
             "window_seconds": window,
             "bucket_seconds": bucket,
             "end": end_ts,
@@ -99,7 +101,7 @@ def register(app: typer.Typer) -> None:
             "unallocated": unallocated,
             "parquet_dir": parquet,
             "out_dir": out,
-        }
+        }, FLAGS)
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
