@@ -8,7 +8,6 @@ in ``docs/simulator.md``.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -19,31 +18,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from gpulens.core.device_model import WHOLE_GPU_PROFILE, SharingMode
 from gpulens.core.mig_catalog import GpuModel, layout_problems, model_by_name
+from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
 
 DEFAULT_SCENARIO_PATH = Path(__file__).with_name("default_scenario.yaml")
 SCENARIOS_DIR = Path(__file__).with_name("scenarios")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
-_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string such as ``90s``, ``30m``, ``6h``, ``2d`` or ``1d12h``."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            return float(text)
-        parts = _DURATION_PART.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
-    raise ValueError(f"not a duration: {value!r} (use seconds or e.g. 90s, 30m, 6h, 2d, 1d12h)")
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+Duration = Annotated[float, BeforeValidator(duration_seconds), Field(ge=0)]
 
 
 class _Strict(BaseModel):
@@ -346,11 +326,9 @@ class FaultSpec(_Strict):
 
 
 def _utc(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    if isinstance(value, str):
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    """A time in the one time grammar (ISO 8601, UTC without offset; Unix seconds; ``now-1h``) as aware UTC."""
+    if isinstance(value, datetime | str | int | float) and not isinstance(value, bool):
+        return utc_datetime(time_seconds(value))
     return value
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -38,7 +37,7 @@ def register(app: typer.Typer) -> None:
             "divide a day (1m, 5m, 15m, 1h). Idle is decided per sample, so the bucket moves no idle figure; "
             "finer buckets give finer detail and cost more (5m: about 1.8x the CPU of 1h)."))] = "1h",
         end: Annotated[
-            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
+            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset; Unix seconds; now-1h); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
         ] = None,
         activity_threshold: Annotated[
             float, typer.Option(callback=finite, help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
@@ -87,14 +86,10 @@ def register(app: typer.Typer) -> None:
         from gpulens.core.config import load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
-        try:
-            end_ts = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else None
-        except ValueError as exc:
-            raise UserError(f"--end {end!r} is not an ISO 8601 time") from exc
         flags = given_flags(ctx, {
             "window_seconds": window,
             "bucket_seconds": bucket,
-            "end": end_ts,
+            "end": end,
             "activity_threshold": activity_threshold,
             "prices_path": prices,
             "mig_proration": mig_proration,

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
 
 def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:
     """Run every stage of the pipeline, printing progress and the headline results."""
-    from gpulens.collector.timeparse import parse_duration
+    from gpulens.core.timeparse import parse_duration
 
     step_seconds = parse_duration(step, what="--step")
     from gpulens.sim.fleet import SimulatedFleet

@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.plan.render import render_plan, render_what_if
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import unsettled_line
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         extra = parse_add_capacity(add_capacity or [])
         if extra and apply:

@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         workloads_target = target == "workloads"
         if target is not None and not workloads_target and target not in TARGETS:

@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
 
         from gpulens.analytics.remediation.policy import RemediationPolicy
         from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         try:
             policy = RemediationPolicy(
