@@ -11,7 +11,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpulens.analytics.facts import bind_facts
+from gpulens.analytics.facts import Window, bind_facts
+from gpulens.analytics.queue_use import queue_use
 from gpulens.analytics.quota import QuotaSettings, load_quota_evidence
 from gpulens.collector.exposition import parse_exposition
 from gpulens.collector.mapping import to_store_frames
@@ -143,3 +144,22 @@ def test_a_kai_queue_never_takes_the_pending_work_of_a_cluster_queue_with_the_sa
     assert (evidence["ClusterQueue"].pending_buckets, evidence["ClusterQueue"].pending_max) == (1, 6)
     assert (evidence[KAI_QUEUE].pending_buckets, evidence[KAI_QUEUE].pending_max) == (1, 2)
     assert evidence[KAI_QUEUE].key.system == "kai"
+
+
+def test_quota_use_lists_kai_and_volcano_queues_with_the_buckets_their_own_work_waited(tmp_path: Path) -> None:
+    store = StoreBuilder(tmp_path / "use.duckdb")
+    store.quota(KAI_QUEUE, "team-a", "nvidia.com/gpu", tenant="team-a", nominal=8, usage=[2, 2, 4, 4])
+    store.quota(VOLCANO_QUEUE, "org1", "nvidia.com/gpu", tenant="org1", nominal=20, usage=[12] * 4)
+    store.quota("ClusterQueue", "org1", "nvidia.com/gpu", flavor="h200", tenant="org1", nominal=4, usage=[4] * 4)
+    store.pending("org1", "nvidia.com/gpu", {1: 3, 2: 3}, cluster_queue=pending_queue(VOLCANO_QUEUE, "org1"))
+    store.quota("Cohort", "ai-factory", "nvidia.com/gpu", flavor="h200", nominal=64, usage=[40] * 4)
+    path = store.save()
+    with duckdb.connect(str(path)) as con:
+        bind_facts(con, None)
+        rows = {(u.object_kind, u.name): u for u in queue_use(con, Window(store.ts(0), store.ts(4), 300))}
+    assert set(rows) == {(KAI_QUEUE, "team-a"), (VOLCANO_QUEUE, "org1"), ("ClusterQueue", "org1")}  # no Cohort
+    kai = rows[(KAI_QUEUE, "team-a")]
+    assert (kai.nominal, kai.usage_mean, kai.usage_peak, kai.pending_buckets) == (8.0, 3.0, 4.0, 0)
+    volcano = rows[(VOLCANO_QUEUE, "org1")]
+    assert (volcano.pending_buckets, volcano.pending_peak) == (2, 3.0)
+    assert rows[("ClusterQueue", "org1")].pending_buckets == 0  # the Volcano queue's work is its own
