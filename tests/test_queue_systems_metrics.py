@@ -5,7 +5,7 @@ shares the pending work of a ClusterQueue that happens to have the same name."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -14,6 +14,7 @@ import polars as pl
 from gpulens.analytics.facts import Window, bind_facts
 from gpulens.analytics.queue_use import queue_use
 from gpulens.analytics.quota import QuotaSettings, load_quota_evidence
+from gpulens.analytics.recommend import RecommendSettings, recommend
 from gpulens.collector.exposition import parse_exposition
 from gpulens.collector.mapping import to_store_frames
 from gpulens.collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue, system_of
@@ -163,3 +164,14 @@ def test_quota_use_lists_kai_and_volcano_queues_with_the_buckets_their_own_work_
     volcano = rows[(VOLCANO_QUEUE, "org1")]
     assert (volcano.pending_buckets, volcano.pending_peak) == (2, 3.0)
     assert rows[("ClusterQueue", "org1")].pending_buckets == 0  # the Volcano queue's work is its own
+
+
+def test_volcano_queues_are_recommended_and_never_written(tmp_path: Path) -> None:
+    store = StoreBuilder(tmp_path / "volcano.duckdb")
+    store.quota(VOLCANO_QUEUE, "org1", "nvidia.com/gpu", tenant="org1", nominal=20, usage=[5] * (15 * 288))
+    report = recommend(store.save(), RecommendSettings(targets=("kueue", "kai")), clock=lambda: datetime(2026, 12, 1))
+    assert [(q.key.object_kind, q.key.name, q.action, q.next_value) for q in report.quotas] == [
+        (VOLCANO_QUEUE, "org1", "decrease", 15)]
+    assert report.plans == ()
+    assert any("Queue.scheduling.volcano.sh entry recommended, not written: gpulens has no volcano writer" in n
+               for n in report.notes)
