@@ -8,8 +8,8 @@ unset or ``0``: nothing guaranteed; ``-1``: unlimited, stored NULL with ``annota
 NULL; unset or ``0``: nothing above the quota, 0); ``status.allocated`` and ``status.requested`` (the
 key ending in ``/gpu``, as KAI's queue controller reads them) give the usage and the pending quantity
 (``requested - allocated``, running and pending jobs of the queue and its children). A Queue without a
-status has no usage (not measured). ``parentQueue``, ``priority`` and ``overQuotaWeight`` travel in the
-annotations. The tenant is the queue's tenant label (as for a ClusterQueue), else its name.
+status has no usage (not measured). The annotations hold the Queue's own (``gpulens.io/auto-apply`` among
+them) and ``parentQueue``, ``priority``, ``overQuotaWeight`` and ``limit`` from its spec. The tenant is the queue's tenant label (as for a ClusterQueue), else its name.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def kai_queue_rows(
         if allocated is None and isinstance(status, Mapping) and isinstance(status.get("allocated"), Mapping):
             allocated = 0.0  # KAI lists only what is allocated: no GPU key is no GPU
         requested = _gpu_of(status.get("requested")) if isinstance(status, Mapping) else None
+        own = meta.get("annotations") or {}
         notes = {
             "parentQueue": spec.get("parentQueue"), "priority": spec.get("priority"),
             "overQuotaWeight": gpu.get("overQuotaWeight"), "limit": gpu.get("limit"),
@@ -80,7 +81,7 @@ def kai_queue_rows(
             "borrowing_limit": None if limit is None or limit == UNLIMITED or unlimited_quota
             else max(limit - (quota or 0.0), 0.0),
             "lending_limit": None, "usage": allocated,
-            "annotations": json.dumps({k: v for k, v in notes.items() if v is not None}, sort_keys=True),
+            "annotations": json.dumps({**own, **{k: v for k, v in notes.items() if v is not None}}, sort_keys=True),
             "source": source,
         })
         waiting = (requested or 0.0) - (allocated or 0.0)

@@ -105,6 +105,17 @@ def test_the_dry_run_writes_only_the_gpu_quota_in_bodies_that_fit_kais_published
         assert obj["spec"]["targetRef"]["kind"] == "Queue"
 
 
+def test_a_dry_run_writes_no_body_for_a_queue_that_opted_out(tmp_path: Path) -> None:
+    s = StoreBuilder(tmp_path / "opted-out.duckdb")
+    s.quota(KAI_QUEUE, "team-a", "nvidia.com/gpu", tenant="team-a", nominal=8, usage=[2] * DAYS,
+            annotations={"gpulens.io/auto-apply": "false", "parentQueue": "department-1"})
+    opted_out = recommend(s.save(), RecommendSettings(targets=("kai",)), clock=lambda: NOW)
+    (plan,) = opted_out.plans
+    assert plan.changes and plan.opted_out
+    assert plan.snapshot["metadata"]["annotations"] == {"gpulens.io/auto-apply": "false"}
+    assert [p.name for p in write_dry_run(opted_out, tmp_path / "out")] == ["gpuquotarecommendations.yaml"]
+
+
 def test_a_body_breaking_kais_schema_is_caught() -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"resources": {"gpu": {"quota": "6"}}}, KAI_QUEUE_SPEC)
@@ -196,7 +207,8 @@ def test_the_inventory_reads_kai_queues_into_quota_rows_and_pending_demand() -> 
     with FakeKubernetesApi() as api:
         empty_cluster(api)
         api.objects[QUEUES] = {"kind": "QueueList", "items": [
-            live_queue("team-a", 8, limit=12, allocated=2.5, requested=5),
+            {**live_queue("team-a", 8, limit=12, allocated=2.5, requested=5),
+             "metadata": {"name": "team-a", "annotations": {"gpulens.io/auto-apply": "false"}}},
             live_queue("department-1", -1, allocated=0),
             {"metadata": {"name": "no-status"}, "spec": {"resources": {"gpu": {"quota": 2}}}},
         ]}
@@ -207,7 +219,8 @@ def test_the_inventory_reads_kai_queues_into_quota_rows_and_pending_demand() -> 
     team = rows["team-a"]
     assert (team["resource"], team["flavor"], team["nominal_quota"], team["borrowing_limit"], team["usage"]) == (
         "nvidia.com/gpu", "", 8.0, 4.0, 2.5)
-    assert json.loads(team["annotations"])["parentQueue"] == "department-1"
+    notes = json.loads(team["annotations"])
+    assert (notes["parentQueue"], notes["gpulens.io/auto-apply"]) == ("department-1", "false")
     assert (rows["department-1"]["nominal_quota"], json.loads(rows["department-1"]["annotations"])["quota"]) == (
         None, "unlimited")
     assert (rows["no-status"]["nominal_quota"], rows["no-status"]["borrowing_limit"], rows["no-status"]["usage"]) == (
