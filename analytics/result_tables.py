@@ -264,7 +264,8 @@ TABLES: dict[str, list[Column]] = {
         _c("parameters", "JSON NOT NULL", "RecommendSettings as JSON."),
         _c("scope", "VARCHAR NOT NULL", "'workload', 'quota', 'mig_conversion' or 'topology' (Kueue TAS advice per queue)."),
         _c("tenant", "VARCHAR", "Tenant of the workload or quota object."),
-        _c("target_kind", "VARCHAR NOT NULL", "Workload owner kind, 'ClusterQueue' or 'ResourceQuota' ('Tenant' without a queue)."),
+        _c("target_kind", "VARCHAR NOT NULL", "Workload owner kind, or the quota object's kind as the store names it "
+           "('ClusterQueue', 'ResourceQuota', 'Queue.scheduling.run.ai', 'Queue.scheduling.volcano.sh'; 'Tenant' without a queue)."),
         _c("target_namespace", "VARCHAR NOT NULL", "Namespace ('' for cluster-scoped objects)."),
         _c("target_name", "VARCHAR NOT NULL", "Workload or quota object name."),
         _c("flavor", "VARCHAR NOT NULL DEFAULT ''", "Kueue ResourceFlavor ('' where none)."),

@@ -62,6 +62,10 @@ def copy_dimensions(central: Path, worker: Path) -> int:
         raise UserError(f"--dimensions-from {central}: no such store")
     if central.resolve() == worker.resolve():
         raise UserError(f"--dimensions-from {central} is --db itself: a worker analyses into a store of its own")
+    try:
+        worker.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--db {worker}: cannot create its folder: {exc.strerror or exc}") from exc
     store = Store(str(worker))  # created, with the schema, where there is none yet
     con = store.con
     try:

@@ -1,4 +1,4 @@
-"""Cluster inventory from the Kubernetes API: namespaces, GPU pods, GPU nodes, Kueue queues, quotas.
+"""Cluster inventory from the Kubernetes API: namespaces, GPU pods, GPU nodes, Kueue and KAI queues, quotas.
 
 A snapshot at time ``t`` becomes one window of source ``kubernetes`` in the store's inventory tables
 (``namespace_snapshots``, ``pod_snapshots``, ``quota_snapshots``, ``nodes``, ``tenants``,
@@ -13,13 +13,14 @@ ClusterQueue's is its tenant label, else its name. Owners of pods (ReplicaSets, 
 each, cached for the snapshot. Node pool: ``gpulens.io/pool``, then the usual cloud node-pool labels.
 Only pods requesting ``nvidia.com/*`` resources and nodes with NVIDIA labels or allocatable GPUs are
 kept. LocalQueues are stored in ``quota_snapshots`` as ``object_kind = 'LocalQueue'`` rows (usage per
-flavor and resource; ``annotations.clusterQueue`` names their queue).
+flavor and resource; ``annotations.clusterQueue`` names their queue). KAI Scheduler's Queues
+(``scheduling.run.ai/v2``, none when KAI is not installed) become quota rows and pending demand as
+:mod:`gpulens.collector.kai_queues` says.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -27,7 +28,9 @@ from typing import Any
 
 import polars as pl
 
+from gpulens.collector.kai_queues import KAI_QUEUES_PATH, kai_queue_rows
 from gpulens.collector.kueue_api import KueueApi, effective_quotas, served_kueue
+from gpulens.collector.quantity import parse_quantity
 from gpulens.collector.store import Store, WindowResult, to_datetime
 from gpulens.core.errors import UserError
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
@@ -52,25 +55,6 @@ POOL_LABELS = (
     "kubernetes.azure.com/agentpool",
     "node.kubernetes.io/instance-type",
 )
-_SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-
-
-def parse_quantity(value: Any) -> float | None:
-    """A Kubernetes quantity (``4``, ``500m``, ``80Gi``) as a number; ``None`` when absent or invalid."""
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        return None
-    return float(match.group(1)) * _SUFFIX.get(match.group(2) or "", 1.0)
-
-
 def is_gpu_resource(name: str) -> bool:
     return name.startswith(("nvidia.com/", "requests.nvidia.com/", "limits.nvidia.com/"))
 
@@ -131,6 +115,14 @@ def list_kueue(api: KubernetesReads, plural: str, kueue: KueueApi) -> list[dict[
         except NotFoundError:
             continue
     return []
+
+
+def list_kai_queues(api: KubernetesReads) -> list[dict[str, Any]]:
+    """KAI Scheduler's Queue objects (:mod:`gpulens.collector.kai_queues`); none where KAI is not installed."""
+    try:
+        return list_items(api, KAI_QUEUES_PATH)
+    except NotFoundError:
+        return []
 
 
 class _SnapshotObjects:
@@ -297,6 +289,8 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
                         "source": SOURCE,
                     }
                 )
+    kai_quotas, pending_rows = kai_queue_rows(list_kai_queues(api), ts, SOURCE, config)
+    quota_rows.extend(kai_quotas)
     for rq in list_items(api, CORE_LISTS["resource_quotas"]):
         ns, name = str(_meta(rq).get("namespace", "")), str(_meta(rq).get("name", ""))
         hard = (rq.get("spec") or {}).get("hard") or {}
@@ -379,6 +373,7 @@ def snapshot_frames(api: KubernetesReads, now: float, config: TenancyConfig | No
         "namespace_snapshots": pl.DataFrame(ns_rows, schema_overrides={"virtual_cluster": pl.Utf8}),
         "quota_snapshots": pl.DataFrame(quota_rows, infer_schema_length=None),
         "pod_snapshots": pl.DataFrame(pod_rows, infer_schema_length=None),
+        "pending_demand": pl.DataFrame(pending_rows, infer_schema_length=None),
         "nodes": pl.DataFrame(node_rows, infer_schema_length=None),
         "tenants": pl.DataFrame(list(tenant_rows.values()), schema_overrides={"virtual_cluster": pl.Utf8}),
     }

@@ -25,6 +25,7 @@ import polars as pl
 from gpulens.collector.dcgm_fields import BY_KEY, READ_AS
 from gpulens.collector.dcgm_fields import DCGM_METRICS as DCGM_METRICS
 from gpulens.collector.dcgm_fields import MIB as MIB
+from gpulens.collector.queue_metrics import map_queue_systems
 from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
 from gpulens.core import metric_catalog as M
 from gpulens.core.metric_catalog import PREFIX, MetricGroup, in_groups
@@ -247,6 +248,7 @@ def to_store_frames(long: pl.DataFrame, schema: SchemaName, source: str) -> dict
     if long.height and "metric" in long.columns:
         frames.append(map_kueue(long, source))
         frames.append(map_local_queues(long, source))
+        frames.extend(map_queue_systems(long, source))
     out: dict[str, pl.DataFrame] = {}
     for part in frames:
         for table, frame in part.items():

@@ -65,7 +65,7 @@ def test_two_workers_and_a_merge_give_the_single_node_rows(tmp_path: Path) -> No
     central = tmp_path / "central.duckdb"
     shutil.copy(store, central)
     merged = finished(cli("--db", central, "--parquet", facts, "--window", "3d", "--end", END_ISO, "--config", config,
-                          "--parts-from", workers))
+                          "--parts-from", workers / "*.duckdb"))  # as deploy/overlays/day-workers merges them
     assert "2 analysed day(s) copied from" in merged and "1 analysed day(s) copied from" in merged
     assert "days: 3 in the window, 3 reused, 0 computed" in merged
     with duckdb.connect(str(central), read_only=True) as con:
@@ -118,3 +118,10 @@ def test_a_worker_flag_without_a_slice_and_a_slice_with_parts_from_are_refused(t
     _, err = both.communicate(timeout=120)
     assert (both.returncode, err.strip()) == (
         2, "gpulens: error: --parts-from is for the central store, --slice for a worker: give one of them")
+
+
+def test_a_pattern_that_matches_no_worker_store_yet_says_so(tmp_path: Path) -> None:
+    run = cli("--db", tmp_path / "missing.duckdb", "--parts-from", tmp_path / "workers" / "*.duckdb")
+    out, err = run.communicate(timeout=120)
+    assert f"no store matches {tmp_path / 'workers' / '*.duckdb'} yet: no analysed day copied from there" in out
+    assert run.returncode == 2 and err.startswith("gpulens: error: no store at")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -67,7 +68,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--parts-from",
                 help="Before analysing, copy the analysed days of another store (a worker that analysed some days "
-                "of the same facts with the same parameters), or of every *.duckdb store in a folder; repeatable.",
+                "of the same facts with the same parameters), of every *.duckdb store in a folder, or of every store a "
+                "pattern matches (e.g. '/data/workers/*.duckdb'); repeatable.",
             ),
         ] = None,
         slice_: Annotated[
@@ -148,10 +150,16 @@ def register(app: typer.Typer) -> None:
 
 
 def _stores(paths: list[Path]) -> list[Path]:
-    """``--parts-from`` paths: a store, or every ``*.duckdb`` store in a folder (sorted)."""
+    """``--parts-from`` paths: a store, every ``*.duckdb`` store in a folder, or every store a pattern (``*``,
+    ``?``, ``[``) matches, sorted. A pattern may match none yet (workers that have not run): it says so."""
     out: list[Path] = []
     for path in paths:
-        if path.is_dir():
+        if any(c in str(path) for c in "*?["):
+            found = sorted(Path(p) for p in glob.glob(str(path)))
+            if not found:
+                typer.echo(f"no store matches {path} yet: no analysed day copied from there")
+            out += found
+        elif path.is_dir():
             found = sorted(path.glob("*.duckdb"))
             if not found:
                 raise UserError(f"--parts-from {path}: the folder holds no *.duckdb store")
