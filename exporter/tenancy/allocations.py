@@ -3,7 +3,9 @@
 Joins, on the collection cycle: which container holds which device id (kubelet ``List``, device plugin
 and DRA), what the id is on this node (GPU / MIG UUID, via the NVML device directory and ResourceSlices),
 how many replicas a shared GPU advertises (``GetAllocatableResources``), and who the pod belongs to
-(tenant, Kueue queue, owning workload). The kubelet failing raises ``KubeletUnavailableError`` (the
+(tenant, Kueue queue, owning workload). A pod that asks for part of a GPU (HAMi, a KAI fraction, a
+milli-GPU request: :mod:`gpulens.core.gpu_share`) holds that part of the device (its GE), shared as
+time-slicing shares it; the rest of the GPU stays free capacity. The kubelet failing raises ``KubeletUnavailableError`` (the
 cycle counts it under ``kubelet``); tenant lookups failing only degrade the tenant to the namespace
 name and are counted under ``tenants``, DRA claims no ResourceSlice resolves under ``dra``: the source is
 :class:`~gpulens.exporter.model.ErrorCounting` and its ``take_errors()`` adds up its parts' counts.
@@ -83,11 +85,15 @@ class KubeletAllocationSource:
             advertised = replicas.get(base_id, 0) if ref.replica is not None else 1
             if ref.replica is not None and advertised == 0:  # allocatable unknown: count what is held
                 advertised = sum(1 for g in view.devices if shared_base(g.device_id) == base_id)
+            info = infos[(grant.namespace, grant.pod)]
             share = _device_share(uuid, grant.resource_name, directory)
             mode = (SharingMode.MIG if uuid.startswith("MIG-") or grant.resource_name.startswith(MIG_RESOURCE_PREFIX)
                     else SharingMode.TIME_SLICING if ref.replica is not None else SharingMode.EXCLUSIVE)
-            allocations.append(_allocation(infos[(grant.namespace, grant.pod)], grant.container, uuid,
-                                           mode, share / max(advertised, 1), ref.replica))
+            held = share / max(advertised, 1)
+            fraction = _fraction(info, uuid, directory)
+            if fraction is not None:  # a fractional holder counts its part, whatever replicas the plugin splits into
+                held, mode = share * fraction, SharingMode.TIME_SLICING
+            allocations.append(_allocation(info, grant.container, uuid, mode, held, ref.replica))
         for claim in view.claims:
             if infos[(claim.namespace, claim.pod)].finished:
                 continue
@@ -135,6 +141,15 @@ class KubeletAllocationSource:
         except Exception:  # a bug or odd object must not drop the allocation
             self._errors.count(TENANTS_SOURCE)
             return PodInfo(namespace, pod, None, namespace, "namespace")
+
+
+def _fraction(info: PodInfo, uuid: str, directory: DeviceDirectory) -> float | None:
+    """The part of the device a fractional holder asks for (its memory in bytes counts once NVML gave the
+    device's memory); ``None`` for a holder of whole devices."""
+    if info.share is None:
+        return None
+    device = directory.by_uuid.get(uuid)
+    return info.share.share(device.memory_total_bytes if device is not None else None)
 
 
 def _device_share(uuid: str, resource_name: str, directory: DeviceDirectory) -> float:

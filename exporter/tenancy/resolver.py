@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpulens.core.gpu_share import GpuShare, pod_gpu_share
 from gpulens.exporter.kube_api import KubernetesReads
 from gpulens.exporter.tenancy.api_objects import ApiTenancyObjects
 from gpulens.exporter.tenancy.pod_tenancy import pod_local_queue, pod_tenant, pod_workload
@@ -38,6 +39,8 @@ class PodInfo:
     workload_name: str | None = None
     finished: bool = False
     """The pod's phase is Succeeded or Failed (kubelets before 1.34 still list such pods' devices)."""
+    share: GpuShare | None = None
+    """The part of each GPU the pod asks for (HAMi, KAI fraction, milli-GPU ...); ``None``: whole devices."""
 
 
 class TenantResolver:
@@ -68,7 +71,8 @@ class TenantResolver:
         answer = pod_tenant(namespace, labels, self.objects, self.config)
         phase = (pod or {}).get("status", {}).get("phase")
         return PodInfo(namespace, pod_name, meta.get("uid"), answer.tenant, answer.rule,
-                       pod_local_queue(labels, KUEUE_QUEUE_LABEL), kind, workload, finished=phase in ("Succeeded", "Failed"))
+                       pod_local_queue(labels, KUEUE_QUEUE_LABEL), kind, workload, finished=phase in ("Succeeded", "Failed"),
+                       share=pod_gpu_share(pod) if pod else None)
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         now = self._clock()
