@@ -1,18 +1,22 @@
 """Fragmentation: free capacity per node and bucket, what pending demand could use, what is stranded.
 
 Free units in a bucket: a whole GPU (any sharing mode) with no holder while it reported; a MIG
-instance with no holder; a MIG GPU's unpartitioned slices. A pending shape (``pending_demand`` in
-the bucket: ``gpu`` or a MIG profile, optionally for one GPU model) can use a free whole GPU if it
-is ``gpu``, a free MIG instance of exactly its profile, or unpartitioned slices where the MIG
-catalog says the profile still fits next to the existing instances (a dynamic GPU-instance
-creation; placement offsets are not modelled). Free capacity is **stranded** only while demand is
+instance with no holder; a MIG GPU's unpartitioned slices; the free part of a whole GPU that
+fractional holders or shared replicas hold in part (its GE less ``an_db.held_peak``, shape
+``fraction``). A pending shape (``pending_demand`` in the bucket: ``gpu`` or a MIG profile, optionally
+for one GPU model; a pending pod's ``fraction:<GE>:<memory bytes>`` from the pod inventory) can use a
+free whole GPU if it is ``gpu`` or a fraction, a free MIG instance of exactly its profile,
+unpartitioned slices where the MIG catalog says the profile still fits next to the existing instances
+(a dynamic GPU-instance creation; placement offsets are not modelled), and a free part of a GPU if it
+is a fraction no larger than it (memory included: that part of the GPU's memory) or ``gpu`` on a
+time-sliced or MPS GPU with a free replica. Kueue's pending sum of a fraction resource (``fraction``,
+no size) may fit any free whole GPU or part: it never makes capacity stranded. Free capacity is **stranded** only while demand is
 pending and no pending shape can use it; with no demand it is idle, not stranded; where no source of
 pending demand was collected at all, the reason says so instead of claiming there was none. Rows exist only
 for nodes with free capacity in the bucket. Of shapes with equal GE, the largest shape is the last
 profile name in sort order (so that reruns agree). Reasons are a few fixed sentences (the amounts
 are in their own columns), so that outputs can add up the GE-hours each reason holds.
 """
-
 from __future__ import annotations
 
 import duckdb
@@ -67,7 +71,7 @@ units AS (
 ),
 fits_fraction AS (  -- (bucket, free unit) that a pending fraction fits: its share, and its memory where it states it
     SELECT DISTINCT u.b, u.gk, u.shape
-    FROM units u JOIN pending p ON p.b = u.b AND p.profile LIKE 'fraction:%'
+    FROM units u JOIN pending p ON p.b = u.b AND p.profile LIKE 'fraction%'  -- Kueue's bare 'fraction': any size
     WHERE u.kind IN ('gpu', 'share') AND coalesce(p.share, 0) <= u.ge + 1e-9
       AND (p.memory IS NULL OR p.memory <= u.memory)
 ),

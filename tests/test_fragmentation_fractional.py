@@ -118,3 +118,20 @@ def test_each_fractional_holder_pays_its_part_and_the_lines_add_up_to_the_gpus_c
     # alpha 0.47 + 0.81 + 0.30 + 1 (GPU-W), beta 0.32 + 0.65 + 0.5 for half an hour, delta 2 replicas of 4;
     # the free parts (0.21 + 0.19 + 0.05 + 0.75 + 0.5 GE-hours) stay unallocated: 6 GPUs x 1 h x $10 in all
     assert lines == {"alpha": 25.8, "beta": 12.2, "delta": 5.0, "__unallocated__": 17.0}
+
+
+def test_a_queues_pending_fraction_of_unknown_size_never_makes_a_free_part_stranded(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("s1")
+    f.gpu("GPU-A", "s1")
+    f.samples("GPU-A", count=30, activity=0.4)
+    f.alloc("GPU-A", "alpha", pod="milli-600", ge=0.6, count=30)
+    f.pending("share", "fraction", T0 + timedelta(minutes=5))  # Kueue's sum of HAMi cores: no size
+    f.close()
+    summary = analyze(path, AnalysisSettings(window_seconds=1800, bucket_seconds=1800, end=T0 + timedelta(minutes=30)))
+    con = duckdb.connect(str(path), read_only=True)
+    got = con.execute("SELECT round(free_ge, 6), round(usable_ge, 6), stranded_ge, pending_shapes FROM fragmentation "
+                      "WHERE run_id = ?", [summary.run_id]).fetchall()
+    con.close()
+    assert got == [(0.4, 0.4, 0.0, ["fraction"])]
