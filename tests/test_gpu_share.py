@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpulens.core.gpu_share import GIB, MIB, GpuShare, parse_fraction_profile, pod_gpu_share
+from gpulens.core.gpu_share import GIB, MIB, GpuShare, pod_gpu_share
 
 
 def _pod(limits: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -50,11 +50,3 @@ def test_a_request_for_all_of_a_gpu_or_whole_gpus_is_not_a_fraction() -> None:
     assert pod_gpu_share(_pod({"alibabacloud.com/gpu-milli": "1000", "alibabacloud.com/gpu-count": "2"})) is None
     assert pod_gpu_share(_pod({"nvidia.com/gpucores": "100"})) is None
     assert pod_gpu_share(_pod(annotations={"gpu-fraction": "1"})) is None
-
-
-def test_the_pending_shape_of_a_fraction_names_its_share_and_memory() -> None:
-    hami = GpuShare(0.3, None, 8 * GIB, 1, "hami")
-    assert hami.profile() == f"fraction:0.3:{8 * GIB}"
-    assert parse_fraction_profile(hami.profile()) == (0.3, 8 * GIB)
-    assert parse_fraction_profile(GpuShare(None, None, GIB).profile()) == (None, GIB)
-    assert parse_fraction_profile("1g.18gb") is None

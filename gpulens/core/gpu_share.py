@@ -40,8 +40,6 @@ FRACTION_RESOURCES = (
 """Extended resources that ask for part of a GPU (or count the GPUs such a part is asked on)."""
 FRACTION_ANNOTATIONS = (KAI_FRACTION, KAI_MEMORY_ANNOTATION, KAI_DEVICES, GPU_MILLI, GPU_COUNT)
 """Pod annotations that ask for part of a GPU (KAI, and the milli-GPU simulators' annotations)."""
-FRACTION_PROFILE = "fraction"
-"""Pending shapes of a fraction are ``fraction:<share>:<memory bytes>`` (either part may be empty)."""
 _EPS = 1e-9
 
 
@@ -67,13 +65,6 @@ class GpuShare:
         if self.memory_bytes is not None and memory_total_bytes:
             parts.append(self.memory_bytes / float(memory_total_bytes))
         return min(1.0, max(parts)) if parts else None
-
-    def profile(self) -> str:
-        """The pending shape: ``fraction:<share>:<memory bytes>`` (e.g. ``fraction:0.47:``)."""
-        share = self.share()
-        text = "" if share is None else f"{share:.6g}"
-        memory = "" if self.memory_bytes is None else str(self.memory_bytes)
-        return f"{FRACTION_PROFILE}:{text}:{memory}"
 
 
 def _ratio(value: Any, per_whole: float) -> float | None:
@@ -163,15 +154,3 @@ def _koordinator(req: Mapping[str, float]) -> GpuShare | None:
     if core is None and ratio is None and memory is None:
         return None
     return GpuShare(core, ratio, int(memory) if memory else None, 1, "koordinator")
-
-
-def parse_fraction_profile(profile: str) -> tuple[float | None, int | None] | None:
-    """(share, memory bytes) of a ``fraction:`` pending shape; ``None`` for any other shape."""
-    head, _, rest = profile.partition(":")
-    if head != FRACTION_PROFILE:
-        return None
-    share, _, memory = rest.partition(":")
-    try:
-        return (float(share) if share else None, int(memory) if memory else None)
-    except ValueError:
-        return None
