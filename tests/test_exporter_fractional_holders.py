@@ -61,3 +61,24 @@ def test_a_holder_of_whole_gpus_still_holds_the_whole_device(api: FakeKubernetes
         got = [(a.device_uuid, a.gpu_equivalents, a.sharing_mode) for a in source.read_allocations(0.0)]
     devices.close()
     assert got == [(GPU, 1.0, SharingMode.EXCLUSIVE)]
+
+
+def test_kai_fraction_pods_hold_their_fraction_of_the_gpu_their_groups_reservation_pod_holds(
+        api: FakeKubernetesApi, tmp_path: Path) -> None:
+    group = {"runai-gpu-group": "g-1"}
+    api.add_pod("kai-resource-reservation", "reservation-g-1", NODE, labels=group, limits={"nvidia.com/gpu": "1"})
+    api.add_pod("infer", "half", NODE, labels=group, annotations={"gpu-fraction": "0.5"})
+    api.add_pod("infer", "quarter", NODE, labels=group, annotations={"gpu-fraction": "0.25"})
+    api.add_pod("infer", "other-group", NODE, labels={"runai-gpu-group": "g-2"}, annotations={"gpu-fraction": "0.5"})
+    fake = FakeNvml([load_capture(H100_NO_MIG, uuid=GPU)])
+    devices = NvmlDeviceSource(fake, NODE, watch_xids=False)
+    devices.read_devices(fake.now)
+    with FakeKubelet(tmp_path) as kubelet:  # the fraction pods hold no device in PodResources: the reservation pod does
+        kubelet.pods = [pod("kai-resource-reservation", "reservation-g-1", [container("c", "nvidia.com/gpu", [GPU])])]
+        source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)), directory=lambda: devices.directory,
+                                         tenants=TenantResolver(KubernetesClient(api.url), NODE))
+        got = {(a.namespace, a.pod): (a.device_uuid, a.gpu_equivalents, a.sharing_mode)
+               for a in source.read_allocations(0.0)}
+    devices.close()
+    assert got == {("infer", "half"): (GPU, 0.5, SharingMode.TIME_SLICING),
+                   ("infer", "quarter"): (GPU, 0.25, SharingMode.TIME_SLICING)}

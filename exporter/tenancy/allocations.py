@@ -6,7 +6,8 @@ DRA claim's consumed capacity of a shared device, and MIG instances the DRA driv
 how many replicas a shared GPU advertises (``GetAllocatableResources``), and who the pod belongs to
 (tenant, Kueue queue, owning workload). A pod that asks for part of a GPU (HAMi, a KAI fraction, a
 milli-GPU request: :mod:`gpulens.core.gpu_share`) holds that part of the device (its GE), shared as
-time-slicing shares it; the rest of the GPU stays free capacity. The kubelet failing raises ``KubeletUnavailableError`` (the
+time-slicing shares it; the rest of the GPU stays free capacity. A KAI reservation pod's GPU is held by
+its group's fraction pods (label ``runai-gpu-group``), each with its fraction. The kubelet failing raises ``KubeletUnavailableError`` (the
 cycle counts it under ``kubelet``); tenant lookups failing only degrade the tenant to the namespace
 name and are counted under ``tenants``, DRA claims no ResourceSlice resolves under ``dra``: the source is
 :class:`~gpulens.exporter.model.ErrorCounting` and its ``take_errors()`` adds up its parts' counts.
@@ -88,6 +89,9 @@ class KubeletAllocationSource:
             if ref.replica is not None and advertised == 0:  # allocatable unknown: count what is held
                 advertised = sum(1 for g in view.devices if shared_base(g.device_id) == base_id)
             info = infos[(grant.namespace, grant.pod)]
+            if info.gpu_group is not None and self._tenants is not None:  # KAI: the group's fractions hold the GPU
+                allocations += self._group_fractions(self._tenants, info.gpu_group, uuid, directory)
+                continue
             share = _device_share(uuid, grant.resource_name, directory)
             mode = (SharingMode.MIG if uuid.startswith("MIG-") or grant.resource_name.startswith(MIG_RESOURCE_PREFIX)
                     else SharingMode.TIME_SLICING if ref.replica is not None else SharingMode.EXCLUSIVE)
@@ -106,6 +110,19 @@ class KubeletAllocationSource:
                 continue
             allocations.append(_allocation(infos[(claim.namespace, claim.pod)], claim.container, *holding, None))
         return tuple(allocations)
+
+    def _group_fractions(self, tenants: TenantResolver, group: str, uuid: str,
+                         directory: DeviceDirectory) -> list[Allocation]:
+        """The fraction pods of a KAI GPU group, each holding its fraction of the GPU that the group's
+        reservation pod holds (the reservation pod itself holds nothing: it is KAI's placeholder)."""
+        out = []
+        for namespace, pod, container in tenants.gpu_group_members(group):
+            info = self._pod_info(namespace, pod)
+            fraction = _fraction(info, uuid, directory)
+            if fraction is not None and not info.finished:
+                out.append(_allocation(info, container, uuid, SharingMode.TIME_SLICING,
+                                       _device_share(uuid, "", directory) * fraction, None))
+        return out
 
     def _claim_holding(self, claim: ClaimGrant, directory: DeviceDirectory,
                        placed: dict[tuple[str, str, str], str]) -> tuple[str, SharingMode, float] | None:

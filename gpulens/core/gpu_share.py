@@ -30,6 +30,10 @@ GIB = 2**30
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY_ANNOTATION = "gpu-memory"
 KAI_DEVICES = "gpu-fraction-num-devices"
+KAI_GPU_GROUP = "runai-gpu-group"
+"""Label KAI puts on a fraction pod and on the reservation pod that holds its GPU for the group."""
+KAI_RESERVATION_NAMESPACES = ("kai-resource-reservation", "runai-reservation")
+"""Where KAI's reservation pods run: each holds one whole GPU in PodResources for its group's fractions."""
 GPU_MILLI = "alibabacloud.com/gpu-milli"
 GPU_COUNT = "alibabacloud.com/gpu-count"
 FRACTION_RESOURCES = (
