@@ -224,7 +224,9 @@ def exporter_api_traffic() -> list[RecordedRequest]:
                  (("a", "labelled"), ("b", "queued"), ("c", "web-7d9-x"), ("c", "train-0"))]
         assert [(i.rule, i.workload_kind) for i in infos] == [
             ("pod_label", "Pod"), ("kueue", "Pod"), ("capsule", "Deployment"), ("capsule", "JobSet")]
-        ResourceSliceDirectory(client, node).uuid("gpu.nvidia.com", node, "gpu-0")
+        slices = ResourceSliceDirectory(client, node)
+        slices.uuid("gpu.nvidia.com", node, "gpu-0")
+        slices.claim_result("c", "train-0-gpu", "gpu.nvidia.com", node, "gpu-0")
         client.close()
     return api.requests
 

@@ -1,4 +1,4 @@
-"""Kubernetes quantities (``4``, ``500m``, ``80Gi``) as numbers, for every reader of the Kubernetes API."""
+"""Kubernetes quantities (``4``, ``500m``, ``80Gi``) as numbers."""
 
 from __future__ import annotations
 
