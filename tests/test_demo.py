@@ -75,3 +75,33 @@ def test_demo_shows_early_warnings_with_trend_start_and_lead(
     # whose precursors began before the first sample is warned late (or at its failure), never after it.
     assert leads and all(lead >= 0 for (lead,) in leads), leads
     assert max(lead for (lead,) in leads) >= 1800, leads
+
+
+def test_demo_runs_the_whole_loop_and_says_each_decision_in_one_line(demo_run: DemoRun) -> None:
+    """A quota cut with its evidence, a plan where every pool fits, the default reserve's conflict as a what-if,
+    a failing GPU's node quarantined under the default guard rails, and a MIG layout that fits."""
+    out, proc = demo_run.out, demo_run.proc
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr[proc.stderr.index("What the loop decided on this fleet:"):].splitlines()
+    said = {line.split(":")[0].removeprefix("  - "): line for line in lines if line.startswith("  - ")}
+    assert said["quota cut"].startswith("  - quota cut: ClusterQueue ") and " -> " in said["quota cut"]
+    assert "evidence: demand (in use + pending) over 14.0 days" in said["quota cut"]
+    assert "11 flavor/resource pool(s)" in said[next(k for k in said if k.startswith("quota plan "))]
+    assert any("every pool fits its capacity" in line for line in said.values())
+    assert ("what if every flavor kept an n+1 reserve (the default policy): CONFLICT in 2 pool(s) "
+            "(h100-80gb/nvidia.com/gpu short ") in said["what if every flavor kept an n+1 reserve (the default policy)"]
+    assert "quarantine gpu-h100-train-1 (node taint: drain)" in said["remediate (dry run, default guard rails)"]
+    assert said["MIG layout"].startswith("  - MIG layout: fits 1 of 2 workload(s) (gpu-a100-mig-0 GPU ")
+    with duckdb.connect(str(out / "gpulens.duckdb"), read_only=True) as con:
+        plan = con.execute("SELECT cluster_queue, flavor, current_quota, planned_quota, binding_constraint, conflict "
+                           "FROM quota_plan").fetchall()
+        taints = con.execute("SELECT count(*) FROM remediation_outcomes WHERE action = 'taint'").fetchone()
+    assert plan and all(row[4] != "conflict" and row[5] is None for row in plan)
+    by_entry = {(q, f): (current, planned) for q, f, current, planned, _, _ in plan}
+    assert by_entry[("llm-research", "h100-80gb")] == (16, 12)  # four failing GPUs out: cut to what the pool holds
+    assert by_entry[("foundation", "h200-80gb")] == (24, 24)
+    assert taints == (1,)
+    assert any((out / "plan").glob("clusterqueue-*.yaml")) and any((out / "remediation").iterdir())
+    report = (out / "report" / "index.html").read_text(encoding="utf-8")
+    section = report[report.index('id="plan"'):]
+    assert "Quota plan " in section and "llm-research" in section and "run `gpulens plan" not in section

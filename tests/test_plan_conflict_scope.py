@@ -10,7 +10,7 @@ import yaml
 
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import gpulens
-from tests.support.recommend_cluster import CQ_V1BETA2
+from tests.support.recommend_cluster import CQ_V1BETA2, gpu_nominal
 from tests.support.recommend_store import StoreBuilder
 
 DAYS_15 = 15 * 288
@@ -42,10 +42,6 @@ def _files(tmp_path: Path) -> tuple[Path, Path]:
     return capacity, policy
 
 
-def _nominal(body: dict, flavor: str) -> int:  # type: ignore[type-arg]
-    return next(r["nominalQuota"] for g in body["spec"]["resourceGroups"] for f in g["flavors"] if f["name"] == flavor
-                for r in f["resources"] if r["name"] == "nvidia.com/gpu")
-
 
 def test_a_pool_in_conflict_keeps_its_quotas_while_the_other_pools_are_written_and_the_exit_status_says_so(
     store: Path, tmp_path: Path
@@ -62,9 +58,9 @@ def test_a_pool_in_conflict_keeps_its_quotas_while_the_other_pools_are_written_a
                                    "(a100/nvidia.com/gpu); the other pools are planned")
     assert sorted(p.name for p in out.glob("*.yaml")) == ["clusterqueue-team-a.yaml", "clusterqueue-team-c.yaml"]
     team_a = yaml.safe_load((out / "clusterqueue-team-a.yaml").read_text())
-    assert _nominal(team_a, "h100") == 12  # the cut of the pool that fits: one step of 25%
+    assert gpu_nominal(team_a, "h100") == 12  # the cut of the pool that fits: one step of 25%
     team_c = yaml.safe_load((out / "clusterqueue-team-c.yaml").read_text())
-    assert _nominal(team_c, "h100") == 5 and _nominal(team_c, "a100") == 8  # a100 as it is
+    assert gpu_nominal(team_c, "h100") == 5 and gpu_nominal(team_c, "a100") == 8  # a100 as it is
     assert team_c["metadata"]["annotations"]["gpulens.io/applied-to"] == '{"h100/nvidia.com/gpu": 5}'
     with duckdb.connect(str(store), read_only=True) as con:
         rows = con.execute("SELECT flavor, cluster_queue, planned_quota, binding_constraint, conflict IS NOT NULL "
@@ -94,5 +90,5 @@ def test_apply_sends_the_pools_that_fit_leaves_the_conflicting_entry_as_it_is_an
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "ClusterQueue team-a: APPLIED: h100/nvidia.com/gpu 16 -> 12" in proc.stdout
     assert "ClusterQueue team-c: APPLIED: h100/nvidia.com/gpu 4 -> 5" in proc.stdout
-    assert _nominal(team_c, "h100") == 5 and _nominal(team_c, "a100") == 8
+    assert gpu_nominal(team_c, "h100") == 5 and gpu_nominal(team_c, "a100") == 8
     assert "in conflict keep their quotas (a100/nvidia.com/gpu)" in proc.stderr
