@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 
 from tests.support.demo_run import DemoRun
 
@@ -90,18 +92,24 @@ def test_demo_runs_the_whole_loop_and_says_each_decision_in_one_line(demo_run: D
     assert any("every pool fits its capacity" in line for line in said.values())
     assert ("what if every flavor kept an n+1 reserve (the default policy): CONFLICT in 2 pool(s) "
             "(h100-80gb/nvidia.com/gpu short ") in said["what if every flavor kept an n+1 reserve (the default policy)"]
-    assert "quarantine gpu-h100-train-1 (node taint: drain)" in said["remediate (dry run, default guard rails)"]
-    assert said["MIG layout"].startswith("  - MIG layout: fits 1 of 2 workload(s) (gpu-a100-mig-0 GPU ")
+    assert re.search(r"quarantine gpu-h100-train-\d \(node taint: drain\); \d+ held back by the guard rails$",
+                     said["remediate (dry run, default guard rails)"])
+    assert re.match(r"  - MIG layout: fits [1-9]\d* of \d+ workload\(s\) \(gpu-", said["MIG layout"])
     with duckdb.connect(str(out / "gpulens.duckdb"), read_only=True) as con:
-        plan = con.execute("SELECT cluster_queue, flavor, current_quota, planned_quota, binding_constraint, conflict "
-                           "FROM quota_plan").fetchall()
+        plan = con.execute("SELECT cluster_queue, flavor, current_quota, planned_quota, capacity, drained, "
+                           "binding_constraint, conflict FROM quota_plan").fetchall()
         taints = con.execute("SELECT count(*) FROM remediation_outcomes WHERE action = 'taint'").fetchone()
-    assert plan and all(row[4] != "conflict" and row[5] is None for row in plan)
-    by_entry = {(q, f): (current, planned) for q, f, current, planned, _, _ in plan}
-    assert by_entry[("llm-research", "h100-80gb")] == (16, 12)  # four failing GPUs out: cut to what the pool holds
-    assert by_entry[("foundation", "h200-80gb")] == (24, 24)
+    assert plan and all(row[6] != "conflict" and row[7] is None for row in plan)
+    by_entry = {(q, f): (current, planned, capacity, drained) for q, f, current, planned, capacity, drained, _, _
+                in plan}
+    current, planned, capacity, drained = by_entry[("llm-research", "h100-80gb")]
+    # its failing GPUs are out (at most 4 of them, so one step of 25 % reaches): cut to what the pool holds
+    assert current == 16 and 1 <= drained <= 4 and planned == capacity == 16 - drained
+    assert by_entry[("foundation", "h200-80gb")][:2] == (24, 24)
     assert taints == (1,)
     assert any((out / "plan").glob("clusterqueue-*.yaml")) and any((out / "remediation").iterdir())
+    policy = yaml.safe_load((out / "plan-policy.yaml").read_text(encoding="utf-8"))
+    assert policy == {"reserve": {"flavors": {"h100-80gb": 0, "h200-80gb": 0}}}  # the pools dedicated to one team
     report = (out / "report" / "index.html").read_text(encoding="utf-8")
     section = report[report.index('id="plan"'):]
     assert "Quota plan " in section and "llm-research" in section and "run `gpulens plan" not in section

@@ -27,7 +27,8 @@ under DIR/plan-policy.yaml (dry-run YAML in DIR/plan/) and show what the default
 decide the quarantine of failing GPUs (dry run, DIR/remediation/); write the HTML report to
 DIR/report/index.html; end with one line per decision.
 
-The store, report, policy and dry-run files in DIR are replaced on every run; nothing else there is touched.
+The store, report, policy and dry-run YAML in DIR are replaced on every run (DIR/remediation/ gets this run's
+files); nothing else there is touched.
 """
 
 _OUTPUTS = ("gpulens.duckdb", "gpulens.duckdb.wal")
