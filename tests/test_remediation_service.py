@@ -21,7 +21,15 @@ from gpulens.analytics.remediation.service import RemediationService
 from gpulens.analytics.remediation.webhook_server import RemediationServer
 from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
-from tests.support.alert_fleet import alert, gpu_uuid, healthy_fleet_store, node_name, webhook
+from tests.support.alert_fleet import (
+    alert,
+    gpu_uuid,
+    healthy_fleet_store,
+    node_name,
+    our_taints,
+    put_nodes,
+    webhook,
+)
 from tests.support.cli import assert_one_line_error, gpulens
 
 END = datetime(2026, 12, 2, 3, 0)
@@ -43,14 +51,6 @@ def store(tmp_path: Path) -> tuple[Path, list[str]]:
     return path, healthy_fleet_store(path, {"train": 10, "infer": 2}, END)
 
 
-def cluster(fake: FakeKubernetesApi, nodes: list[str]) -> None:
-    for n in nodes:
-        fake.put(f"/api/v1/nodes/{n}", {
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"pool": n.split("-")[0]}},
-            "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-
-
 @contextmanager
 def applying(fake: FakeKubernetesApi) -> Iterator[KubernetesClient]:
     with KubernetesClient(KubeConnection(fake.url, {})) as api:
@@ -66,10 +66,6 @@ def outcomes(db: Path) -> list[tuple[Any, ...]]:
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute("SELECT node, action, mode, outcome, evidence FROM remediation_outcomes "
                            "ORDER BY decided_at, node").fetchall()
-
-
-def our_taints(fake: FakeKubernetesApi, node: str) -> list[dict[str, Any]]:
-    return [t for t in fake.objects[f"/api/v1/nodes/{node}"]["spec"].get("taints") or [] if t["key"] == OURS]
 
 
 def lost(node: str, starts: datetime, **kw: Any) -> dict[str, Any]:
@@ -95,7 +91,7 @@ def test_a_repeated_or_regrouped_alert_writes_and_records_nothing_new(store) -> 
     node = node_name("train", 3)
     first = lost(node, END + timedelta(minutes=9))
     with FakeKubernetesApi() as fake:
-        cluster(fake, nodes)
+        put_nodes(fake, nodes)
         svc = service(db, clock, fake)
         svc.receive(parse_webhook(webhook([first])))
         clock.now += timedelta(minutes=5)
@@ -116,7 +112,7 @@ def test_a_flood_of_one_alert_per_node_of_a_flavor_holds_on_the_breaker(store) -
     train = [n for n in nodes if n.startswith("train")]
     body = webhook([lost(n, END + timedelta(minutes=8)) for n in train])
     with FakeKubernetesApi() as fake:
-        cluster(fake, nodes)
+        put_nodes(fake, nodes)
         svc = service(db, clock, fake)
         ev = svc.receive(parse_webhook(body))
         held_again = svc.receive(parse_webhook(body))
@@ -136,7 +132,7 @@ def test_the_caps_and_the_last_schedulable_node_hold_for_alerts_as_for_remediate
     clock = Clock(END + timedelta(minutes=10))
     infer = [n for n in nodes if n.startswith("infer")]
     with FakeKubernetesApi() as fake:
-        cluster(fake, nodes)
+        put_nodes(fake, nodes)
         svc = service(db, clock, fake, breaker_share=1.0, max_share=1.0)
         first = svc.receive(parse_webhook(webhook([lost(infer[0], END + timedelta(minutes=1))])))
         clock.now += timedelta(minutes=1)
@@ -152,7 +148,7 @@ def test_an_early_warning_alert_quarantines_its_node_as_a_watch_candidate(store)
     node = node_name("train", 5)
     warn = alert("GpuPcieReplayRateRising", node, END + timedelta(minutes=2), gpu=gpu_uuid(node, 1), severity="warning")
     with FakeKubernetesApi() as fake:
-        cluster(fake, nodes)
+        put_nodes(fake, nodes)
         ev = service(db, clock, fake).receive(parse_webhook(webhook([warn])))
         taints = our_taints(fake, node)
     assert [(d.node, d.action, d.reason) for d in ev.changed] == [(node, "taint", "watch")]
@@ -165,7 +161,7 @@ def test_a_resolved_alert_releases_its_node_only_after_the_healthy_period(store)
     node = node_name("train", 3)
     firing = lost(node, END + timedelta(minutes=9))
     with FakeKubernetesApi() as fake:
-        cluster(fake, nodes)
+        put_nodes(fake, nodes)
         svc = service(db, clock, fake, healthy_seconds=3600)
         svc.receive(parse_webhook(webhook([firing])))
         clock.now = END + timedelta(minutes=30)

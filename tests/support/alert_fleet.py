@@ -14,8 +14,10 @@ from typing import Any
 
 import duckdb
 
+from gpulens.analytics.remediation.policy import TAINT_KEY
 from gpulens.analytics.result_tables import create_result_tables, insert_rows
 from gpulens.collector.schema import create_schema
+from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 RUN = "alertfleet000001"
 
@@ -72,3 +74,17 @@ def webhook(alerts: list[dict[str, Any]], group_key: str = '{}:{alertname="GpuDo
                        "status": "firing" if firing else "resolved", "receiver": "gpulens-remediation",
                        "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
                        "externalURL": "http://alertmanager:9093", "alerts": alerts}).encode()
+
+
+def put_nodes(fake: FakeKubernetesApi, nodes: list[str]) -> None:
+    """Every node as a Ready Node of its pool, carrying the pool's own taint (which gpulens keeps)."""
+    for n in nodes:
+        fake.put(f"/api/v1/nodes/{n}", {
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"pool": n.split("-")[0]}},
+            "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def our_taints(fake: FakeKubernetesApi, node: str) -> list[dict[str, Any]]:
+    """The gpulens taints of a Node as the fake API server holds it."""
+    return [t for t in fake.objects[f"/api/v1/nodes/{node}"]["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
