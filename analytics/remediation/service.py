@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
+
 from gpulens.analytics.remediation.alert_inputs import with_alerts
 from gpulens.analytics.remediation.alerts import GpuAlert, Webhook
 from gpulens.analytics.remediation.apply import NodeOutcome
@@ -95,12 +97,17 @@ class Evaluation:
 
 @dataclass
 class RemediationService:
-    """Decides on alerts; ``api`` opens a client per evaluation for ``--apply`` (None: dry run)."""
+    """Decides on alerts; ``api`` opens a client per evaluation for ``--apply`` (None: dry run).
+
+    ``db`` gives the health run; the decisions go to ``record_db`` (default: ``db``). A separate record
+    store lets the service read a published copy of the store while the analytics jobs own the original
+    (DuckDB takes one writer per file, and refuses it while another process has the file open)."""
 
     db: Path
     policy: RemediationPolicy
     clock: Callable[[], datetime]
     api: ApiFactory | None = None
+    record_db: Path | None = None
     alert_ttl_seconds: float = 3600.0
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
     sleep: Callable[[float], None] | None = None
@@ -111,6 +118,11 @@ class RemediationService:
 
     def __post_init__(self) -> None:
         self.book = AlertBook(self.alert_ttl_seconds)
+        if self.record_db is not None and not self.record_db.exists():
+            try:
+                duckdb.connect(str(self.record_db)).close()
+            except duckdb.Error as exc:
+                raise UserError(f"--record-db {self.record_db}: cannot create it: {exc}") from exc
 
     def receive(self, webhook: Webhook) -> Evaluation:
         """Take the webhook's alerts and decide (``error`` set when the store or cluster cannot be read)."""
@@ -180,7 +192,7 @@ class RemediationService:
             return
         merged = {name: [v for cols in self._pending for v in cols[name]] for name in self._pending[0]}
         try:
-            record_columns(self.db, merged)
+            record_columns(self.record_db or self.db, merged)
         except UserError:
             self.metrics.unrecorded.set(len(merged["node"]))
             return

@@ -43,6 +43,10 @@ def register(app: typer.Typer) -> None:
     @app.command("remediate-serve", help=SERVE_HELP)
     def remediate_serve_command(
         db: Annotated[Path, typer.Option("--db", help="The DuckDB store with a health run (gpulens analyze).")],
+        record_db: Annotated[
+            Path | None, typer.Option("--record-db", help="Record the decisions in this store (default: --db); "
+                                      "created when missing.")
+        ] = None,
         listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve on (port 0 = any free port).")] = "0.0.0.0:9403",
         apply: Annotated[bool, typer.Option("--apply", help="Change the cluster (default: dry run).")] = False,
         kubeconfig: KubeconfigOption = None,
@@ -74,11 +78,12 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--listen: {exc}") from exc
         if not db.is_file():
             raise UserError(f"--db {db}: no such store (run `gpulens collect` and `gpulens analyze` first)")
-        _serve(db, policy, address, apply, kubeconfig, resync_s, ttl_s, timeout_s)
+        _serve(db, record_db, policy, address, apply, kubeconfig, (resync_s, ttl_s, timeout_s))
 
 
-def _serve(db: Path, policy: RemediationPolicy, address: tuple[str, int], apply: bool, kubeconfig: Path | None,
-           resync_s: float, ttl_s: float, timeout_s: float) -> None:
+def _serve(db: Path, record_db: Path | None, policy: RemediationPolicy, address: tuple[str, int], apply: bool,
+           kubeconfig: Path | None, seconds: tuple[float, float, float]) -> None:
+    """Serve until SIGTERM or SIGINT; ``seconds``: the resync period, the alert TTL, the request timeout."""
     import signal
     import threading
     from contextlib import AbstractContextManager
@@ -86,6 +91,8 @@ def _serve(db: Path, policy: RemediationPolicy, address: tuple[str, int], apply:
     from gpulens.analytics.remediation.service import RemediationService
     from gpulens.analytics.remediation.webhook_server import WEBHOOK_PATH, RemediationServer, resync_loop
     from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+
+    resync_s, ttl_s, timeout_s = seconds
 
     api = None
     if apply:
@@ -95,7 +102,7 @@ def _serve(db: Path, policy: RemediationPolicy, address: tuple[str, int], apply:
             return KubernetesClient(connection_from_kubeconfig(kubeconfig), timeout_s=timeout_s)
 
     service = RemediationService(db, policy, clock=lambda: datetime.now(UTC).replace(tzinfo=None), api=api,
-                                 alert_ttl_seconds=ttl_s)
+                                 record_db=record_db, alert_ttl_seconds=ttl_s)
     try:
         server = RemediationServer(address, service, log=lambda line: typer.echo(line, err=True))
     except OSError as exc:
