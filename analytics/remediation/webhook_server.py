@@ -35,6 +35,12 @@ class RemediationServer(ThreadingHTTPServer):
     def port(self) -> int:
         return int(self.server_address[1])
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line, never a traceback: a client that hung up before the answer (Alertmanager's timeout) says so."""
+        import sys
+
+        self.log(f"request from {client_address[0]} not answered: {sys.exc_info()[1]!r}")
+
     def report(self, ev: Evaluation) -> None:
         for line in ev.lines():
             self.log(line)
