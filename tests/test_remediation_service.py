@@ -255,17 +255,7 @@ def test_the_webhook_answers_200_with_the_decisions_400_for_a_bad_body_and_503_w
     assert unavailable == 503 and "no such store" in why["error"], "Alertmanager retries a 5xx"
 
 
-def test_serve_refuses_a_missing_store_and_a_bad_listen_address_in_one_line(tmp_path: Path) -> None:
-    assert_one_line_error(gpulens("remediate-serve", "--db", str(tmp_path / "none.duckdb")), "--db", "no such store")
+def test_serve_refuses_a_file_that_is_not_a_store_and_a_bad_listen_address_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "notes.duckdb").write_text("not a DuckDB file\n" * 100)
+    assert_one_line_error(gpulens("remediate-serve", "--db", str(tmp_path / "notes.duckdb")), "notes.duckdb")
     assert_one_line_error(gpulens("remediate-serve", "--db", str(tmp_path / "x"), "--listen", "nowhere"), "--listen")
-
-
-def test_with_a_record_store_the_decisions_land_there_and_the_health_store_is_only_read(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    db, _ = store
-    record = tmp_path / "remediation.duckdb"
-    clock = Clock(END + timedelta(minutes=10))
-    svc = RemediationService(db, RemediationPolicy(), clock=clock, record_db=record)
-    svc.receive(parse_webhook(webhook([lost(node_name("train", 4), END + timedelta(minutes=9))])))
-    assert [r[:2] for r in outcomes(record)] == [(node_name("train", 4), "taint")]
-    with duckdb.connect(str(db), read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM remediation_outcomes").fetchone() == (0,)

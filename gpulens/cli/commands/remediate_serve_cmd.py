@@ -76,9 +76,23 @@ def register(app: typer.Typer) -> None:
             address = parse_listen(listen)
         except ValueError as exc:
             raise UserError(f"--listen: {exc}") from exc
-        if not db.is_file():
-            raise UserError(f"--db {db}: no such store (run `gpulens collect` and `gpulens analyze` first)")
+        _check_store(db)
         _serve(db, record_db, policy, address, apply, kubeconfig, (resync_s, ttl_s, timeout_s))
+
+
+def _check_store(db: Path) -> None:
+    """A store that is not one fails now; a store not written yet (a new install, before the first
+    ``gpulens analyze``) is only warned about: each alert answers 503 until it is there."""
+    from gpulens.analytics.remediation.plan import NoHealthRun, load_inputs
+
+    if not db.exists():
+        typer.echo(f"gpulens: warning: --db {db}: no store yet; alerts are answered 503 until `gpulens analyze` "
+                   "has written one", err=True)
+        return
+    try:
+        load_inputs(db)
+    except NoHealthRun as exc:
+        typer.echo(f"gpulens: warning: {exc}; alerts are answered 503 until then", err=True)
 
 
 def _serve(db: Path, record_db: Path | None, policy: RemediationPolicy, address: tuple[str, int], apply: bool,
