@@ -259,3 +259,31 @@ def test_serve_refuses_a_file_that_is_not_a_store_and_a_bad_listen_address_in_on
     (tmp_path / "notes.duckdb").write_text("not a DuckDB file\n" * 100)
     assert_one_line_error(gpulens("remediate-serve", "--db", str(tmp_path / "notes.duckdb")), "notes.duckdb")
     assert_one_line_error(gpulens("remediate-serve", "--db", str(tmp_path / "x"), "--listen", "nowhere"), "--listen")
+
+
+def test_an_alert_on_a_dra_gpu_quarantines_that_device_alone_and_leaves_the_node_schedulable(store) -> None:  # type: ignore[no-untyped-def]
+    db, nodes = store
+    clock = Clock(END + timedelta(minutes=10))
+    node = node_name("train", 6)
+    group = "/apis/resource.k8s.io"
+    with FakeKubernetesApi() as fake:
+        put_nodes(fake, nodes)
+        fake.serve_api_group("resource.k8s.io", {"v1": ["resourceslices"], "v1beta2": ["devicetaintrules"]})
+        fake.put(f"{group}/v1/resourceslices/{node}-gpu.nvidia.com", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {"nodeName": node, "driver": "gpu.nvidia.com", "pool": {"name": node, "generation": 1},
+                     "devices": [{"name": f"gpu-{i}", "attributes": {"uuid": {"string": gpu_uuid(node, i)}}}
+                                 for i in range(2)]}})
+        theirs = f"{group}/v1beta2/devicetaintrules/ops-quarantine"
+        fake.put(theirs, {"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+                          "metadata": {"name": "ops-quarantine", "labels": {"team": "ops"}},
+                          "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "other", "device": "gpu-0"},
+                                   "taint": {"key": "ops", "effect": "NoSchedule"}}})
+        ev = service(db, clock, fake).receive(parse_webhook(webhook([lost(node, END + timedelta(minutes=9))])))
+        rules = {p: o for p, o in fake.objects.items() if "/devicetaintrules/" in p and p != theirs}
+        node_taints = our_taints(fake, node)
+    assert [(d.node, d.action, d.scope) for d in ev.changed] == [(node, "taint", "device")]
+    (rule,) = rules.values()
+    assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": node, "device": "gpu-0"}
+    assert rule["spec"]["taint"]["value"] == "xid-79"
+    assert node_taints == [], "the node's other GPU keeps taking work"
