@@ -44,6 +44,15 @@ def test_the_service_reads_the_published_store_and_records_in_a_file_of_its_own(
     assert record and record[0] not in ("--record-db=/data/gpulens.duckdb", "--record-db=/data/app/gpulens.duckdb")
 
 
+def test_the_service_runs_next_to_the_dashboard_where_the_store_volume_is_attached() -> None:
+    spec = pod_spec(one("Deployment", "gpulens-remediation"))
+    assert spec is not None
+    (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    dashboard = one("Deployment", "gpulens-dashboard")["spec"]["template"]["metadata"]["labels"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= dashboard.items()
+
+
 def test_alertmanager_routes_exactly_the_alerts_the_service_acts_on_to_its_webhook() -> None:
     config = one("AlertmanagerConfig", "gpulens-remediation")["spec"]
     (matcher,) = config["route"]["matchers"]

@@ -203,7 +203,7 @@ class RemediationService:
 def _standing(d: Decision, o: NodeOutcome | None) -> tuple[str, ...]:
     """Where a decision leaves its node: quarantined, released, or the rail that stopped it."""
     if d.action in ("taint", "keep") and (o is None or o.status in _DONE):
-        return ("quarantined", d.scope)
+        return ("quarantined",)
     if d.action == "untaint" and (o is None or o.status in _DONE):
         return ("released",)
     return (d.action, o.status if o else "", d.reason.split(":")[0])
