@@ -150,6 +150,13 @@ class HealthRules(BaseModel):
     retired_pages_drain: int = Field(default=63, ge=1)
     nvlink_crc_per_second_warn: float = Field(default=100.0, gt=0)
     thermal_violation_seconds_warn: float = Field(default=0.0, ge=0)
+    silent_after_seconds: float = Field(default=900.0, gt=0, allow_inf_nan=False)
+    """A GPU without a physical sample for this long before the fleet's last one warns (samples stopped)."""
+    thin_share: float = Field(default=0.5, gt=0, le=1)
+    """A GPU with fewer samples than this share of the fleet's median over ``thin_lookback_seconds`` warns."""
+    thin_lookback_seconds: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    thin_min_samples: int = Field(default=10, ge=1)
+    """Thinning is judged only where the fleet's median count is at least this (too few samples say nothing)."""
     early_warning: EarlyWarningRules = EarlyWarningRules()
 
     @model_validator(mode="after")
