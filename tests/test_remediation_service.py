@@ -19,7 +19,7 @@ from gpulens.analytics.remediation.alerts import BadWebhook, parse_webhook
 from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.service import RemediationService
 from gpulens.analytics.remediation.webhook_server import RemediationServer
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
+from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.alert_fleet import (
     alert,

@@ -31,7 +31,7 @@ from gpulens.analytics.remediation.record import outcome_columns, record_columns
 from gpulens.analytics.remediation.run import RemediationReport, apply_inputs, plan_inputs
 from gpulens.analytics.remediation.service_metrics import ServiceMetrics
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 ApiFactory = Callable[[], AbstractContextManager[KubernetesClient]]
 _DONE = ("applied", "unchanged")

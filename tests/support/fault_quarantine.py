@@ -28,8 +28,8 @@ from typing import Any
 from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.service import RemediationService
 from gpulens.analytics.remediation.webhook_server import RemediationServer
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
-from gpulens.exporter.model import DeviceReadings, Gpu, HealthReadings, SharingMode
+from gpulens.core.device_model import DeviceReadings, Gpu, HealthReadings, SharingMode
+from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
 from tests.fakes.kubernetes_api import FakeKubernetesApi

@@ -73,7 +73,7 @@ def build_policy(max_share: float, max_nodes: int | None, breaker_share: float, 
     from pydantic import ValidationError
 
     from gpulens.analytics.remediation.policy import RemediationPolicy
-    from gpulens.collector.timeparse import parse_duration
+    from gpulens.core.timeparse import parse_duration
 
     try:
         return RemediationPolicy(

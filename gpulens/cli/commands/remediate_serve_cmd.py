@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--request-timeout", help="--apply: how long to wait for each API request.")
         ] = "30s",
     ) -> None:
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
         from gpulens.exporter.settings import parse_listen
 
         policy = build_policy(max_share, max_nodes, breaker_share, breaker_window, healthy_hours, scope, no_execute)
@@ -104,7 +104,7 @@ def _serve(db: Path, record_db: Path | None, policy: RemediationPolicy, address:
 
     from gpulens.analytics.remediation.service import RemediationService
     from gpulens.analytics.remediation.webhook_server import WEBHOOK_PATH, RemediationServer, resync_loop
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     resync_s, ttl_s, timeout_s = seconds
 
