@@ -15,6 +15,7 @@ from datetime import datetime
 
 import duckdb
 
+from gpulens.analytics.plan.inputs import unhealthy_devices
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.exporter.mig_catalog import model_by_name
 from gpulens.exporter.model import WHOLE_GPU_PROFILE
@@ -35,6 +36,8 @@ class GpuState:
     """``(device id, profile)`` of MIG instances nobody holds."""
     holders: frozenset[str] = frozenset()
     """Workload keys (``namespace/kind/name``) holding any of its devices."""
+    health: str | None = None
+    """``drain``, ``warn`` or ``watch`` where the newest health run lists the GPU (or its node); None: healthy."""
 
     @property
     def mig_enabled(self) -> bool:
@@ -91,14 +94,17 @@ FROM allocations a WHERE a.ts BETWEEN $start AND $end GROUP BY workload
 
 
 def load_gpu_states(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> tuple[GpuState, ...]:
-    """Every GPU seen in the window with its layout and holders at the window's last allocation time."""
+    """Every GPU seen in the window with its layout and holders at the window's last allocation time, and
+    its place on the newest health run's drain or warn list (as plan capacity reads it)."""
     rows = con.execute(_GPUS_SQL, {"start": start, "end": end}).fetchall()
+    unhealthy = unhealthy_devices(con)
     out = []
     for uuid, node, index, model, layout, free, holders in rows:
         out.append(GpuState(
             gpu_uuid=uuid, node=node, index=None if index is None else int(index), model=model or "",
             layout=tuple(layout or ()), free_instances=tuple((d, p) for d, p in (free or ())),
             holders=frozenset(h for h in (holders or "").split("\n") if h),
+            health=unhealthy.gpus.get(uuid) or unhealthy.nodes.get(node),
         ))
     return tuple(out)
 
