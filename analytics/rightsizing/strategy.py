@@ -158,11 +158,14 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
         if name == usage.current_profile == WHOLE_GPU_PROFILE and per_pod > usage.devices_per_pod:
             reasons.append(
                 f"the need would take {shape}, but the workload is saturated at {usage.devices_per_pod} GPU(s) "
-                f"per pod; more GPUs per pod only help a workload that shards across them: {kept} "
-                "(consider more replicas)"
+                "per pod; more GPUs per pod only help a workload that shards across them (consider more "
+                f"replicas): {kept}"
             )
             return result("keep", usage.current_profile, usage.devices_per_pod)
-        reasons.append(f"{shape}: {'kept' if action == 'keep' else action}")
+        if action == "keep":  # the same shape, or another of the same capacity: nothing to change
+            reasons.append(f"{shape}: {kept}")
+            return result("keep", usage.current_profile, usage.devices_per_pod)
+        reasons.append(f"{shape}: {action} to {name} x{per_pod}")
         return result(action, name, per_pod)
 
     def _smallest_shape(
@@ -175,17 +178,19 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
             1,
         )
         if gpus > 1:
-            return WHOLE_GPU_PROFILE, gpus, f"{gpus} whole GPUs per pod"
+            return WHOLE_GPU_PROFILE, gpus, f"gpu x{gpus} ({gpus} whole GPUs per pod)"
         profile = _smallest_fit(model, compute_need, memory_need) if self.settings.allow_mig else None
         if profile is None or profile.compute_slices == COMPUTE_SLICES:
             if usage.devices_per_pod > 1:
-                return WHOLE_GPU_PROFILE, 1, f"one whole GPU per pod (instead of {usage.devices_per_pod})"
-            if self.settings.allow_mig:
-                return WHOLE_GPU_PROFILE, 1, "one whole GPU per pod (no MIG profile smaller than a whole GPU covers the need)"
-            return WHOLE_GPU_PROFILE, 1, "one whole GPU per pod"
+                why = f"one whole GPU per pod instead of {usage.devices_per_pod}"
+            elif self.settings.allow_mig:
+                why = "no MIG profile smaller than a whole GPU covers the need"
+            else:
+                why = "whole GPUs only"
+            return WHOLE_GPU_PROFILE, 1, f"gpu x1 ({why})"
         return profile.name, 1, (
             f"{profile.name} x1 ({profile.compute_slices}/{COMPUTE_SLICES} compute, "
-            f"{profile.memory_bytes / GIB:.1f} GiB), the smallest {model.short_name} profile that covers the need"
+            f"{profile.memory_bytes / GIB:.1f} GiB: the smallest {model.short_name} profile that covers the need)"
         )
 
 
