@@ -39,6 +39,8 @@ class GpuChange:
     """``(profile, start memory slice)`` for every instance of ``layout``."""
     serves: tuple[tuple[str, str], ...]
     """``(workload, profile)`` for each instance a recommended workload will use; the rest are spare."""
+    shared: bool = False
+    """In a tenant's view: the change also serves or frees another tenant's workload (decided fleet-wide)."""
 
     @property
     def spare(self) -> int:
@@ -89,6 +91,11 @@ class LayoutPlan:
             1 for g in self.gpus
             if not g.mig_enabled and g.holders and g.holders <= converting and g.gpu_uuid not in changed
         )
+
+    @property
+    def pending_moves(self) -> tuple[InstanceDemand, ...]:
+        """Placed workloads whose new profile already has pending work in their queue."""
+        return tuple(d for d in self.demands if d.pending and d.workload not in self.unplaced_workloads)
 
     @property
     def unplaced_workloads(self) -> frozenset[str]:
