@@ -17,6 +17,7 @@ import duckdb
 import polars as pl
 
 from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
+from gpulens.analytics.report.evidence_text import evidence_line
 from gpulens.analytics.run_parameters import RunDescription, describe_run
 from gpulens.collector.store_errors import connect_store
 from gpulens.core.errors import UserError
@@ -443,23 +444,22 @@ class StoreReader:
         """GPU and node health: ``scope, node, gpu_uuid, state, drain_candidate, evidence`` (worst first), and the
         early warning: ``trend_start_ts, warning_ts, failure_ts, lead_hours`` (NULL where there is none).
 
-        ``evidence`` is a readable string: ``signal: reason`` items joined by '; '.
+        ``evidence`` is a readable string: ``signal: reason`` items joined by '; ', what was found first
+        (:func:`~gpulens.analytics.report.evidence_text.evidence_line`).
         """
         run_id = self._run_id("health")
-        return self.frame(
+        rows = self.frame(
             """
             SELECT scope, node, gpu_uuid, state, drain_candidate, first_evidence_ts, last_evidence_ts,
                    trend_start_ts, warning_ts, failure_ts, lead_seconds / 3600.0 AS lead_hours,
-                   coalesce((SELECT string_agg(e.signal || ': ' || e.reason, '; ')
-                             FROM (SELECT unnest(from_json(evidence,
-                                     '[{"signal": "VARCHAR", "severity": "VARCHAR", "reason": "VARCHAR"}]')) AS e)),
-                            '') AS evidence
+                   CAST(evidence AS VARCHAR) AS evidence
             FROM health WHERE run_id = ?
             ORDER BY CASE state WHEN 'drain' THEN 0 WHEN 'warn' THEN 1 WHEN 'watch' THEN 2 ELSE 3 END, scope DESC, node,
                      gpu_uuid
             """,
             [run_id],
         )
+        return rows.with_columns(pl.col("evidence").map_elements(evidence_line, return_dtype=pl.String))
 
     def fragmentation_by_node(self) -> pl.DataFrame:
         """Per node over the window: ``node, gpu_model, stranded_ge_hours, avg_free_ge, why, why_share``.
