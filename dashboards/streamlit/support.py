@@ -220,7 +220,7 @@ def time_range_picker() -> None:
     """The sidebar's time range, next to the run picker (app.py draws it once per script run)."""
     picked = st.sidebar.selectbox("Time range", list(TIME_RANGES), key="time_range")
     if picked == "custom":
-        st.sidebar.date_input("From, to (UTC days)", value=(), key="time_custom")
+        st.sidebar.date_input("From, to (UTC days)", value=[], key="time_custom")
 
 
 def in_time_range(frame: pl.DataFrame, column: str) -> pl.DataFrame:
