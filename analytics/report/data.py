@@ -17,6 +17,7 @@ import duckdb
 import polars as pl
 
 from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
+from gpulens.analytics.report.evidence_text import evidence_line
 from gpulens.analytics.run_parameters import RunDescription, describe_run
 from gpulens.collector.store_errors import connect_store
 from gpulens.core.errors import UserError
@@ -77,18 +78,24 @@ class StoreReader:
     def __init__(
         self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path, run_id: str | None = None,
         *, connect: Callable[[str], duckdb.DuckDBPyConnection] = open_store,
+        layout_view: Callable[[LayoutRun], LayoutRun] | None = None,
     ) -> None:
         self._con = con
         self.db_path = str(db_path)
         self.run_id = run_id
         """The analysis run to show; None: the newest."""
         self._connect = connect
+        self._layout_view = layout_view
 
-    def reconnected(self, connect: Callable[[str], duckdb.DuckDBPyConnection]) -> StoreReader:
+    def reconnected(
+        self, connect: Callable[[str], duckdb.DuckDBPyConnection],
+        layout_view: Callable[[LayoutRun], LayoutRun] | None = None,
+    ) -> StoreReader:
         """A reader of the same kind (held or per query) on the same file whose connections come from
-        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants)."""
+        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants), showing
+        the fleet's MIG layout plan through ``layout_view``."""
         return StoreReader(None if self._con is None else connect(self.db_path), self.db_path, self.run_id,
-                           connect=connect)
+                           connect=connect, layout_view=layout_view)
 
     @classmethod
     def open(cls, db_path: str | Path, run_id: str | None = None) -> StoreReader:
@@ -115,7 +122,8 @@ class StoreReader:
             raise ValueError(f"unknown store query {query_name!r} (known: {', '.join(sorted(self.QUERIES))})")
         if self._con is not None:
             return getattr(self, query_name)(**params)
-        held = StoreReader(self._connect(self.db_path), self.db_path, self.run_id, connect=self._connect)
+        held = StoreReader(self._connect(self.db_path), self.db_path, self.run_id, connect=self._connect,
+                           layout_view=self._layout_view)
         try:
             return getattr(held, query_name)(**params)
         finally:
@@ -427,23 +435,22 @@ class StoreReader:
         """GPU and node health: ``scope, node, gpu_uuid, state, drain_candidate, evidence`` (worst first), and the
         early warning: ``trend_start_ts, warning_ts, failure_ts, lead_hours`` (NULL where there is none).
 
-        ``evidence`` is a readable string: ``signal: reason`` items joined by '; '.
+        ``evidence`` is a readable string: ``signal: reason`` items joined by '; ', what was found first
+        (:func:`~gpulens.analytics.report.evidence_text.evidence_line`).
         """
         run_id = self._run_id("health")
-        return self.frame(
+        rows = self.frame(
             """
             SELECT scope, node, gpu_uuid, state, drain_candidate, first_evidence_ts, last_evidence_ts,
                    trend_start_ts, warning_ts, failure_ts, lead_seconds / 3600.0 AS lead_hours,
-                   coalesce((SELECT string_agg(e.signal || ': ' || e.reason, '; ')
-                             FROM (SELECT unnest(from_json(evidence,
-                                     '[{"signal": "VARCHAR", "severity": "VARCHAR", "reason": "VARCHAR"}]')) AS e)),
-                            '') AS evidence
+                   CAST(evidence AS VARCHAR) AS evidence
             FROM health WHERE run_id = ?
             ORDER BY CASE state WHEN 'drain' THEN 0 WHEN 'warn' THEN 1 WHEN 'watch' THEN 2 ELSE 3 END, scope DESC, node,
                      gpu_uuid
             """,
             [run_id],
         )
+        return rows.with_columns(pl.col("evidence").map_elements(evidence_line, return_dtype=pl.String))
 
     def fragmentation_by_node(self) -> pl.DataFrame:
         """Per node over the window: ``node, gpu_model, stranded_ge_hours, avg_free_ge, why, why_share``.
@@ -477,10 +484,15 @@ class StoreReader:
     # -- recommendations ----------------------------------------------------------------------------------
 
     def mig_layout(self) -> LayoutRun | None:
-        """The MIG layout plan of the newest recommendation run, computed on demand over the store."""
+        """The fleet's MIG layout plan of the newest recommendation run, decided over the whole store (never
+        over a scoped view of it); a scoped reader shows its tenants' part of it."""
         self.require("recommendations")
-        with self._cursor() as cur:
-            return layout_from_store(cur)
+        if self._layout_view is None:
+            with self._cursor() as cur:
+                return layout_from_store(cur)
+        with open_store(self.db_path) as fleet:
+            run = layout_from_store(fleet)
+        return None if run is None else self._layout_view(run)
 
     def placement_worse(self) -> pl.DataFrame:
         """Workload x level rows of the run shown spread over more domains than needed, most GE-hours affected first."""
