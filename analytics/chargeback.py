@@ -199,6 +199,47 @@ def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, flo
     return out
 
 
+PROVIDER_TAG_PREFIX = "gpulens/"
+"""Tags gpulens defines itself; a Kubernetes label with this prefix never replaces one of them."""
+
+
+def tenant_labels(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, dict[str, str]]:
+    """Per tenant, the Kubernetes labels its namespaces carry, as FOCUS ``Tags``: the labels (key and value)
+    that every namespace of the tenant has in its newest snapshot before the window's end, and
+    ``k8s/namespace`` when the tenant has exactly one namespace. Label text is the tenant's own: data."""
+    rows = con.execute(
+        """
+        SELECT tenant, namespace, CAST(labels AS VARCHAR) FROM f_namespace_snapshots
+        WHERE ts < $end
+        QUALIFY row_number() OVER (PARTITION BY namespace ORDER BY ts DESC) = 1
+        ORDER BY tenant, namespace
+        """,
+        {"end": window.end},
+    ).fetchall()
+    per_tenant: dict[str, list[tuple[str, dict[str, str]]]] = defaultdict(list)
+    for tenant, namespace, labels in rows:
+        parsed = json.loads(labels) if labels else {}
+        flat = {str(k): str(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
+        per_tenant[str(tenant)].append((str(namespace), flat))
+    tags: dict[str, dict[str, str]] = {}
+    for tenant, spaces in per_tenant.items():
+        common = dict(spaces[0][1])
+        for _, labels in spaces[1:]:
+            common = {k: v for k, v in common.items() if labels.get(k) == v}
+        out = {k: v for k, v in sorted(common.items()) if not k.startswith(PROVIDER_TAG_PREFIX)}
+        if len(spaces) == 1:
+            out["k8s/namespace"] = spaces[0][0]
+        tags[tenant] = out
+    return tags
+
+
+def line_tags(ln: Line, labels: dict[str, dict[str, str]]) -> str:
+    """The FOCUS ``Tags`` of a line (a JSON object): the tenant's Kubernetes labels and gpulens's own tags."""
+    tags: dict[str, str | None] = dict(labels.get(ln.tenant, {})) if ln.tenant is not None else {}
+    tags.update({"gpulens/tenant": ln.tenant, "gpulens/state": ln.state, "gpulens/gpu-model": ln.model})
+    return json.dumps(tags, ensure_ascii=False)
+
+
 def insert_chargeback(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -208,6 +249,7 @@ def insert_chargeback(
     policy: str,
 ) -> FleetCost:
     """Write this run's chargeback lines; returns the fleet cost they reconcile with."""
+    labels = tenant_labels(con, window)
     fleet, per_day = fleet_cost(con, window)
     lines = share_unallocated(_lines(con), policy, {m: p[0] for m, p in prices.items()})
     by_day: dict[date, list[Line]] = defaultdict(list)
@@ -223,7 +265,8 @@ def insert_chargeback(
         start = max(datetime.combine(day, datetime.min.time()), window.start)
         end = min(datetime.combine(day, datetime.min.time()) + timedelta(days=1), window.end)
         for ln, lc, cc, raw in zip(day_lines, list_cents, contracted_cents, contracted_raw, strict=True):
-            _append(cols, run_id, window, ln, start, end, lc, cc, raw, prices, mig_proration, policy)
+            _append(cols, run_id, window, ln, start, end, lc, cc, raw, prices, mig_proration, policy,
+                    line_tags(ln, labels))
     append_columns(con, "chargeback", cols)
     return fleet
 
@@ -241,6 +284,7 @@ def _append(
     prices: dict[str, tuple[float, float]],
     mig_proration: str,
     policy: str,
+    tags: str,
 ) -> None:
     who = ln.tenant if ln.tenant is not None else ("unallocated capacity" if ln.state == "unallocated" else "no data")
     values: dict[str, object] = {
@@ -273,7 +317,7 @@ def _append(
         "ResourceType": "GPU",
         "SubAccountId": ln.account,
         "SubAccountName": ln.account,
-        "Tags": json.dumps({"gpulens/tenant": ln.tenant, "gpulens/state": ln.state, "gpulens/gpu-model": ln.model}),
+        "Tags": tags,
         "x_Tenant": ln.tenant,
         "x_CostState": ln.state,
         "x_GpuModel": ln.model,

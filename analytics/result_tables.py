@@ -191,7 +191,8 @@ TABLES: dict[str, list[Column]] = {
         _c("ResourceType", "VARCHAR", "FOCUS: 'GPU'."),
         _c("SubAccountId", "VARCHAR NOT NULL", "FOCUS: tenant, or '__unallocated__' / '__unknown__'."),
         _c("SubAccountName", "VARCHAR NOT NULL", "FOCUS: as SubAccountId."),
-        _c("Tags", "JSON NOT NULL", "FOCUS: {\"gpulens/tenant\", \"gpulens/state\", \"gpulens/gpu-model\"}."),
+        _c("Tags", "JSON NOT NULL", "FOCUS: the tenant's namespace labels (those all its namespaces share; "
+           "k8s/namespace when it has one) and {\"gpulens/tenant\", \"gpulens/state\", \"gpulens/gpu-model\"}."),
         _c("x_Tenant", "VARCHAR", "Tenant charged (NULL on unallocated/unknown lines)."),
         _c(
             "x_CostState",
