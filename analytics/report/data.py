@@ -410,6 +410,26 @@ class StoreReader:
                     "energy_kwh", "energy_coverage", "co2e_kg")
         )
 
+    def chargeback_by_workload(self, limit: int) -> pl.DataFrame:
+        """The ``limit`` workloads charged most: ``tenant, namespace, workload_kind, workload, billed_usd,
+        idle_usd, ge_hours`` (the chargeback's held lines; empty for a store analysed before workload lines)."""
+        run_id = self._run_id("chargeback")
+        if "x_Workload" not in self.columns("chargeback"):
+            return pl.DataFrame(schema={"tenant": pl.Utf8, "namespace": pl.Utf8, "workload_kind": pl.Utf8,
+                                        "workload": pl.Utf8, "billed_usd": pl.Float64, "idle_usd": pl.Float64,
+                                        "ge_hours": pl.Float64})
+        return self.frame(
+            """
+            SELECT x_Tenant AS tenant, x_Namespace AS namespace, x_WorkloadKind AS workload_kind,
+                   x_Workload AS workload, CAST(sum(BilledCost) AS DOUBLE) AS billed_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'idle'), 0) AS DOUBLE) AS idle_usd,
+                   sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ? AND x_Tenant IS NOT NULL AND x_Namespace IS NOT NULL
+            GROUP BY ALL ORDER BY billed_usd DESC, tenant, namespace, workload_kind, workload LIMIT ?
+            """,
+            [run_id, limit],
+        )
+
     def cost_split(self) -> pl.DataFrame:
         """Fleet cost by state over the window: ``state, billed_usd, ge_hours`` (largest first)."""
         run_id = self._run_id("chargeback")

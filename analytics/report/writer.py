@@ -285,7 +285,18 @@ def _chargeback_index(b: _Build) -> str:
         "neither was read, never 0), shared by the GPU-equivalents held, and its CO2e at a grid intensity of "
         f"{b.grid_gco2_per_kwh:g} gCO2e/kWh (--grid-gco2-per-kwh). Energy totals add up the measured rows only."
     )
-    return h.section("chargeback", "Chargeback by tenant", f'<p class="note">{h.esc(note)}</p>' + table, intro=intro)
+    workloads = b.reader.chargeback_by_workload(MAX_ROWS)
+    by_workload = "" if workloads.is_empty() else "<h3>By namespace and workload</h3>" + h.table(workloads, [
+        h.Col("tenant", "tenant", h.text, numeric=False),
+        h.Col("namespace", "namespace", h.text, numeric=False),
+        h.Col("workload_kind", "kind", h.text, numeric=False),
+        h.Col("workload", "workload", h.text, numeric=False),
+        h.Col("billed_usd", "charged (billed)", h.fmt_usd),
+        h.Col("idle_usd", "of which idle", h.fmt_usd),
+        h.Col("ge_hours", "GE-h", lambda v: h.fmt_number(v, 1)),
+    ]) + f'<p class="note">The {MAX_ROWS} workloads charged most; every line is in chargeback_focus.csv.</p>'
+    body = f'<p class="note">{h.esc(note)}</p>' + table + by_workload
+    return h.section("chargeback", "Chargeback by tenant, namespace and workload", body, intro=intro)
 
 
 RISK_TABLE_SUBJECTS = {"tenant": MAX_ROWS, "device": 5}
