@@ -1,7 +1,9 @@
-"""Chargeback per tenant and day with FOCUS 1.2 column names, reconciled to the cent with fleet cost.
+"""Chargeback per tenant, namespace, workload and day with FOCUS 1.2 column names, reconciled to the cent.
 
 Lines come from this run's ``idle_capacity`` rows (added up per day part when the part is written): a tenant pays its allocated GE-hours (active,
-idle and unmeasured, each its own line) at the model's price; unallocated capacity is its own
+idle and unmeasured, each its own line) at the model's price, split over the namespaces and workloads that
+held them in that state (``split_by_workload``; the tenant's total is unchanged), tagged with the namespace's
+Kubernetes labels; unallocated capacity is its own
 ``__unallocated__`` line or is shared between that day's tenants evenly or in proportion to their
 allocated cost (OpenCost's ``shareIdle``); time without data stays on an ``__unknown__`` line.
 Per day, lines are rounded to cents by largest remainder so that they sum exactly to the fleet's
