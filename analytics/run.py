@@ -25,6 +25,7 @@ import duckdb
 
 from gpulens.analytics import chargeback
 from gpulens.analytics.checkpoint import background_checkpoint
+from gpulens.analytics.day_parts import PART_NOTES
 from gpulens.analytics.facts import Window, bind_facts, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
 from gpulens.analytics.pipeline import PARTS, WINDOW, WRITE
@@ -116,6 +117,7 @@ def _analyze(
         "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices, "fallback": prices.fallback},
     }
     state.run_id = run_id = _run_id(window.start, window.end, source, parameters)
+    notes: dict[str, str] = state.values.get(PART_NOTES, {})  # type: ignore[assignment]
     con.execute("BEGIN TRANSACTION")
     try:
         delete_run(con, run_id)
@@ -125,6 +127,8 @@ def _analyze(
             con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
             state.value("fleet"),  # type: ignore[arg-type]
             phase_seconds=clock.seconds,
+            days_reused=len(state.value("parts")) - len(notes),  # type: ignore[arg-type]
+            days_computed=notes,
         )
         con.execute(
             "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

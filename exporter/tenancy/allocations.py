@@ -1,9 +1,13 @@
 """The kubelet-backed allocation source: PodResources x device directory x tenants -> Allocation.
 
 Joins, on the collection cycle: which container holds which device id (kubelet ``List``, device plugin
-and DRA), what the id is on this node (GPU / MIG UUID, via the NVML device directory and ResourceSlices),
+and DRA), what the id is on this node (GPU / MIG UUID, via the NVML device directory and ResourceSlices; a
+DRA claim's consumed capacity of a shared device, and MIG instances the DRA driver creates on demand),
 how many replicas a shared GPU advertises (``GetAllocatableResources``), and who the pod belongs to
-(tenant, Kueue queue, owning workload). The kubelet failing raises ``KubeletUnavailableError`` (the
+(tenant, Kueue queue, owning workload). A pod that asks for part of a GPU (HAMi, a KAI fraction, a
+milli-GPU request: :mod:`gpulens.core.gpu_share`) holds that part of the device (its GE), shared as
+time-slicing shares it; the rest of the GPU stays free capacity. A KAI reservation pod's GPU is held by
+its group's fraction pods (label ``runai-gpu-group``), each with its fraction. The kubelet failing raises ``KubeletUnavailableError`` (the
 cycle counts it under ``kubelet``); tenant lookups failing only degrade the tenant to the namespace
 name and are counted under ``tenants``, DRA claims no ResourceSlice resolves under ``dra``: the source is
 :class:`~gpulens.exporter.model.ErrorCounting` and its ``take_errors()`` adds up its parts' counts.
@@ -18,6 +22,7 @@ from opentelemetry import trace
 
 from gpulens.exporter.kubelet.client import (
     KUBELET_SOURCE,
+    ClaimGrant,
     DeviceGrant,
     KubeletUnavailableError,
     PodResourcesClient,
@@ -30,7 +35,7 @@ from gpulens.exporter.kubelet.device_ids import (
     parse_device_id,
     shared_base,
 )
-from gpulens.exporter.kubelet.dra import DRA_SOURCE, ResourceSliceDirectory
+from gpulens.exporter.kubelet.dra import DRA_SOURCE, DraDevice, ResourceSliceDirectory
 from gpulens.exporter.mig_catalog import COMPUTE_SLICES, profile_slices
 from gpulens.exporter.model import Allocation, ErrorCounter, SharingMode, merge_errors
 from gpulens.exporter.tenancy.api_objects import TENANTS_SOURCE
@@ -83,22 +88,67 @@ class KubeletAllocationSource:
             advertised = replicas.get(base_id, 0) if ref.replica is not None else 1
             if ref.replica is not None and advertised == 0:  # allocatable unknown: count what is held
                 advertised = sum(1 for g in view.devices if shared_base(g.device_id) == base_id)
+            info = infos[(grant.namespace, grant.pod)]
+            if info.gpu_group is not None and self._tenants is not None:  # KAI: the group's fractions hold the GPU
+                allocations += self._group_fractions(self._tenants, info.gpu_group, uuid, directory)
+                continue
             share = _device_share(uuid, grant.resource_name, directory)
             mode = (SharingMode.MIG if uuid.startswith("MIG-") or grant.resource_name.startswith(MIG_RESOURCE_PREFIX)
                     else SharingMode.TIME_SLICING if ref.replica is not None else SharingMode.EXCLUSIVE)
-            allocations.append(_allocation(infos[(grant.namespace, grant.pod)], grant.container, uuid,
-                                           mode, share / max(advertised, 1), ref.replica))
+            held = share / max(advertised, 1)
+            fraction = _fraction(info, uuid, directory)
+            if fraction is not None:  # a fractional holder counts its part, whatever replicas the plugin splits into
+                held, mode = share * fraction, SharingMode.TIME_SLICING
+            allocations.append(_allocation(info, grant.container, uuid, mode, held, ref.replica))
+        placed: dict[tuple[str, str, str], str] = {}
         for claim in view.claims:
             if infos[(claim.namespace, claim.pod)].finished:
                 continue
-            claimed = self._slices.uuid(claim.driver, claim.pool, claim.device) if self._slices else None
-            if claimed is None:
+            holding = self._claim_holding(claim, directory, placed)
+            if holding is None:
                 self._errors.count(DRA_SOURCE)
                 continue
-            mode = SharingMode.MIG if claimed.startswith("MIG-") else SharingMode.EXCLUSIVE
-            allocations.append(_allocation(infos[(claim.namespace, claim.pod)], claim.container, claimed, mode,
-                                           _device_share(claimed, "", directory), None))
+            allocations.append(_allocation(infos[(claim.namespace, claim.pod)], claim.container, *holding, None))
         return tuple(allocations)
+
+    def _group_fractions(self, tenants: TenantResolver, group: str, uuid: str,
+                         directory: DeviceDirectory) -> list[Allocation]:
+        """The fraction pods of a KAI GPU group, each holding its fraction of the GPU that the group's
+        reservation pod holds (the reservation pod itself holds nothing: it is KAI's placeholder)."""
+        out = []
+        for namespace, pod, container in tenants.gpu_group_members(group):
+            info = self._pod_info(namespace, pod)
+            fraction = _fraction(info, uuid, directory)
+            if fraction is not None and not info.finished:
+                out.append(_allocation(info, container, uuid, SharingMode.TIME_SLICING,
+                                       _device_share(uuid, "", directory) * fraction, None))
+        return out
+
+    def _claim_holding(self, claim: ClaimGrant, directory: DeviceDirectory,
+                       placed: dict[tuple[str, str, str], str]) -> tuple[str, SharingMode, float] | None:
+        """(UUID, sharing mode, GE) a DRA claim holds: a device its slice names, or a MIG instance the
+        driver created on demand (found under its parent GPU by profile, like a static one; the parent
+        with the partition's counter share until NVML lists it); a claim consuming part of a shared
+        device's capacity holds that part."""
+        found = self._slices.device(claim.driver, claim.pool, claim.device) if self._slices else None
+        if found is None:
+            return None
+        key = (claim.driver, claim.pool, claim.device)
+        uuid = found.uuid or placed.get(key) or _created_mig(found, directory, set(placed.values()))
+        if uuid is None and found.parent_uuid is not None:
+            share = found.counter_share if found.counter_share is not None else _device_share(
+                "", MIG_RESOURCE_PREFIX + (found.profile or ""), directory)
+            return found.parent_uuid, SharingMode.MIG if found.profile else SharingMode.TIME_SLICING, share
+        if uuid is None:
+            return None
+        placed[key] = uuid
+        mode = SharingMode.MIG if uuid.startswith("MIG-") or found.profile else SharingMode.EXCLUSIVE
+        ge = _device_share(uuid, "", directory)
+        result = self._slices.claim_result(claim.claim_namespace, claim.claim_name, *key) if self._slices else None
+        part = result.share_of(found) if result is not None else None
+        if part is not None and part < 1.0:  # consumable capacity: the claim holds part of a shared device
+            return uuid, SharingMode.TIME_SLICING if mode is SharingMode.EXCLUSIVE else mode, ge * part
+        return uuid, mode, ge
 
     def _replicas(self, grants: tuple[DeviceGrant, ...]) -> dict[str, int]:
         """Advertised replicas per shared device, from ``GetAllocatableResources`` (refreshed when stale or
@@ -135,6 +185,27 @@ class KubeletAllocationSource:
         except Exception:  # a bug or odd object must not drop the allocation
             self._errors.count(TENANTS_SOURCE)
             return PodInfo(namespace, pod, None, namespace, "namespace")
+
+
+def _created_mig(found: DraDevice, directory: DeviceDirectory, placed: set[str]) -> str | None:
+    """The MIG instance NVML lists under the partition's parent GPU with its profile (the first not yet
+    placed this cycle), for a partition whose slice does not name a UUID."""
+    if found.parent_uuid is None or found.profile is None:
+        return None
+    for uuid, info in sorted(directory.by_uuid.items()):
+        if info.parent_uuid == found.parent_uuid and info.profile == found.profile and uuid != info.parent_uuid \
+                and uuid not in placed:
+            return uuid
+    return None
+
+
+def _fraction(info: PodInfo, uuid: str, directory: DeviceDirectory) -> float | None:
+    """The part of the device a fractional holder asks for (its memory in bytes counts once NVML gave the
+    device's memory); ``None`` for a holder of whole devices."""
+    if info.share is None:
+        return None
+    device = directory.by_uuid.get(uuid)
+    return info.share.share(device.memory_total_bytes if device is not None else None)
 
 
 def _device_share(uuid: str, resource_name: str, directory: DeviceDirectory) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpulens.core.gpu_share import KAI_GPU_GROUP, KAI_RESERVATION_NAMESPACES, GpuShare, pod_gpu_share
 from gpulens.exporter.kube_api import KubernetesReads
 from gpulens.exporter.tenancy.api_objects import ApiTenancyObjects
 from gpulens.exporter.tenancy.pod_tenancy import pod_local_queue, pod_tenant, pod_workload
@@ -38,6 +39,10 @@ class PodInfo:
     workload_name: str | None = None
     finished: bool = False
     """The pod's phase is Succeeded or Failed (kubelets before 1.34 still list such pods' devices)."""
+    share: GpuShare | None = None
+    """The part of each GPU the pod asks for (HAMi, KAI fraction, milli-GPU ...); ``None``: whole devices."""
+    gpu_group: str | None = None
+    """A KAI reservation pod's GPU group (label ``runai-gpu-group``): the fraction pods its GPU serves."""
 
 
 class TenantResolver:
@@ -68,7 +73,20 @@ class TenantResolver:
         answer = pod_tenant(namespace, labels, self.objects, self.config)
         phase = (pod or {}).get("status", {}).get("phase")
         return PodInfo(namespace, pod_name, meta.get("uid"), answer.tenant, answer.rule,
-                       pod_local_queue(labels, KUEUE_QUEUE_LABEL), kind, workload, finished=phase in ("Succeeded", "Failed"))
+                       pod_local_queue(labels, KUEUE_QUEUE_LABEL), kind, workload, finished=phase in ("Succeeded", "Failed"),
+                       share=pod_gpu_share(pod) if pod else None,
+                       gpu_group=labels.get(KAI_GPU_GROUP) if namespace in KAI_RESERVATION_NAMESPACES else None)
+
+    def gpu_group_members(self, group: str) -> list[tuple[str, str, str]]:
+        """(namespace, pod, first container) of this node's fraction pods in KAI GPU group ``group``, as of the
+        last pod list (the reservation pod that holds the group's GPU was resolved just before)."""
+        members = []
+        for (namespace, name), pod in sorted(self._pods.items()):
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(KAI_GPU_GROUP) == group and namespace not in KAI_RESERVATION_NAMESPACES:
+                containers = (pod.get("spec") or {}).get("containers") or [{}]
+                members.append((namespace, name, str(containers[0].get("name", ""))))
+        return members
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         now = self._clock()

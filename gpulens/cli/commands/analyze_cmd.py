@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import glob
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -66,7 +67,25 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--parts-from",
                 help="Before analysing, copy the analysed days of another store (a worker that analysed some days "
-                "of the same facts with the same parameters); repeatable.",
+                "of the same facts with the same parameters), of every *.duckdb store in a folder, or of every store a "
+                "pattern matches (e.g. '/data/workers/*.duckdb'); repeatable.",
+            ),
+        ] = None,
+        slice_: Annotated[
+            str | None,
+            typer.Option(
+                "--slice",
+                help="Analyse only this worker's days of the window, INDEX/COUNT (day k goes to worker k mod COUNT), "
+                "each as a one-day run; without --end the window ends at the last UTC midnight. A Kubernetes Indexed Job passes $(JOB_COMPLETION_INDEX)/COUNT; "
+                "the central store then merges them with --parts-from (docs/architecture.md).",
+            ),
+        ] = None,
+        dimensions_from: Annotated[
+            Path | None,
+            typer.Option(
+                "--dimensions-from",
+                help="With --slice: first make --db a copy of this (central) store without its fact rows; the facts "
+                "are read from --parquet.",
             ),
         ] = None,
     ) -> None:
@@ -104,13 +123,49 @@ def register(app: typer.Typer) -> None:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
+        if dimensions_from is not None and slice_ is None:
+            raise UserError("--dimensions-from is for a worker: give --slice INDEX/COUNT too")
         with storage_failures(db):  # a damaged block, a full disk: one line naming the store
+            if slice_ is not None:
+                from gpulens.analytics.slices import Slice, analyze_slice, copy_dimensions
+
+                part = Slice.parse(slice_)
+                if parts_from:
+                    raise UserError("--parts-from is for the central store, --slice for a worker: give one of them")
+                if dimensions_from is not None:
+                    typer.echo(f"{copy_dimensions(dimensions_from, db)} table(s) copied from {dimensions_from} "
+                               "(its fact rows left out)")
+                runs = analyze_slice(db, settings, part, run_analysis, lambda: datetime.now(UTC))
+                typer.echo(f"slice {part.index}/{part.count}: {len(runs)} day(s) analysed into {db}")
+                for run in runs:
+                    typer.echo(f"  {run.window_start:%Y-%m-%d %H:%M} .. {run.window_end:%Y-%m-%d %H:%M} UTC: run {run.run_id}")
+                return
             if parts_from:
                 from gpulens.analytics.day_parts import import_parts
 
-                for worker in parts_from:
+                for worker in _stores(parts_from):
                     typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
             summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if out is not None:
             typer.echo(f"FOCUS chargeback written to {out}/chargeback_focus.csv and .parquet")
+
+
+def _stores(paths: list[Path]) -> list[Path]:
+    """``--parts-from`` paths: a store, every ``*.duckdb`` store in a folder, or every store a pattern (``*``,
+    ``?``, ``[``) matches, sorted. A pattern may match none yet (workers that have not run): it says so."""
+    out: list[Path] = []
+    for path in paths:
+        if any(c in str(path) for c in "*?["):
+            found = sorted(Path(p) for p in glob.glob(str(path)))
+            if not found:
+                typer.echo(f"no store matches {path} yet: no analysed day copied from there")
+            out += found
+        elif path.is_dir():
+            found = sorted(path.glob("*.duckdb"))
+            if not found:
+                raise UserError(f"--parts-from {path}: the folder holds no *.duckdb store")
+            out += found
+        else:
+            out.append(path)
+    return out

@@ -22,7 +22,8 @@ RECOMMEND_HELP = (
     "apply), with the reasons and a confidence in days of data.\n\n"
     "Dry run by default: prints a diff per quota object and writes the YAML it would apply to --out "
     "(plus GPUQuotaRecommendation objects). --apply sends it with server-side apply (field manager "
-    "gpulens) to Kueue ClusterQueues and/or ResourceQuotas; objects annotated gpulens.io/auto-apply: "
+    "gpulens) to Kueue ClusterQueues, KAI Scheduler Queues and/or ResourceQuotas; objects annotated "
+    "gpulens.io/auto-apply: "
     "\"false\" are skipped, low-confidence changes are refused, and every applied object gets audit "
     "annotations (from, to, when, recommendation).\n\n"
     "--target workloads writes the MIG side instead (dry-run files only, never applied): a layout plan "
@@ -56,7 +57,8 @@ def register(app: typer.Typer) -> None:
         db: Annotated[Path, typer.Option("--db", help="The DuckDB store (gpulens collect / demo).")],
         target: Annotated[
             str | None,
-            typer.Option("--target", help="Quota objects to write: kueue or resourcequota (default both); or "
+            typer.Option("--target", help="Quota objects to write: kueue, kai (KAI Scheduler Queues) or resourcequota "
+                         "(default all); or "
                          "workloads for the MIG layout plan and workload patches."),
         ] = None,
         dra: Annotated[
