@@ -17,7 +17,7 @@ import duckdb
 
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import insert_columns
-from gpulens.exporter.mig_catalog import (
+from gpulens.core.mig_catalog import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
     MODELS,

@@ -51,7 +51,7 @@ from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
 from gpulens.collector.queue_systems import VOLCANO_QUEUE, system_of
 from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 
 class RecommendSettings(BaseModel):

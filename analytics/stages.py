@@ -118,7 +118,8 @@ PART_WRITE: tuple[Stage, ...] = (
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
-@stage("health", "an_dev an_health part_trend_buckets part_trend_quiet part_trend_gpus value:parts f_events",
+@stage("health", "an_dev an_health part_trend_buckets part_trend_quiet part_trend_gpus value:parts f_events "
+       "f_gpu_samples",
        "value:health")
 def _health(s: RunState) -> dict[str, object]:
     parts: list[str] = s.value("parts")  # type: ignore[assignment]

@@ -3,11 +3,11 @@
 A snapshot at time ``t`` becomes one window of source ``kubernetes`` in the store's inventory tables
 (``namespace_snapshots``, ``pod_snapshots``, ``quota_snapshots``, ``nodes``, ``tenants``,
 ``resource_flavors``: each Kueue ResourceFlavor's ``spec.nodeLabels``). The cluster is read through the
-one read protocol, :class:`~gpulens.exporter.kube_api.KubernetesReads` (lists by GET; Kueue at the
+one read protocol, :class:`~gpulens.core.kube_api.KubernetesReads` (lists by GET; Kueue at the
 configured API version first, the others on 404, none when Kueue is not installed).
 
-Tenants follow the same rules and :class:`~gpulens.exporter.tenancy.rules.TenancyConfig` as the
-exporter (:mod:`gpulens.exporter.tenancy.pod_tenancy`): a pod's tenant and owning workload are what the
+Tenants follow the same rules and :class:`~gpulens.core.tenancy.rules.TenancyConfig` as the
+exporter (:mod:`gpulens.core.tenancy.pod_tenancy`): a pod's tenant and owning workload are what the
 exporter gives the same pod; a namespace's tenant is what its namespace-scoped rules say; a
 ClusterQueue's is its tenant label, else its name. Owners of pods (ReplicaSets, Jobs) are read one GET
 each, cached for the snapshot. Node pool: ``gpulens.io/pool``, then the usual cloud node-pool labels.
@@ -35,18 +35,18 @@ from gpulens.collector.kueue_api import KueueApi, effective_quotas, served_kueue
 from gpulens.collector.store import Store, WindowResult, to_datetime
 from gpulens.core.errors import UserError
 from gpulens.core.gpu_share import FRACTION_RESOURCES, fraction_annotations, pod_gpu_share, pod_requests
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
 from gpulens.core.quantity import parse_quantity
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
-from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
-from gpulens.exporter.tenancy.pod_tenancy import (
+from gpulens.core.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
+from gpulens.core.tenancy.pod_tenancy import (
     cluster_queue_tenant,
     namespace_tenant,
     pod_local_queue,
     pod_tenant,
     pod_workload,
 )
-from gpulens.exporter.tenancy.resolver import KUEUE_QUEUE_LABEL
-from gpulens.exporter.tenancy.rules import TenancyConfig
+from gpulens.core.tenancy.resolver import KUEUE_QUEUE_LABEL
+from gpulens.core.tenancy.rules import TenancyConfig
 
 SOURCE = "kubernetes"
 SHARE_KEY = "gpulens.io/gpu-share"

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpulens.collector.inventory import collect_inventory
 from gpulens.collector.store import Store
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NOW = 1_790_000_000.0

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.device_model import SharingMode
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
+from gpulens.exporter.allocations import KubeletAllocationSource
 from gpulens.exporter.kubelet.client import PodResourcesClient
-from gpulens.exporter.model import SharingMode
 from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
-from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

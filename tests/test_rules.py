@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpulens.analytics.remediation.service_metrics import ServiceMetrics
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.dcgm_records import DCGM_GROUP, DCGM_RECORDS
 from gpulens.collector.mapping import DCGM_METRICS as DCGM_COLLECTED
@@ -30,6 +31,11 @@ KUEUE_METRICS = frozenset(
     {"kueue_pending_workloads", "kueue_cluster_queue_resource_usage", "kueue_cluster_queue_nominal_quota"}
 )
 PROMETHEUS_METRICS = frozenset({"up"})
+REMEDIATION_METRICS = frozenset(
+    f"{family.name}{suffix}" for family in ServiceMetrics().registry.collect()
+    for suffix in {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}.get(family.type, ("",))
+)
+"""What the remediation service serves on its own /metrics (its alerts read them)."""
 KUBE_STATE_METRICS = frozenset({"kube_node_labels"})
 """kube-state-metrics series the topology rules join (docs/alerts.md, sources outside gpulens)."""
 DCGM_METRICS = frozenset(DCGM_COLLECTED)
@@ -161,7 +167,7 @@ def test_recording_rules_are_named_level_metric_operations() -> None:
 
 def test_rules_read_only_documented_metrics_their_own_records_kueue_dcgm_and_up() -> None:
     allowed = (documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS | KUBE_STATE_METRICS
-               | DCGM_METRICS)
+               | DCGM_METRICS | REMEDIATION_METRICS)
     unknown = {
         (rule.get("record") or rule["alert"], name)
         for rule in all_rules()

@@ -27,8 +27,8 @@ from gpulens.analytics.writers.base import (
 )
 from gpulens.collector.kai_queues import GPU_RESOURCE, UNLIMITED
 from gpulens.collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION
+from gpulens.core.kube_api import segment
 from gpulens.core.quantity import parse_quantity
-from gpulens.exporter.kube_api import segment
 
 ENTRY: EntryKey = ("", GPU_RESOURCE)
 NOTES = ("parentQueue", "priority", "overQuotaWeight", "limit", "quota")

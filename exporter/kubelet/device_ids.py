@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpulens.exporter.model import DeviceReadings
+from gpulens.core.device_model import DeviceReadings
 
 GPU_RESOURCES = ("nvidia.com/gpu",)
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulens.core.device_model import ErrorCounter
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, segment
 from gpulens.core.quantity import parse_quantity
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, segment
-from gpulens.exporter.model import ErrorCounter
 
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 DRA_SOURCE = "dra"
@@ -132,7 +132,7 @@ class ResourceSliceDirectory:
         self._claims: dict[tuple[str, str], tuple[float, dict[tuple[str, str, str], ClaimResult] | None]] = {}
 
     def take_errors(self) -> dict[str, int]:
-        """Failed ResourceSlice lists since the previous call (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        """Failed ResourceSlice lists since the previous call (:class:`~gpulens.core.device_model.ErrorCounting`)."""
         return self._errors.take_errors()
 
     def uuid(self, driver: str, pool: str, device: str) -> str | None:
