@@ -167,6 +167,11 @@ class HealthRules(BaseModel):
         return self
 
 
+DEFAULT_ACTIVITY_THRESHOLD = 0.05
+"""The activity ratio below which held time is idle, unless ``--activity-threshold`` says otherwise (the
+recording rule ``tenant:gpulens_idle_gpu_equivalents:sum`` states the same number)."""
+
+
 class AnalysisSettings(BaseModel):
     """Parameters of ``analyze``: all of them are recorded with the results."""
 
@@ -178,7 +183,7 @@ class AnalysisSettings(BaseModel):
     end: datetime | None = None
     """Window end (exclusive, UTC; rounded up to a bucket); default: the last complete bucket of the data (the
     bucket boundary at or before the end of the newest sample, never after now)."""
-    activity_threshold: float = Field(0.05, ge=0, le=1)
+    activity_threshold: float = Field(DEFAULT_ACTIVITY_THRESHOLD, ge=0, le=1)
     """Allocated devices with activity below this ratio are ``allocated-idle``."""
     sample_interval_seconds: float | None = Field(None, gt=0)
     """Time one sample stands for; default: inferred from the samples."""

@@ -367,6 +367,68 @@ class StoreReader:
             [run_id],
         )
 
+    def chargeback_index(self, grid_gco2_per_kwh: float) -> pl.DataFrame:
+        """Per account over the window: billed cost, its share of the fleet cost, energy and CO2e.
+
+        Columns: ``account, tenant`` (NULL for ``__unallocated__`` / ``__unknown__``), ``billed_usd, share,
+        idle_usd, shared_unallocated_usd, ge_hours, energy_kwh, energy_coverage, co2e_kg``; tenants by cost,
+        then the fleet's own accounts. Money is the chargeback's cents (they add up to the fleet total);
+        energy is :func:`~gpulens.analytics.tenant_energy.tenant_energy` over the run's window (NULL where not
+        measured; the unallocated energy only where the chargeback has an unallocated account).
+        """
+        from gpulens.analytics.tenant_energy import tenant_energy
+
+        run_id = self._run_id("chargeback")
+        money = self.frame(
+            """
+            SELECT SubAccountName AS account, any_value(x_Tenant) AS tenant,
+                   CAST(sum(BilledCost) AS DOUBLE) AS billed_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'idle'), 0) AS DOUBLE) AS idle_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'shared-unallocated'), 0) AS DOUBLE)
+                       AS shared_unallocated_usd,
+                   sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ? GROUP BY SubAccountName
+            """,
+            [run_id],
+        )
+        run = self.describe_run()
+        with self._cursor() as cur:
+            energy = tenant_energy(cur, run.window_start, run.window_end, grid_gco2_per_kwh)
+        energy_frame = pl.DataFrame(
+            [(e.account, e.energy_kwh, e.energy_coverage, e.co2e_kg) for e in energy],
+            schema={"account": pl.Utf8, "energy_kwh": pl.Float64, "energy_coverage": pl.Float64,
+                    "co2e_kg": pl.Float64},
+            orient="row",
+        )
+        total = float(money["billed_usd"].sum() or 0.0)
+        return (
+            money.join(energy_frame, on="account", how="left")
+            .with_columns(share=pl.col("billed_usd") / total if total else pl.lit(None, dtype=pl.Float64))
+            .sort([pl.col("tenant").is_null(), pl.col("billed_usd"), pl.col("account")], descending=[False, True, False])
+            .select("account", "tenant", "billed_usd", "share", "idle_usd", "shared_unallocated_usd", "ge_hours",
+                    "energy_kwh", "energy_coverage", "co2e_kg")
+        )
+
+    def chargeback_by_workload(self, limit: int) -> pl.DataFrame:
+        """The ``limit`` workloads charged most: ``tenant, namespace, workload_kind, workload, billed_usd,
+        idle_usd, ge_hours`` (the chargeback's held lines; empty for a store analysed before workload lines)."""
+        run_id = self._run_id("chargeback")
+        if "x_Workload" not in self.columns("chargeback"):
+            return pl.DataFrame(schema={"tenant": pl.Utf8, "namespace": pl.Utf8, "workload_kind": pl.Utf8,
+                                        "workload": pl.Utf8, "billed_usd": pl.Float64, "idle_usd": pl.Float64,
+                                        "ge_hours": pl.Float64})
+        return self.frame(
+            """
+            SELECT x_Tenant AS tenant, x_Namespace AS namespace, x_WorkloadKind AS workload_kind,
+                   x_Workload AS workload, CAST(sum(BilledCost) AS DOUBLE) AS billed_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'idle'), 0) AS DOUBLE) AS idle_usd,
+                   sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ? AND x_Tenant IS NOT NULL AND x_Namespace IS NOT NULL
+            GROUP BY ALL ORDER BY billed_usd DESC, tenant, namespace, workload_kind, workload LIMIT ?
+            """,
+            [run_id, limit],
+        )
+
     def cost_split(self) -> pl.DataFrame:
         """Fleet cost by state over the window: ``state, billed_usd, ge_hours`` (largest first)."""
         run_id = self._run_id("chargeback")
