@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 import duckdb
 
 from gpulens.analytics.chargeback import FleetCost, device_state_of
+from gpulens.analytics.prices import PriceBook
 from gpulens.analytics.queue_use import QueueUse
 from gpulens.core.states import DeviceState, HealthState
 
@@ -87,6 +89,17 @@ class AnalysisSummary:
     """Result table -> why this run did not compute it (e.g. no device samples in a Kueue-only store)."""
     queues: tuple[QueueUse, ...] = ()
     """Quota use per queue (filled when device analyses were skipped)."""
+    price_lines: tuple[str, ...] = ()
+    """The price book as the run used it: one line per model (price and source, or unpriced)."""
+    unpriced_ge_hours: dict[str, float] = field(default_factory=dict)
+    """GE-hours of models the book does not price (their money is not known, and not in any total)."""
+    unpriced_ge_hours_by_state: dict[str, float] = field(default_factory=dict)
+    idle_committed_usd: Decimal | None = None
+    """Allocated-idle cost bought under a commitment (already paid); None: no line has commitment data."""
+    idle_uncommitted_usd: Decimal | None = None
+    """Allocated-idle cost of lines with commitment data that is on demand."""
+    idle_unknown_commitment_usd: Decimal = Decimal(0)
+    """Allocated-idle cost of lines without commitment data."""
 
     @property
     def capacity_ge_hours(self) -> float:
@@ -103,6 +116,8 @@ class AnalysisSummary:
         data["window_start"] = self.window_start.isoformat()
         data["window_end"] = self.window_end.isoformat()
         data["reconciled"] = self.reconciled
+        for key in ("idle_committed_usd", "idle_uncommitted_usd", "idle_unknown_commitment_usd"):
+            data[key] = None if data[key] is None else str(data[key])
         return data
 
     def render(self) -> str:
@@ -118,9 +133,11 @@ class AnalysisSummary:
         ]
         for state in STATES:
             ge = self.ge_hours_by_state.get(state, 0.0)
-            lines.append(
-                f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  ${self.cost_usd_by_state.get(state, 0.0):>12,.2f}"
-            )
+            cost = self.cost_usd_by_state.get(state, 0.0)
+            unpriced = self.unpriced_ge_hours_by_state.get(state)
+            more = f" + {unpriced:,.1f} GE-h unpriced" if unpriced else ""
+            lines.append(f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  ${cost:>12,.2f}{more}")
+        lines += self._render_prices()
         lines.append("allocated-idle by tenant (GE-hours, $, memory held while idle):")
         if not self.idle_by_tenant:
             lines.append("  (none)")
@@ -159,6 +176,21 @@ class AnalysisSummary:
         )
         return "\n".join(lines)
 
+
+    def _render_prices(self) -> list[str]:
+        """The book the money above used, the unpriced models, and idle cost by commitment."""
+        lines = ["prices (USD per whole-GPU hour; $ above is what is paid):"]
+        lines += [f"  {line}" for line in self.price_lines]
+        for model, ge in sorted(self.unpriced_ge_hours.items()):
+            lines.append(f"  unpriced: {model or 'unknown model'} {ge:,.1f} GE-hours are in no $ figure or total")
+        if self.idle_committed_usd is None:
+            lines.append("allocated-idle cost by commitment: not known (no commitment data: gpulens prices import-focus)")
+        else:
+            unknown = (f", ${self.idle_unknown_commitment_usd:,.2f} without commitment data"
+                       if self.idle_unknown_commitment_usd else "")
+            lines.append(f"allocated-idle cost: ${self.idle_committed_usd:,.2f} committed, already paid; "
+                         f"${self.idle_uncommitted_usd or 0:,.2f} on demand{unknown}")
+        return lines
 
     def _render_queues_only(self) -> list[str]:
         lines = [
@@ -202,8 +234,9 @@ def build_summary(
     fleet: FleetCost,
     top: int = 10,
     phase_seconds: dict[str, float] | None = None,
+    prices: PriceBook | None = None,
 ) -> AnalysisSummary:
-    """Read the run's rows back into headline numbers."""
+    """Read the run's rows back into headline numbers (``prices``: the book the run used, named per model)."""
     ge_by_state = con.execute(
         "SELECT state, sum(ge_hours) FROM idle_capacity WHERE run_id = ? GROUP BY state", [run_id]
     ).fetchall()
@@ -272,7 +305,37 @@ def build_summary(
         fleet_cost_usd=fleet.contracted_usd,
         chargeback_total_usd=Decimal(billed[0]) if billed else Decimal(0),
         phase_seconds=phase_seconds if phase_seconds is not None else {},
+        **_price_facts(con, run_id, prices),
     )
+
+
+def _price_facts(con: duckdb.DuckDBPyConnection, run_id: str, prices: PriceBook | None) -> dict[str, Any]:
+    """The run's price lines, unpriced GE-hours per model, and its idle cost split by commitment."""
+    models = [str(r[0]) for r in con.execute(
+        "SELECT DISTINCT gpu_model FROM idle_capacity WHERE run_id = ? AND gpu_model IS NOT NULL", [run_id]
+    ).fetchall()]
+    unpriced = con.execute(
+        "SELECT coalesce(gpu_model, ''), state, sum(ge_hours) FROM idle_capacity WHERE run_id = ? AND cost_usd IS NULL "
+        "GROUP BY ALL", [run_id]
+    ).fetchall()
+    by_model: dict[str, float] = {}
+    by_state: dict[str, float] = {}
+    for model, state, ge in unpriced:
+        by_model[str(model)] = by_model.get(str(model), 0.0) + float(ge)
+        by_state[str(state)] = by_state.get(str(state), 0.0) + float(ge)
+    committed, uncommitted, unknown = con.execute(
+        """SELECT sum("x_CommittedCost"), sum("BilledCost" - "x_CommittedCost"),
+                  coalesce(sum("BilledCost") FILTER (WHERE "x_CommittedCost" IS NULL), 0)
+           FROM chargeback WHERE run_id = ? AND x_CostState = 'idle'""", [run_id]
+    ).fetchone() or (None, None, 0)
+    return {
+        "price_lines": tuple(prices.lines(models)) if prices is not None else (),
+        "unpriced_ge_hours": by_model,
+        "unpriced_ge_hours_by_state": by_state,
+        "idle_committed_usd": committed,
+        "idle_uncommitted_usd": uncommitted,
+        "idle_unknown_commitment_usd": Decimal(unknown),
+    }
 
 
 def _top_term(terms_json: str) -> str:
