@@ -65,7 +65,8 @@ class Price:
         return self.usd_per_gpu_hour if self.contracted_usd_per_gpu_hour is None else self.contracted_usd_per_gpu_hour
 
     def describe(self) -> str:
-        paid = "" if self.contracted_usd_per_gpu_hour is None else f", paid ${self.contracted_usd_per_gpu_hour:,.4g}"
+        paid = ("" if self.contracted_usd_per_gpu_hour in (None, self.usd_per_gpu_hour)
+                else f", paid ${self.contracted_usd_per_gpu_hour:,.4g}")
         valid = ""
         if self.valid_from or self.valid_to:
             valid = f", valid {_day(self.valid_from) or '...'} .. {_day(self.valid_to) or '...'}"
@@ -175,8 +176,23 @@ def _file_prices(file: PriceFile, source: str) -> dict[str, Price]:
 BOOK_COLUMNS = "gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour, source, valid_from, valid_to, committed_share"
 
 
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute(
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = ?", [name],
+    ).fetchall())
+
+
 def stored_prices(con: duckdb.DuckDBPyConnection) -> list[Price]:
-    """Every row of the store's ``price_book``, newest first per model."""
+    """Every row of the store's ``price_book``, newest first per model (a store opened read-only before its
+    migration: its ``prices`` table)."""
+    if not _has_table(con, "price_book"):
+        if not _has_table(con, "prices"):
+            return []
+        legacy = con.execute(
+            "SELECT gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour FROM prices ORDER BY ALL"
+        ).fetchall()
+        return [Price(short_model(str(m)), float(u), c, "store prices table") for m, u, c in legacy]
     rows = con.execute(
         f"SELECT {BOOK_COLUMNS} FROM price_book "  # noqa: S608 - fixed columns
         "ORDER BY gpu_model, valid_from DESC NULLS LAST, recorded_at DESC"
@@ -217,10 +233,7 @@ def load_price_book(
 
 def run_price_book(con: duckdb.DuckDBPyConnection) -> PriceBook:
     """The book the newest analysis run priced with (what its money shows); the store's book without a run."""
-    has_runs = con.execute(
-        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND table_name = 'analysis_runs'"
-    ).fetchall()
-    if has_runs:
+    if _has_table(con, "analysis_runs"):
         row = con.execute(
             "SELECT run_id, json_extract(parameters, '$.price_book') FROM analysis_runs "
             "ORDER BY created_at DESC, window_end DESC LIMIT 1"
