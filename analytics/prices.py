@@ -66,12 +66,17 @@ class Price:
 
     def describe(self) -> str:
         paid = ("" if self.contracted_usd_per_gpu_hour in (None, self.usd_per_gpu_hour)
-                else f", paid ${self.contracted_usd_per_gpu_hour:,.4g}")
+                else f", paid ${usd(self.contracted_usd_per_gpu_hour)}")
         valid = ""
         if self.valid_from or self.valid_to:
             valid = f", valid {_day(self.valid_from) or '...'} .. {_day(self.valid_to) or '...'}"
         committed = "" if self.committed_share is None else f", {100 * self.committed_share:.0f}% committed"
-        return f"{self.model}: ${self.usd_per_gpu_hour:,.4g} per GPU-hour list{paid} ({self.source}{valid}{committed})"
+        return f"{self.model}: ${usd(self.usd_per_gpu_hour)} per GPU-hour list{paid} ({self.source}{valid}{committed})"
+
+
+def usd(value: float) -> str:
+    """A unit price: up to 4 decimals, no trailing zeros (``5``, ``1.5``, ``8.6975``)."""
+    return f"{value:,.4f}".rstrip("0").rstrip(".")
 
 
 def _day(ts: datetime | None) -> str:
