@@ -113,7 +113,9 @@ def _analyze(
     parameters = {
         **settings.parameters(),
         "sample_interval_seconds": interval,
-        "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices},
+        "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices, "unpriced": prices.unpriced(
+            str(m) for (m,) in con.execute("SELECT DISTINCT gpu_model FROM an_dev WHERE list_price IS NULL").fetchall()
+        )},
         "price_book": prices.as_json(),
     }
     state.run_id = run_id = _run_id(window.start, window.end, source, parameters)

@@ -171,3 +171,41 @@ def test_an_unpriced_model_gets_no_price_series() -> None:
     rules = price_rules(PriceBook({"H200": Price("H200", 2.0, None, "x")}, "test"), ["L40S", "NVIDIA H200"])
     models = {r["labels"]["model"] for r in rules["groups"][0]["rules"]}  # type: ignore[index]
     assert "NVIDIA H200" in models and "L40S" not in models
+
+
+def test_plan_unit_prices_come_from_the_book_the_last_analysis_used(store: Path, tmp_path: Path) -> None:
+    """`plan` had no price input: its unit prices were the packaged defaults whatever analyze priced with."""
+    from gpulens.analytics.plan.inputs import inventory_capacity
+
+    analyze(store, settings(prices_path=h200_at(tmp_path, 5.0)))
+    with duckdb.connect(str(store)) as con:
+        con.execute("INSERT INTO resource_flavors (flavor, node_labels) VALUES ('all', '{}')")
+        fleet = inventory_capacity(con, ["all"], T0, 730.0)
+    assert fleet.pools[("all", "nvidia.com/gpu")].unit_price_month == pytest.approx(5.0 * 730)
+
+
+def test_plan_says_a_flavor_with_an_unpriced_model_has_no_unit_price(store: Path) -> None:
+    from gpulens.analytics.plan.inputs import inventory_capacity
+
+    with duckdb.connect(str(store)) as con:
+        con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")
+        con.execute("INSERT INTO resource_flavors (flavor, node_labels) VALUES ('all', '{}')")
+        fleet = inventory_capacity(con, ["all"], T0, 730.0)
+    assert fleet.pools[("all", "nvidia.com/gpu")].unit_price_month is None  # not a guess, not zero
+    assert any("unpriced (L40S" in n for n in fleet.notes)
+
+
+def test_the_report_header_names_each_model_s_price_source_and_the_unpriced_ones(store: Path) -> None:
+    from gpulens.analytics.run_parameters import describe_run
+
+    with duckdb.connect(str(store)) as con:
+        con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")
+    analyze(store, settings())
+    with duckdb.connect(str(store), read_only=True) as con:
+        row = con.execute("SELECT run_id, window_start, window_end, bucket_seconds, parameters FROM analysis_runs"
+                          ).fetchone()
+    assert row is not None
+    run = describe_run(*row)
+    assert "H200: $3.5 per GPU-hour list (list price (packaged))" in run.header()
+    assert "L40S: unpriced" in run.header()
+    assert not [n for n in run.non_defaults if "price" in n]  # the book is not a parameter with a default
