@@ -329,7 +329,7 @@ def _price_facts(con: duckdb.DuckDBPyConnection, run_id: str, prices: PriceBook 
            FROM chargeback WHERE run_id = ? AND x_CostState = 'idle'""", [run_id]
     ).fetchone() or (None, None, 0)
     return {
-        "price_lines": tuple(prices.lines(models)) if prices is not None else (),
+        "price_lines": (*prices.notes, *prices.lines(models)) if prices is not None else (),
         "unpriced_ge_hours": by_model,
         "unpriced_ge_hours_by_state": by_state,
         "idle_committed_usd": committed,

@@ -44,6 +44,7 @@ def test_the_folders_install_under_the_gpulens_namespace(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("core/errors.py", "cli/__init__.py", "exporter/model.py", "collector/store.py",
                    "analytics/idle.py", "dashboards/streamlit/app.py", "analytics/default_prices.yaml",
+                   "analytics/instance_gpus.yaml",
                    "exporter/sim/scenarios"):
         assert any(name.startswith(f"gpulens/{module}") for name in names), module
 

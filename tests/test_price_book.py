@@ -64,6 +64,7 @@ def test_a_model_missing_from_the_prices_file_says_its_price_is_the_packaged_lis
     text = summary.render()
     assert "A100: $1.5 per GPU-hour list (list price (packaged))" in text
     assert f"H200: $5 per GPU-hour list (prices file {tmp_path / 'prices.yaml'}, this run)" in text
+    assert f"prices from {tmp_path / 'prices.yaml'} are used for this run only (the stored book is unchanged)" in text
 
 
 def test_a_model_no_price_names_is_unpriced_with_null_money_never_a_default(store: Path) -> None:
