@@ -210,3 +210,47 @@ def test_the_report_header_names_each_model_s_price_source_and_the_unpriced_ones
     assert "H200: $3.5 per GPU-hour list (list price (packaged))" in run.header()
     assert "L40S: unpriced" in run.header()
     assert not [n for n in run.non_defaults if "price" in n]  # the book is not a parameter with a default
+
+
+def test_the_dashboard_s_cost_rate_is_each_model_s_ge_times_its_price_in_real_promtool(tmp_path: Path) -> None:
+    """team-a holds a whole H200 ($3 paid) and a 3g.40gb on an A100 ($2): $3 + 3/7 x $2 per hour; an L40S
+    without a price adds nothing (no price series), and team-z, on the L40S only, has no cost at all."""
+    from gpulens.analytics.prices import PriceBook
+    from gpulens.dashboards.grafana.chargeback import ALLOCATED_BY_MODEL, priced
+
+    book = PriceBook({"H200": Price("H200", 4.0, 3.0, "contract"), "A100": Price("A100", 2.0, None, "card")}, "t")
+    rules = tmp_path / "prices.yaml"
+    rules.write_text(yaml.safe_dump(price_rules(book, ["H200", "A100", "L40S"])))
+    gpus = [("n1", "GPU-1", "H200"), ("n2", "GPU-3", "A100"), ("n3", "GPU-9", "L40S")]
+    held = [("n1", "GPU-1", "gpu", 1.0, "team-a"), ("n2", "GPU-3", "3g.40gb", 3 / 7, "team-a"),
+            ("n3", "GPU-9", "gpu", 1.0, "team-z")]
+    series = [{"series": f'gpulens_gpu_info{{node="{n}",gpu="{g}",model="{m}"}}', "values": "1x10"} for n, g, m in gpus]
+    series += [{"series": f'gpulens_allocation_gpu_equivalents{{node="{n}",gpu="{g}",device="{g}",profile="{p}",'
+                          f'tenant="{t}"}}', "values": f"{ge}x10"} for n, g, p, ge, t in held]
+    rate = priced(f'{ALLOCATED_BY_MODEL}{{tenant=~".*"}}', "tenant")
+    test = tmp_path / "test.yaml"
+    test.write_text(yaml.safe_dump({
+        "rule_files": [str(Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "gpulens-rules.yaml"),
+                       str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
+            {"expr": rate, "eval_time": "5m", "exp_samples": [{"labels": '{tenant="team-a"}', "value": 3 + 3 / 7 * 2}]},
+        ]}],
+    }))
+    code, output = promtool("test", "rules", str(test))
+    assert code == 0, output
+
+
+def test_the_report_shows_no_money_for_a_tenant_held_only_on_an_unpriced_model(store: Path) -> None:
+    from gpulens.analytics.report.data import StoreReader
+
+    with duckdb.connect(str(store)) as con:  # beta holds GPU-B only
+        con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")
+    analyze(store, settings())
+    reader = StoreReader.open(store)
+    try:
+        usage = {r["tenant"]: r for r in reader.tenant_usage().to_dicts()}
+    finally:
+        reader.close()
+    assert usage["beta"]["held_cost_usd"] is None and usage["beta"]["idle_cost_usd"] is None  # not $0.00
+    assert usage["alpha"]["held_cost_usd"] == pytest.approx(1.75)  # GPU-A held 30 min at $3.50
