@@ -25,6 +25,7 @@ import duckdb
 import yaml
 
 from gpulens.analytics.prices import Price
+from gpulens.collector.parquet import read_parquet_file
 from gpulens.core.errors import UserError
 from gpulens.exporter.mig_catalog import short_model
 
@@ -113,7 +114,7 @@ def read_focus_prices(path: Path, instances: Mapping[str, InstanceGpus]) -> Focu
         con.execute("SET TimeZone = 'UTC'")
         try:
             if path.suffix.lower() == ".parquet":
-                con.read_parquet(str(path)).create_view("bill")
+                read_parquet_file(con, path).create_view("bill")
             else:
                 con.read_csv(str(path), header=True, all_varchar=True).create_view("bill")
             columns = {str(r[0]) for r in con.execute("DESCRIBE bill").fetchall()}
