@@ -21,7 +21,8 @@ STATES = tuple(DeviceState)
 class TenantIdle:
     tenant: str
     idle_ge_hours: float
-    idle_cost_usd: float
+    idle_cost_usd: float | None
+    """None: its idle GE-hours are all on unpriced models."""
     allocated_ge_hours: float
     idle_memory_gib_hours: float
     """Memory held while compute was idle (GiB x hours)."""
@@ -133,19 +134,23 @@ class AnalysisSummary:
         ]
         for state in STATES:
             ge = self.ge_hours_by_state.get(state, 0.0)
-            cost = self.cost_usd_by_state.get(state, 0.0)
+            cost = self.cost_usd_by_state.get(state)
             unpriced = self.unpriced_ge_hours_by_state.get(state)
-            more = f" + {unpriced:,.1f} GE-h unpriced" if unpriced else ""
-            lines.append(f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  ${cost:>12,.2f}{more}")
+            if cost is None and unpriced:  # only unpriced models: no money known
+                money = f"{'unpriced':>13}"
+            else:
+                money = f"${cost or 0.0:>12,.2f}" + (f" + {unpriced:,.1f} GE-h unpriced" if unpriced else "")
+            lines.append(f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  {money}")
         lines += self._render_prices()
         lines.append("allocated-idle by tenant (GE-hours, $, memory held while idle):")
         if not self.idle_by_tenant:
             lines.append("  (none)")
         for t in self.idle_by_tenant:
             pct = 100 * t.idle_ge_hours / t.allocated_ge_hours if t.allocated_ge_hours else 0.0
+            money = f"{'unpriced':>11}" if t.idle_cost_usd is None else f"${t.idle_cost_usd:>10,.2f}"
             lines.append(
                 f"  {_safe(t.tenant):<24} {t.idle_ge_hours:>10,.1f} GE-h ({pct:4.1f}% of its allocation)"
-                f"  ${t.idle_cost_usd:>10,.2f}  {t.idle_memory_gib_hours:>10,.1f} GiB-h"
+                f"  {money}  {t.idle_memory_gib_hours:>10,.1f} GiB-h"
             )
         lines.append(f"stranded capacity (free, but no pending shape fits): {self.stranded_ge_hours:,.1f} GE-hours")
         lines.append("highest isolation risk (tenant, score 0-100, largest term):")
@@ -183,7 +188,9 @@ class AnalysisSummary:
         lines += [f"  {line}" for line in self.price_lines]
         for model, ge in sorted(self.unpriced_ge_hours.items()):
             lines.append(f"  unpriced: {model or 'unknown model'} {ge:,.1f} GE-hours are in no $ figure or total")
-        if self.idle_committed_usd is None:
+        if self.idle_committed_usd is None and not self.idle_unknown_commitment_usd:
+            lines.append("allocated-idle cost by commitment: no priced allocated-idle cost in the window")
+        elif self.idle_committed_usd is None:
             lines.append("allocated-idle cost by commitment: not known (no commitment data: gpulens prices import-focus)")
         else:
             unknown = (f", ${self.idle_unknown_commitment_usd:,.2f} without commitment data"
@@ -254,7 +261,8 @@ def build_summary(
         )
         SELECT tenant,
                coalesce(sum(ge_hours) FILTER (WHERE state = $idle), 0) AS idle_ge,
-               coalesce(any_value(b.idle_cost), 0),
+               CASE WHEN any_value(b.idle_cost) IS NULL AND sum(ge_hours) FILTER (WHERE state = $idle) > 0
+                    THEN NULL ELSE coalesce(any_value(b.idle_cost), 0) END,  -- idle only on unpriced models
                sum(ge_hours),
                coalesce(sum(memory_byte_hours) FILTER (WHERE state = $idle), 0) / 1073741824.0
         FROM idle_capacity LEFT JOIN billed b USING (tenant) WHERE run_id = $run AND tenant IS NOT NULL
@@ -294,7 +302,8 @@ def build_summary(
         fact_source=fact_source,
         ge_hours_by_state={s: float(g) for s, g in ge_by_state},
         cost_usd_by_state={s: float(c) for s, c in cost_by_state.items()},
-        idle_by_tenant=tuple(TenantIdle(t, float(i), float(c), float(a), float(m)) for t, i, c, a, m in idle),
+        idle_by_tenant=tuple(TenantIdle(t, float(i), None if c is None else float(c), float(a), float(m))
+                             for t, i, c, a, m in idle),
         stranded_ge_hours=float(stranded[0]) if stranded else 0.0,
         top_risk_tenants=tuple(TenantRisk(t, float(s), _top_term(terms)) for t, s, terms in risks),
         drain_candidates=tuple(

@@ -3,6 +3,7 @@ leaves a model without a price unpriced (NULL money), never zero and never a sil
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -78,7 +79,10 @@ def test_a_model_no_price_names_is_unpriced_with_null_money_never_a_default(stor
     assert costs == [(True,)]  # unmeasured money is NULL, not 0 and not OpenCost's $0.95
     assert lines == (0,)
     assert summary.unpriced_ge_hours == {"L40S": pytest.approx(1.0)}
-    assert "L40S: unpriced" in summary.render()
+    text = summary.render()
+    assert "L40S: unpriced" in text
+    assert re.search(r"allocated-idle +0\.5 GE-h +16\.7% +unpriced$", text, re.MULTILINE)  # beta's L40S: not $0.00
+    assert re.search(r"^  beta .*of its allocation\) +unpriced ", text, re.MULTILINE)
     assert summary.fleet_cost_usd == Decimal("3.50") + Decimal("1.50")  # GPU-A and GPU-C only
     assert summary.reconciled
 
