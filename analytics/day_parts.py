@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -28,6 +27,7 @@ from statistics import median
 
 import duckdb
 
+from gpulens.analytics.fact_files import FactFile, fact_files
 from gpulens.analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
 from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
 from gpulens.analytics.settings import EarlyWarningRules
@@ -85,34 +85,45 @@ def day_windows(window: Window) -> list[Window]:
 
 def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | None) -> list[Span]:
     """The window's spans with the fingerprints of their facts and of their devices (``an_dev``)."""
-    files = _parquet_files(parquet_dir)
+    files = _parquet_files(con, parquet_dir)
     days = day_windows(window)
     out = []
     for w, devices in zip(days, _devices(con, days), strict=True):
         facts: list[object] = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
-        mine = {t: [f for f in listed if f[0] is None or w.start.date() == f[0]] for t, listed in sorted(files.items())}
-        facts += list(mine.items())
-        scoped = tuple((t, tuple(f[1] for f in mine[t])) for t in DAY_SCOPED
-                       if any(f[0] is not None for f in mine.get(t, ())))
+        mine = {t: [f for f in listed if f.day is None or w.start.date() == f.day] for t, listed in sorted(files.items())}
+        facts += [(t, [f.fingerprint for f in listed]) for t, listed in mine.items()]
+        scoped = tuple((t, tuple(f.relative for f in mine[t])) for t in DAY_SCOPED
+                       if any(f.day is not None for f in mine.get(t, ())))
         out.append(Span(w, _hash(facts), devices, scoped))
     return out
 
 
-def _parquet_files(parquet_dir: Path | None) -> dict[str, list[tuple[date | None, str, int, int]]]:
-    """Per fact table read from Parquet: its files (partition day or None, path, size, mtime)."""
-    out: dict[str, list[tuple[date | None, str, int, int]]] = {}
+@dataclass(frozen=True)
+class _Listed:
+    """A fact file under ``<parquet>/<table>/``: its partition day (None: none) and what it holds."""
+
+    day: date | None
+    relative: str
+    content: FactFile
+
+    @property
+    def fingerprint(self) -> tuple[object, ...]:
+        c = self.content
+        return (self.relative, c.rows, c.ts_min, c.ts_max, c.sha256)
+
+
+def _parquet_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> dict[str, list[_Listed]]:
+    """Per fact table read from Parquet: its files, known by their content (never by their times)."""
     if parquet_dir is None:
-        return out
-    for table in PART_FACTS:
-        folder = parquet_dir / table
-        if not folder.is_dir():
-            continue
-        listed = []
-        for f in sorted(folder.rglob("*.parquet")):
-            st = os.stat(f)
-            listed.append((_day_of(str(f.relative_to(folder))), str(f.relative_to(folder)), st.st_size, st.st_mtime_ns))
-        if listed:
-            out[table] = listed
+        return {}
+    found = {table: sorted((parquet_dir / table).rglob("*.parquet")) for table in PART_FACTS
+             if (parquet_dir / table).is_dir()}
+    contents = fact_files(con, [f for files in found.values() for f in files])
+    out: dict[str, list[_Listed]] = {}
+    for table, files in found.items():
+        if files:
+            out[table] = [_Listed(_day_of(str(f.relative_to(parquet_dir / table))), str(f.relative_to(parquet_dir / table)),
+                                  contents[f]) for f in files]
     return out
 
 
@@ -144,6 +155,7 @@ def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window]) -> list[str]:
         SELECT w.i, count(d.device_id),
                sum(hash((d.device_id, d.gpu_uuid, d.node, d.gpu_model, d.kind, d.profile, d.sharing_mode, d.ge,
                          d.slices, d.cost_share, d.list_price, d.contracted_price, d.gpu_instance_id, d.multi_device,
+                         d.memory_total_bytes, d.replicas,
                          greatest(coalesce(d.first_seen, w.s), w.s), least(coalesce(d.last_seen, w.e), w.e))))
                  FILTER (WHERE d.device_id IS NOT NULL)
         FROM (SELECT unnest($s) AS s, unnest($e) AS e, generate_subscripts($s, 1) AS i) w
@@ -156,24 +168,26 @@ def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window]) -> list[str]:
     return [str(by_span[i + 1]) for i in range(len(spans))]
 
 
-def ensure_parts(state: RunState, span_list: list[Span]) -> tuple[float, list[str]]:
+def ensure_parts(state: RunState, span_list: list[Span], notes: dict[str, str] | None = None) -> tuple[float, list[str]]:
     """Find or compute the part of every span; returns the sample interval and the part ids (in order).
 
     One day is read at a time. A span whose spacing is not stored yet is read, its spacing stored, and
     its part computed at once with the interval known so far (the median of the spacings seen: exact
     when every day has the same cadence, as usual); when the window's interval, known after the last
     span, differs from that guess, the parts are computed again with it (the guessed ones, listed by
-    no run, are dropped after the run).
+    no run, are dropped after the run). ``notes`` gets, per day computed (ISO date), why it was.
     """
     trust: list[frozenset[str]] = []  # worked out once, when the first day is read
     try:
-        return _ensure_parts(state, span_list, trust)
+        return _ensure_parts(state, span_list, trust, {} if notes is None else notes)
     finally:
         if trust and trust[0] and state.settings.parquet_dir is not None:  # a day's files were bound: all again
             bind_facts(state.con, state.settings.parquet_dir, tables=sorted(trust[0]))
 
 
-def _ensure_parts(state: RunState, span_list: list[Span], trust: list[frozenset[str]]) -> tuple[float, list[str]]:
+def _ensure_parts(
+    state: RunState, span_list: list[Span], trust: list[frozenset[str]], notes: dict[str, str]
+) -> tuple[float, list[str]]:
     con, settings = state.con, state.settings
 
     def read(span: Span) -> None:
@@ -198,11 +212,12 @@ def _ensure_parts(state: RunState, span_list: list[Span], trust: list[frozenset[
                         [span.spacing_key, spacing[span.spacing_key]])
             guess = _interval(list(spacing.values()), state.window)
             state.values["value:interval"] = guess
-            pid = span.part_id(_part_parameters(state, guess))
+            guessed = _part_parameters(state, guess)
+            pid = span.part_id(guessed)
             if _stored(con, pid):
                 _drop(con)
             else:
-                _write_part(state, span, pid)
+                _write_part(state, span, pid, guessed, notes)
     interval = fixed if fixed is not None else _interval([spacing.get(s.spacing_key) for s in span_list], state.window)
     state.values["value:interval"] = interval
     parameters = _part_parameters(state, interval)
@@ -212,7 +227,7 @@ def _ensure_parts(state: RunState, span_list: list[Span], trust: list[frozenset[
         ids.append(pid)
         if not _stored(con, pid):
             read(span)
-            _write_part(state, span, pid)
+            _write_part(state, span, pid, parameters, notes)
     return interval, ids
 
 
@@ -253,37 +268,18 @@ def trusted_tables(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> 
     """The ``DAY_SCOPED`` tables whose every file under a day partition holds only that UTC day's rows, as
     the files' row-group ``ts`` statistics say (a file without them is not taken on trust): a day part of
     these reads its own day's files only. Files partitioned by another day (a local date, say) keep every
-    file in every day's read. Each file is looked at once: the answer is kept per path, size and mtime."""
-    if parquet_dir is None:
-        return frozenset()
-    listed = _parquet_files(parquet_dir)
-    dated = {str(parquet_dir / t / f): (t, day, size, mtime) for t in DAY_SCOPED for day, f, size, mtime in listed.get(t, [])
-             if day is not None}
+    file in every day's read."""
+    listed = _parquet_files(con, parquet_dir)
+    dated = [(t, f) for t in DAY_SCOPED for f in listed.get(t, []) if f.day is not None]
     if not dated:
         return frozenset()
-    known = {path: ok for path, size, mtime, ok in con.execute(
-        "SELECT path, size, mtime_ns, within_day FROM parquet_file_days WHERE list_contains($paths, path)",
-        {"paths": list(dated)},
-    ).fetchall() if dated[path][2:] == (size, mtime)}
-    unknown = [p for p in dated if p not in known]
-    if unknown:
-        spans = {p: (None, None) for p in unknown} | {
-            name: (lo, hi) for name, lo, hi in con.execute(
-                """SELECT file_name, min(TRY_CAST(stats_min_value AS TIMESTAMP)), max(TRY_CAST(stats_max_value AS TIMESTAMP))
-                   FROM parquet_metadata($files) WHERE path_in_schema = 'ts' GROUP BY file_name""",
-                {"files": unknown},
-            ).fetchall()
-        }
-        for p in unknown:
-            lo, hi = spans[p]
-            day = datetime.combine(dated[p][1], datetime.min.time())
-            known[p] = lo is not None and hi is not None and day <= lo and hi < day + timedelta(days=1)
-        con.execute(
-            "INSERT OR REPLACE INTO parquet_file_days SELECT unnest($p), unnest($s), unnest($m), unnest($ok)",
-            {"p": unknown, "s": [dated[p][2] for p in unknown], "m": [dated[p][3] for p in unknown],
-             "ok": [known[p] for p in unknown]},
-        )
-    return frozenset(t for t in DAY_SCOPED if t in FACT_TABLES) - {dated[p][0] for p, ok in known.items() if not ok}
+    untrusted = set()
+    for table, f in dated:
+        assert f.day is not None
+        day = datetime.combine(f.day, datetime.min.time())
+        if not f.content.within(day, day + timedelta(days=1)):
+            untrusted.add(table)
+    return frozenset(t for t in DAY_SCOPED if t in FACT_TABLES) - untrusted
 
 
 def _day_of(relative: str) -> date | None:
@@ -296,18 +292,51 @@ def _drop(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - constant names
 
 
-def _write_part(state: RunState, span: Span, part_id: str) -> None:
+PART_NOTES = "value:part_notes"
+"""Run value: the day (ISO date) -> why its part was computed in this run (the days not named were reused)."""
+
+
+def why_computed(con: duckdb.DuckDBPyConnection, span: Span, parameters: dict[str, object]) -> str:
+    """Why a span has no stored part: new, or what differs from the part last computed for the same span."""
+    row = con.execute(
+        "SELECT fingerprint, parameters FROM analysis_parts WHERE part_start = ? AND part_end = ? "
+        "ORDER BY created_at DESC LIMIT 1", [span.window.start, span.window.end],
+    ).fetchone()
+    if row is None:
+        return "first analysed"
+    facts, _, devices = str(row[0]).partition(":")
+    reasons = []
+    if facts != span.facts:
+        reasons.append("its facts changed")
+    if devices != span.devices:
+        reasons.append("its devices changed")
+    before = json.loads(row[1]) if row[1] else None
+    now = json.loads(json.dumps(parameters, sort_keys=True, default=str))
+    if before is None:
+        reasons.append("computed by an earlier release that did not record its parameters")
+    elif before.get("version") != now.get("version"):
+        reasons.append(f"computed by another release (part version {before.get('version')}, now {now.get('version')})")
+    else:
+        reasons += [f"{key} {before.get(key)} -> {now.get(key)}" for key in sorted(now.keys() | before.keys())
+                    if before.get(key) != now.get(key)]
+    return ", ".join(reasons) or "its part was dropped"
+
+
+def _write_part(
+    state: RunState, span: Span, part_id: str, parameters: dict[str, object], notes: dict[str, str]
+) -> None:
     """Compute and store one part in its own transaction (a half-written part is never listed)."""
     con = state.con
+    notes.setdefault(span.window.start.date().isoformat(), why_computed(con, span, parameters))  # a guess redone: the first why
     con.execute("BEGIN TRANSACTION")
     try:
         for table in (*DAY_PARTS.values(), *PART_SUMS):
             con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
         run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done), PART_WRITE)
         con.execute(
-            "INSERT INTO analysis_parts VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO analysis_parts VALUES (?, ?, ?, ?, ?, ?)",
             [part_id, span.window.start, span.window.end, f"{span.facts}:{span.devices}",
-             datetime.now(UTC).replace(tzinfo=None)],
+             datetime.now(UTC).replace(tzinfo=None), json.dumps(parameters, sort_keys=True, default=str)],
         )
         con.execute("COMMIT")
     except BaseException:
@@ -352,13 +381,14 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
 @stage("day parts",
        "f_device_samples f_allocations f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev analysis_parts "
        "analysis_spacings",
-       "value:interval value:parts an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
+       "value:interval value:parts value:part_notes an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
        "part_placements part_health part_trend_buckets part_trend_quiet part_trend_gpus")
 def _parts(s: RunState) -> dict[str, object]:
-    interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir))
+    notes: dict[str, str] = {}
+    interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir), notes)
     merge_parts(s.con, ids)
-    return {"value:interval": interval, "value:parts": ids}
+    return {"value:interval": interval, "value:parts": ids, PART_NOTES: notes}
 
 
 PARTS: Stage = _parts
@@ -387,7 +417,7 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
         con.execute("BEGIN TRANSACTION")
         try:
             for table in PART_TABLES:
-                if table in ("analysis_run_parts", "parquet_file_days"):
+                if table in ("analysis_run_parts", "parquet_file_contents"):
                     continue  # the worker's runs and the files it looked at are not this store's
                 if table == "analysis_spacings":
                     con.execute(

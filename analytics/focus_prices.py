@@ -27,7 +27,7 @@ import yaml
 from gpulens.analytics.prices import Price
 from gpulens.collector.parquet import read_parquet_file
 from gpulens.core.errors import UserError
-from gpulens.exporter.mig_catalog import short_model
+from gpulens.core.mig_catalog import short_model
 
 REQUIRED = ("ChargeCategory", "ChargePeriodStart", "ChargePeriodEnd", "EffectiveCost")
 OPTIONAL = ("ListCost", "PricingQuantity", "PricingUnit", "ConsumedQuantity", "ConsumedUnit", "SkuPriceDetails",

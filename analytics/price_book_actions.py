@@ -18,7 +18,7 @@ from gpulens.analytics.prices import (
 )
 from gpulens.collector.schema import connect, create_schema
 from gpulens.collector.store_errors import connect_store, reading_store
-from gpulens.exporter.mig_catalog import short_model
+from gpulens.core.mig_catalog import short_model
 
 
 def _writable(db: Path) -> duckdb.DuckDBPyConnection:

@@ -21,7 +21,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.core.config import load_yaml_model, parse_yaml_model
-from gpulens.exporter.mig_catalog import short_model
+from gpulens.core.mig_catalog import short_model
 
 PACKAGED = "list price (packaged)"
 """The source of the packaged prices: illustrative list prices that any price a user sets overrides."""

@@ -1,6 +1,6 @@
 """Quota use per queue over a window: nominal quota, mean and peak usage, and how often work waited.
 
-Read from ``quota_snapshots`` (ClusterQueue and ResourceQuota entries) and ``pending_demand``; it
+Read from ``quota_snapshots`` (ClusterQueue, ResourceQuota, KAI and Volcano queue entries) and ``pending_demand``; it
 needs no device samples, so a store that holds only Kueue metrics can still be analysed. Usage that
 was never recorded stays ``None`` (not measured), never 0.
 """
@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import duckdb
 
 from gpulens.analytics.facts import Window
+from gpulens.collector.queue_systems import QUOTA_KINDS, pending_match_sql
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,15 @@ class QueueUse:
         return asdict(self)
 
 
-_QUEUE_USE_SQL = """
+_PENDING = pending_match_sql("p", "w")
+_KINDS = ", ".join(f"'{k}'" for k in QUOTA_KINDS)
+_QUEUE_USE_SQL = f"""
 WITH snaps AS (
     SELECT object_kind, CASE WHEN object_namespace = '' THEN object_name ELSE object_namespace || '/' || object_name END
                AS name, object_name, object_namespace, flavor, regexp_replace(resource, '^requests\\.', '') AS resource,
            time_bucket(to_seconds($bs), ts, $start::TIMESTAMP) AS b, nominal_quota, usage, ts
     FROM f_quota_snapshots
-    WHERE ts >= $start AND ts < $end AND object_kind IN ('ClusterQueue', 'ResourceQuota')
+    WHERE ts >= $start AND ts < $end AND object_kind IN ({_KINDS})
 ),
 per_bucket AS (
     SELECT object_kind, name, object_name, object_namespace, flavor, resource, b, max(usage) AS usage
@@ -59,8 +62,7 @@ joined AS (
     SELECT p.*, w.quantity, w.b IS NOT NULL AS waited
     FROM per_bucket p LEFT JOIN waiting w ON w.b = p.b AND (w.resource = p.resource OR w.resource = '')
         AND (w.flavor = '' OR w.flavor = p.flavor)
-        AND CASE WHEN p.object_kind = 'ClusterQueue' THEN w.cluster_queue = p.object_name
-                 ELSE w.namespace = p.object_namespace END
+        AND {_PENDING}
 )
 SELECT j.object_kind, j.name, j.flavor, j.resource,
        (SELECT arg_max(nominal_quota, ts) FROM snaps s WHERE s.object_kind = j.object_kind AND s.name = j.name
@@ -69,11 +71,11 @@ SELECT j.object_kind, j.name, j.flavor, j.resource,
 FROM joined j
 GROUP BY j.object_kind, j.name, j.flavor, j.resource
 ORDER BY j.object_kind, j.name, j.flavor, j.resource
-"""
+"""  # noqa: S608 - built from constants of our own
 
 
 def queue_use(con: duckdb.DuckDBPyConnection, window: Window) -> list[QueueUse]:
-    """Every ClusterQueue and ResourceQuota entry with a snapshot in the window."""
+    """Every ClusterQueue, ResourceQuota, KAI and Volcano queue entry with a snapshot in the window."""
     rows = con.execute(
         _QUEUE_USE_SQL, {"start": window.start, "end": window.end, "bs": window.bucket_seconds}
     ).fetchall()

@@ -1,6 +1,7 @@
 """Tenant quota recommendations per queue, flavor and resource, from allocated plus pending demand.
 
-For each quota entry (a Kueue ClusterQueue flavor/resource or a ResourceQuota resource) the demand in
+For each quota entry (a Kueue ClusterQueue flavor/resource, a ResourceQuota resource, a KAI Scheduler or
+Volcano queue's resource: :mod:`gpulens.collector.queue_systems`) the demand in
 each time bucket is what was in use plus what was waiting. The recommendation is
 ``ceil(P95(demand) * (1 + headroom))`` with guard rails: never below current usage plus pending, no
 cut while pending demand (from the resource gauge, pending workload counts or pending pods) was seen
@@ -25,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpulens.analytics.cut_rule import cut_refusal
 from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
-from gpulens.exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
+from gpulens.collector.queue_systems import pending_match_sql, system_of
+from gpulens.core.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -61,7 +63,8 @@ class QuotaSettings(BaseModel):
 
 @dataclass(frozen=True)
 class QuotaKey:
-    """One quota entry: an object (ClusterQueue or ResourceQuota), a flavor ('' for ResourceQuota), a resource."""
+    """One quota entry: an object (a ClusterQueue, ResourceQuota, KAI or Volcano queue), a flavor ('' where the
+    object has none), a resource."""
 
     object_kind: str
     namespace: str
@@ -72,6 +75,11 @@ class QuotaKey:
     @property
     def object_id(self) -> tuple[str, str, str]:
         return (self.object_kind, self.namespace, self.name)
+
+    @property
+    def system(self) -> str:
+        """The quota system the object belongs to: ``kueue``, ``kai``, ``volcano`` or ``kubernetes``."""
+        return system_of(self.object_kind)
 
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
@@ -160,7 +168,9 @@ class MigConversion:
         return resource_for_profile(self.profile)
 
 
-_EVIDENCE_SQL = """
+_PENDING_P = pending_match_sql("k", "p")
+_PENDING_PP = pending_match_sql("k", "pp")
+_EVIDENCE_SQL = f"""
 WITH snaps AS (
     SELECT object_kind, object_namespace, object_name, flavor,
            regexp_replace(resource, '^requests\\.', '') AS resource,
@@ -221,16 +231,12 @@ pending_rows AS (
            CASE WHEN p.quantity IS NULL THEN p.workloads ELSE 0 END AS counted_only
     FROM keys k JOIN f_pending_demand p
         ON (regexp_replace(p.resource, '^requests\\.', '') = k.resource OR p.resource = '')
-        AND CASE WHEN k.object_kind = 'ClusterQueue'
-            THEN p.cluster_queue = k.object_name AND (p.flavor = '' OR p.flavor = k.flavor)
-            ELSE p.namespace = k.object_namespace END
+        AND (k.object_kind <> 'ClusterQueue' OR p.flavor = '' OR p.flavor = k.flavor) AND {_PENDING_P}
     WHERE p.ts BETWEEN $start AND $end
     UNION ALL
     SELECT k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource, pp.ts,
            NULL, pp.qty, 0
-    FROM keys k JOIN pending_pods pp ON pp.resource = k.resource
-        AND CASE WHEN k.object_kind = 'ClusterQueue' THEN pp.cluster_queue = k.object_name
-            ELSE pp.namespace = k.object_namespace END
+    FROM keys k JOIN pending_pods pp ON pp.resource = k.resource AND {_PENDING_PP}
 ),
 pending_ts AS (
     SELECT object_kind, object_namespace, object_name, flavor, resource, ts,
@@ -263,7 +269,7 @@ SELECT k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource, k
 FROM keys k LEFT JOIN demand d USING (object_kind, object_namespace, object_name, flavor, resource)
 GROUP BY ALL
 ORDER BY k.object_kind, k.object_namespace, k.object_name, k.flavor, k.resource
-"""
+"""  # noqa: S608 - built from constants of our own
 
 
 def load_quota_evidence(

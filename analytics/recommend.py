@@ -49,8 +49,9 @@ from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live
 from gpulens.analytics.writers.order import apply_in_order, partial
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
+from gpulens.collector.queue_systems import VOLCANO_QUEUE, system_of
 from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 
 class RecommendSettings(BaseModel):
@@ -171,9 +172,10 @@ def recommend(
         quotas = tuple(
             _keep_missing_device(recommend_quota(e, settings.quota, history.get(e.key, e)), fleet)
             for e in evidence
-            if e.key.object_kind in targets
+            if e.key.object_kind in targets or e.key.object_kind in UNWRITTEN_KINDS
         )
-        notes = _target_notes(evidence, targets) + tuple(fleet.flavor_nodes.notes() if fleet else ())
+        notes = (_target_notes(evidence, targets) + _unwritten_notes(quotas)
+                 + tuple(fleet.flavor_nodes.notes() if fleet else ()))
         conversions = tuple(propose_mig_conversions(workloads, quotas))
         run_id = _run_id(start, end, settings)
         plans = tuple(build_plans(quotas, conversions, targets, record_namespace=settings.record_namespace,
@@ -218,6 +220,20 @@ def _history(
     if longest >= start:
         return {}
     return {e.key: e for e in load_quota_evidence(con, longest, end, quota)}
+
+
+UNWRITTEN_KINDS = (VOLCANO_QUEUE,)
+"""Quota kinds recommended whatever ``--target`` says, and never written: gpulens has no writer for them."""
+
+
+def _unwritten_notes(quotas: Sequence[QuotaRecommendation]) -> tuple[str, ...]:
+    """Say which recommendations no writer applies."""
+    kinds: dict[str, int] = {}
+    for q in quotas:
+        if q.key.object_kind in UNWRITTEN_KINDS:
+            kinds[q.key.object_kind] = kinds.get(q.key.object_kind, 0) + 1
+    return tuple(f"{n} {kind} entr{'y' if n == 1 else 'ies'} recommended, not written: gpulens has no "
+                 f"{system_of(kind)} writer (apply them by hand)" for kind, n in sorted(kinds.items()))
 
 
 def _target_notes(evidence: Sequence[QuotaEvidence], targets: Mapping[str, QuotaTarget]) -> tuple[str, ...]:

@@ -267,7 +267,8 @@ TABLES: dict[str, list[Column]] = {
         _c("parameters", "JSON NOT NULL", "RecommendSettings as JSON."),
         _c("scope", "VARCHAR NOT NULL", "'workload', 'quota', 'mig_conversion' or 'topology' (Kueue TAS advice per queue)."),
         _c("tenant", "VARCHAR", "Tenant of the workload or quota object."),
-        _c("target_kind", "VARCHAR NOT NULL", "Workload owner kind, 'ClusterQueue' or 'ResourceQuota' ('Tenant' without a queue)."),
+        _c("target_kind", "VARCHAR NOT NULL", "Workload owner kind, or the quota object's kind as the store names it "
+           "('ClusterQueue', 'ResourceQuota', 'Queue.scheduling.run.ai', 'Queue.scheduling.volcano.sh'; 'Tenant' without a queue)."),
         _c("target_namespace", "VARCHAR NOT NULL", "Namespace ('' for cluster-scoped objects)."),
         _c("target_name", "VARCHAR NOT NULL", "Workload or quota object name."),
         _c("flavor", "VARCHAR NOT NULL DEFAULT ''", "Kueue ResourceFlavor ('' where none)."),
@@ -308,16 +309,20 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("part_end", "TIMESTAMP NOT NULL", "Span end (exclusive)."),
         _c("fingerprint", "VARCHAR NOT NULL", "What the span's facts and devices looked like when it was computed."),
         _c("created_at", "TIMESTAMP NOT NULL", "When the part was computed (UTC)."),
+        _c("parameters", "VARCHAR", "JSON of the parameters the part was computed with (its version included)."),
     ],
     "analysis_run_parts": [
         *_RUN,
         _c("part_id", "VARCHAR NOT NULL", "A day part the run's window is made of."),
     ],
-    "parquet_file_days": [
-        _c("path", "VARCHAR PRIMARY KEY", "A fact Parquet file under a day partition (day=/date=)."),
-        _c("size", "BIGINT NOT NULL", "Its size in bytes when looked at."),
-        _c("mtime_ns", "BIGINT NOT NULL", "Its modification time (ns) when looked at."),
-        _c("within_day", "BOOLEAN NOT NULL", "Its row groups' ts statistics lie inside its partition's UTC day."),
+    "parquet_file_contents": [
+        _c("path", "VARCHAR PRIMARY KEY", "A fact Parquet file a day part read."),
+        _c("stat", "VARCHAR NOT NULL", "Its size, modification and change times (ns), device and inode when hashed: "
+           "a file whose stat moved is hashed again (never a fingerprint of its own)."),
+        _c("rows", "BIGINT NOT NULL", "Its rows (footer)."),
+        _c("ts_min", "TIMESTAMP", "Its smallest ts (footer statistics); NULL: none."),
+        _c("ts_max", "TIMESTAMP", "Its largest ts (footer statistics); NULL: none."),
+        _c("sha256", "VARCHAR NOT NULL", "SHA-256 of its bytes."),
     ],
     "analysis_spacings": [
         _c("spacing_key", "VARCHAR PRIMARY KEY", "sha256 of the span, its facts' fingerprint and the bucket."),

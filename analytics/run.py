@@ -25,6 +25,7 @@ import duckdb
 
 from gpulens.analytics import chargeback
 from gpulens.analytics.checkpoint import background_checkpoint
+from gpulens.analytics.day_parts import PART_NOTES
 from gpulens.analytics.facts import Window, bind_facts, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
 from gpulens.analytics.pipeline import PARTS, WINDOW, WRITE
@@ -119,6 +120,7 @@ def _analyze(
         "price_book": prices.as_json(),
     }
     state.run_id = run_id = _run_id(window.start, window.end, source, parameters)
+    notes: dict[str, str] = state.values.get(PART_NOTES, {})  # type: ignore[assignment]
     con.execute("BEGIN TRANSACTION")
     try:
         delete_run(con, run_id)
@@ -128,6 +130,8 @@ def _analyze(
             con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
             state.value("fleet"),  # type: ignore[arg-type]
             phase_seconds=clock.seconds, prices=prices,
+            days_reused=len(state.value("parts")) - len(notes),  # type: ignore[arg-type]
+            days_computed=notes,
         )
         con.execute(
             "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -6,7 +6,6 @@ Every default is explained in ``docs/analytics.md``; a YAML file can override an
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -15,23 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.core.states import HealthState
-
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
 
 
-def parse_duration(text: str | int) -> int:
-    """``90s``, ``5m``, ``1h``, ``14d``, ``2w`` (or a number of seconds) -> whole seconds."""
-    if isinstance(text, int):
-        seconds = text
-    else:
-        match = _DURATION.match(text)
-        if match is None:
-            raise ValueError(f"not a duration: {text!r} (use e.g. 5m, 1h, 14d)")
-        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+def parse_duration(value: str | int | float) -> int:
+    """A positive duration in whole seconds (``90s``, ``5m``, ``1h30m``, ``14d``, ``2w``, or a number of seconds)."""
+    seconds = duration_seconds(value)
     if seconds <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return seconds
+        raise ValueError(f"duration must be positive, got {value!r}")
+    if not seconds.is_integer():
+        raise ValueError(f"duration must be whole seconds, got {value!r}")
+    return int(seconds)
 
 
 class RiskWeights(BaseModel):
@@ -199,6 +192,16 @@ class AnalysisSettings(BaseModel):
     @classmethod
     def _duration(cls, value: str | int) -> int:
         return parse_duration(value)
+
+    @field_validator("end", mode="before")
+    @classmethod
+    def _time(cls, value: object) -> object:
+        """``end`` in the one time grammar: ISO 8601, Unix seconds or ``now-1h``."""
+        if value is None or isinstance(value, datetime):
+            return value
+        if isinstance(value, str | int | float):
+            return utc_datetime(time_seconds(value))
+        return value
 
     @model_validator(mode="after")
     def _bucket_fits(self) -> AnalysisSettings:

@@ -101,6 +101,10 @@ class AnalysisSummary:
     """Allocated-idle cost of lines with commitment data that is on demand."""
     idle_unknown_commitment_usd: Decimal = Decimal(0)
     """Allocated-idle cost of lines without commitment data."""
+    days_reused: int = 0
+    """Days of the window whose stored part this run reused."""
+    days_computed: dict[str, str] = field(default_factory=dict)
+    """Day (ISO date) -> why this run computed its part (first analysed, its facts changed, a parameter...)."""
 
     @property
     def capacity_ge_hours(self) -> float:
@@ -174,6 +178,7 @@ class AnalysisSummary:
             lines.append(f"  {_safe(d.node)} {d.gpu_uuid} [{d.state}]{' ' + when if when else ''}: {d.evidence}")
         if len(self.drain_candidates) > 10:
             lines.append(f"  ... {len(self.drain_candidates) - 10} more in the health table")
+        lines += self._render_days()
         verdict = "reconciled" if self.reconciled else "NOT RECONCILED"
         lines.append(
             f"chargeback ${self.chargeback_total_usd:,.2f} vs fleet capacity x price"
@@ -198,6 +203,18 @@ class AnalysisSummary:
             lines.append(f"allocated-idle cost: ${self.idle_committed_usd:,.2f} committed, already paid; "
                          f"${self.idle_uncommitted_usd or 0:,.2f} on demand{unknown}")
         return lines
+
+    def _render_days(self) -> list[str]:
+        if not self.days_computed and not self.days_reused:
+            return []
+        total = self.days_reused + len(self.days_computed)
+        out = [f"days: {total} in the window, {self.days_reused} reused, {len(self.days_computed)} computed"]
+        first = sorted(d for d, why in self.days_computed.items() if why == "first analysed")
+        if first:
+            out[0] += f" ({len(first)} first analysed)"
+        out += [f"  {day}: computed again: {why}" for day, why in sorted(self.days_computed.items())
+                if why != "first analysed"]
+        return out
 
     def _render_queues_only(self) -> list[str]:
         lines = [
@@ -242,6 +259,8 @@ def build_summary(
     top: int = 10,
     phase_seconds: dict[str, float] | None = None,
     prices: PriceBook | None = None,
+    days_reused: int = 0,
+    days_computed: dict[str, str] | None = None,
 ) -> AnalysisSummary:
     """Read the run's rows back into headline numbers (``prices``: the book the run used, named per model)."""
     ge_by_state = con.execute(
@@ -315,6 +334,8 @@ def build_summary(
         chargeback_total_usd=Decimal(billed[0]) if billed else Decimal(0),
         phase_seconds=phase_seconds if phase_seconds is not None else {},
         **_price_facts(con, run_id, prices),
+        days_reused=days_reused,
+        days_computed=dict(days_computed or {}),
     )
 
 

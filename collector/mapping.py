@@ -25,8 +25,10 @@ import polars as pl
 from gpulens.collector.dcgm_fields import BY_KEY, READ_AS
 from gpulens.collector.dcgm_fields import DCGM_METRICS as DCGM_METRICS
 from gpulens.collector.dcgm_fields import MIB as MIB
+from gpulens.collector.queue_metrics import map_queue_systems
 from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
 from gpulens.core import metric_catalog as M
+from gpulens.core.gpu_share import FRACTION_RESOURCES
 from gpulens.core.metric_catalog import PREFIX, MetricGroup, in_groups
 from gpulens.core.vocabulary import COMPUTE_SLICES
 
@@ -107,8 +109,10 @@ def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
 
 
 def _profile_of(resource: pl.Expr) -> pl.Expr:
-    """``nvidia.com/mig-1g.18gb`` -> ``1g.18gb``; any other resource -> ``gpu``."""
-    return pl.coalesce(resource.str.extract(r"^nvidia\.com/mig-(.+)$", 1), pl.lit("gpu"))
+    """``nvidia.com/mig-1g.18gb`` -> ``1g.18gb``; a resource for part of a GPU (HAMi cores or memory, milli-GPU,
+    gpushare: a queue's sum of them is no shape) -> ``fraction``; any other resource -> ``gpu``."""
+    return (pl.when(resource.str.replace(r"^(requests|limits)\.", "").is_in(FRACTION_RESOURCES)).then(pl.lit("fraction"))
+            .otherwise(pl.coalesce(resource.str.extract(r"^nvidia\.com/mig-(.+)$", 1), pl.lit("gpu"))))
 
 
 def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:
@@ -247,6 +251,7 @@ def to_store_frames(long: pl.DataFrame, schema: SchemaName, source: str) -> dict
     if long.height and "metric" in long.columns:
         frames.append(map_kueue(long, source))
         frames.append(map_local_queues(long, source))
+        frames.extend(map_queue_systems(long, source))
     out: dict[str, pl.DataFrame] = {}
     for part in frames:
         for table, frame in part.items():

@@ -44,11 +44,12 @@ from gpulens.collector.prometheus_rollups import (
     drop_unread_device_rows,
     query_name,
 )
+from gpulens.collector.queue_metrics import QUEUE_SYSTEM_METRICS
 from gpulens.collector.store import Gap, Store, WindowResult
-from gpulens.collector.timeparse import format_time
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact, redact_logs_of
+from gpulens.core.timeparse import format_time
 
 SOURCE = "prometheus"
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -76,12 +77,14 @@ def series_selector(metric: str, labels: Mapping[str, str] | None = None) -> str
 
 
 def metrics_for(schema: SchemaName) -> tuple[str, ...]:
-    """The series names the collector queries for ``schema`` (Kueue's metrics with every schema)."""
+    """The series names the collector queries for ``schema`` (the queue metrics of Kueue, KAI Scheduler and
+    Volcano with every schema)."""
+    queues = KUEUE_METRICS + QUEUE_SYSTEM_METRICS
     if schema == "gpulens":
-        return GPULENS_METRICS + KUEUE_METRICS
+        return GPULENS_METRICS + queues
     if schema == "dcgm":
-        return DCGM_METRICS + KUEUE_METRICS
-    return GPULENS_METRICS + DCGM_METRICS + KUEUE_METRICS
+        return DCGM_METRICS + queues
+    return GPULENS_METRICS + DCGM_METRICS + queues
 
 
 @dataclass(frozen=True)

@@ -159,10 +159,11 @@ FACTS = {
         detail VARCHAR,
         source VARCHAR NOT NULL
     """,
-    # Quota objects as seen at a time: Kueue ClusterQueue flavors/resources and ResourceQuotas.
+    # Quota objects as seen at a time: Kueue ClusterQueue flavors/resources (and LocalQueues, Cohorts),
+    # ResourceQuotas, KAI and Volcano queues (kinds as collector/queue_systems.py names them).
     "quota_snapshots": """
         ts TIMESTAMP NOT NULL,
-        object_kind VARCHAR NOT NULL,     -- 'ClusterQueue' or 'ResourceQuota'
+        object_kind VARCHAR NOT NULL,     -- 'ClusterQueue', 'ResourceQuota', 'Queue.scheduling.run.ai', ...
         object_namespace VARCHAR NOT NULL DEFAULT '',
         object_name VARCHAR NOT NULL,
         tenant VARCHAR,
@@ -179,7 +180,7 @@ FACTS = {
     "pending_demand": """
         ts TIMESTAMP NOT NULL,
         tenant VARCHAR NOT NULL,
-        cluster_queue VARCHAR NOT NULL DEFAULT '',
+        cluster_queue VARCHAR NOT NULL DEFAULT '',  -- a ClusterQueue's name, '<kind>/<name>' of other queues
         namespace VARCHAR NOT NULL DEFAULT '',
         flavor VARCHAR NOT NULL DEFAULT '',
         resource VARCHAR NOT NULL,

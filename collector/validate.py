@@ -5,7 +5,8 @@ scrape or a ``query_range`` chunk: :func:`validate_samples` turns each impossibl
 ("not measured", never zero) and counts it per metric and reason, so the run stores everything else
 and says what it dropped. A sample whose value is its identity (a device's or holder's GPU-equivalents,
 an XID's last-seen time) has no row without it and is dropped instead. Kueue's ``+Inf`` borrowing and
-lending limits mean "no limit" and pass (the mapping stores them as NULL).
+lending limits mean "no limit" and pass, as does KAI's quota of -1 (unlimited): the mapping stores them
+as NULL.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ BOUNDS: Mapping[str, Bounds] = {
     M.GPU_XID_LAST_SEEN.name: EPOCH_SECONDS,
     "kueue_cluster_queue_borrowing_limit": Bounds(infinite_ok=True),
     "kueue_cluster_queue_lending_limit": Bounds(infinite_ok=True),
+    # KAI Scheduler's quota gauge is -1 for an unlimited quota (a meaning; the mapping stores NULL)
+    **{name: Bounds(low=-1.0) for name in ("kai_queue_deserved_gpus", "queue_deserved_gpus")},
 }
 """Metrics whose range differs from the default: finite, ``0 <= value <= INT64_SAFE``."""
 

@@ -3,7 +3,7 @@ date-partitioned Parquet facts (nothing else), and the central store that merges
 single node's window results without reading a fact of those days again.
 
 Each machine reads the facts from a path of its own (a day part is known by its files' names under
-``--parquet``, sizes and times, not by where they are mounted): here each worker's folder holds only
+``--parquet`` and their content, not by where they are mounted): here each worker's folder holds only
 its day, the central node's all of them."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_workers_holding_only_their_day_merge_into_the_single_node_run(tmp_path:
         workers.append(worker)
 
     central = tmp_path / "central-mount"
-    shutil.copytree(facts, central)  # the same files (names, sizes, times) at another path
+    shutil.copytree(facts, central)  # the same files (names, bytes) at another path
     merged_rows = merged_results(store, workers, tmp_path / "merged.duckdb",
                                  settings(END, parquet_dir=central, sample_interval_seconds=300))
     assert merged_rows[0] and merged_rows[2], "idle capacity and chargeback rows to compare"

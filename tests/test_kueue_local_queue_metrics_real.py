@@ -12,7 +12,7 @@ import pytest
 
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
 from gpulens.collector.store import Store
-from tests.support.prometheus import promtool, running_prometheus
+from tests.support.prometheus import serving_openmetrics
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
@@ -37,14 +37,8 @@ def openmetrics() -> str:
 
 def test_local_queue_usage_and_pending_workloads_land_in_the_quota_model(
         tmp_path: Path, promtool_binary: str, prometheus_binary: str) -> None:
-    source = tmp_path / "kueue.om"
-    source.write_text(openmetrics(), encoding="utf-8")
-    code, output = promtool("tsdb", "create-blocks-from", "openmetrics", str(source), str(tmp_path / "tsdb"),
-                            timeout=120)
-    assert code == 0, output
-    args = ["--query.lookback-delta=30s", "--storage.tsdb.retention.time=100y"]
-    with running_prometheus(data_dir=tmp_path / "prom", storage_path=tmp_path / "tsdb", extra_args=args) as prom, \
-            PrometheusClient(HttpSettings(prom.url)) as client, Store(str(tmp_path / "s.duckdb")) as store:
+    with serving_openmetrics(openmetrics(), tmp_path) as prom, PrometheusClient(HttpSettings(prom.url)) as client, \
+            Store(str(tmp_path / "s.duckdb")) as store:
         collect_range(store, client, start=START, end=START + MINUTES * STEP, step=STEP, schema="gpulens")
         rows = store.query("SELECT epoch(ts) - ?, object_namespace, object_name, tenant, flavor, resource, usage, "
                            "nominal_quota, annotations FROM quota_snapshots WHERE object_kind = 'LocalQueue' "

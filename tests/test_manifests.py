@@ -17,10 +17,10 @@ import yaml
 from typer.testing import CliRunner
 
 from gpulens.cli import app
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
 from gpulens.dashboards.grafana.generate import DASHBOARDS
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.crd_schemas import validate_custom
 from tests.support.kustomize import (
@@ -224,7 +224,9 @@ def exporter_api_traffic() -> list[RecordedRequest]:
                  (("a", "labelled"), ("b", "queued"), ("c", "web-7d9-x"), ("c", "train-0"))]
         assert [(i.rule, i.workload_kind) for i in infos] == [
             ("pod_label", "Pod"), ("kueue", "Pod"), ("capsule", "Deployment"), ("capsule", "JobSet")]
-        ResourceSliceDirectory(client, node).uuid("gpu.nvidia.com", node, "gpu-0")
+        slices = ResourceSliceDirectory(client, node)
+        slices.uuid("gpu.nvidia.com", node, "gpu-0")
+        slices.claim_result("c", "train-0-gpu", "gpu.nvidia.com", node, "gpu-0")
         client.close()
     return api.requests
 
@@ -442,3 +444,21 @@ def test_the_exporter_alerts_select_the_job_name_the_servicemonitor_produces() -
     for rule in exporter_alerts:
         if "up{" in rule["expr"]:
             assert f'up{{job="{job}"}}' in rule["expr"], rule["alert"]
+
+
+def test_the_day_workers_overlay_splits_the_days_by_job_index_and_the_hourly_run_merges_them(
+        renderings: dict[str, list[dict[str, Any]]]) -> None:
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in renderings["deploy/overlays/day-workers"]}
+    job = objects[("CronJob", "gpulens-analyze-days")]["spec"]["jobTemplate"]["spec"]
+    assert job["completionMode"] == "Indexed" and job["completions"] == job["parallelism"]
+    (worker,) = job["template"]["spec"]["containers"]
+    assert f"--slice=$(JOB_COMPLETION_INDEX)/{job['completions']}" in worker["args"]
+    assert "--db=/data/workers/days-$(JOB_COMPLETION_INDEX).duckdb" in worker["args"]
+    assert "--dimensions-from=/data/app/gpulens.duckdb" in worker["args"]  # the published copy: no writer holds it
+    hourly = objects[("CronJob", "gpulens-analyze")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    export, analyze = hourly["initContainers"][:2]
+    assert export["args"][:2] == ["export-parquet", "--db=/data/gpulens.duckdb"] and "--out=/data/parquet" in export["args"]
+    assert {"--parquet=/data/parquet", "--parts-from=/data/workers/*.duckdb"} <= set(analyze["args"])
+    assert objects[("PersistentVolumeClaim", "gpulens-store")]["spec"]["accessModes"] == ["ReadWriteMany"]
+    minute, hour = objects[("CronJob", "gpulens-analyze-days")]["spec"]["schedule"].split()[:2]
+    assert 5 < int(minute) < 30 and hour.isdigit()  # in the collector's half hour: nothing rewrites the Parquet

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpulens.analytics.miglayout import GpuState, InstanceDemand, plan_layout
-from gpulens.exporter.mig_catalog import MEMORY_SLICES, MODELS, model_by_name, place_layout
+from gpulens.core.mig_catalog import MEMORY_SLICES, MODELS, model_by_name, place_layout
 
 
 def demand(workload: str, profile: str, count: int, *, model: str = "H200", current: str = "gpu",

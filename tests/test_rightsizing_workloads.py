@@ -19,7 +19,7 @@ from gpulens.analytics.rightsizing import (
     load_workload_usage,
 )
 from gpulens.analytics.rightsizing.evidence import sample_step_seconds
-from gpulens.exporter.mig_catalog import model_by_name
+from gpulens.core.mig_catalog import model_by_name
 from tests.support.recommend_store import T0, StoreBuilder, gib
 
 WEEK = 7 * 288  # samples at a 5-minute step

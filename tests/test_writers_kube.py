@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -18,9 +17,9 @@ from gpulens.analytics.recommend import (
     apply_recommendations,
     recommend,
 )
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient, connection_from_kubeconfig
+from gpulens.core.kube_api import KubeConnection, KubernetesClient, connection_from_kubeconfig
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
-from tests.support.rbac import allowing, is_discovery, permission, role_rules
+from tests.support.rbac import role_rules, rules_used
 from tests.support.recommend_cluster import (
     CQ_V1BETA2,
     RQ_PATH,
@@ -202,18 +201,7 @@ def test_every_request_is_allowed_by_the_rbac_and_every_write_verb_is_needed(
     run_apply(report, fake)
     rbac_file = Path(__file__).parents[1] / "deploy/rbac/gpulens-recommender.yaml"
     rules = role_rules(yaml.safe_load_all(rbac_file.read_text()))
-    used: set[tuple[int, str]] = set()
-    for req in fake.requests:
-        if is_discovery(req.path):
-            continue
-        needs = [permission(req)]
-        if req.method == "PATCH" and req.path not in existing and not req.path.endswith("/status"):
-            needs.append(replace(needs[0], verb="create"))  # server-side apply that creates is authorised as create too
-            existing.add(req.path)
-        for need in needs:
-            rule_ids = allowing(rules, need)
-            assert rule_ids, f"{req.method} {req.path} needs {need.verb}, not granted by deploy/rbac"
-            used.update((i, need.verb) for i in rule_ids)
+    used = rules_used(fake.requests, rules, existing)
     for i, rule in enumerate(rules):
         for verb in rule["verbs"]:
             assert (i, verb) in used or verb in ("get", "list"), f"rule {rule} grants unused {verb}"

@@ -16,8 +16,8 @@ from datetime import datetime
 import duckdb
 
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
-from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.model import WHOLE_GPU_PROFILE
+from gpulens.core.device_model import WHOLE_GPU_PROFILE
+from gpulens.core.mig_catalog import model_by_name
 
 
 @dataclass(frozen=True)

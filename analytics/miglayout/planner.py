@@ -6,7 +6,7 @@ Rules, in order (docs/recommendations.md, "MIG layout plan"):
    (nothing to repartition).
 2. The rest are packed first-fit decreasing (largest instances first) into GPU layouts that are valid
    for the model at the placement level: each profile at a start slice the driver allows, no overlap
-   (:func:`gpulens.exporter.mig_catalog.place_layout`). Each layout is then filled up with more of
+   (:func:`gpulens.core.mig_catalog.place_layout`). Each layout is then filled up with more of
    its most common profile, so a repartitioned GPU has no unusable gap.
 3. Layouts go to GPUs that may change: GPUs in MIG mode held by nobody or only by workloads that move,
    then whole GPUs held only by workloads that move (they give them back). Nodes already in MIG mode come first, then the nodes
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpulens.analytics.miglayout.fleet import GpuState, InstanceDemand
-from gpulens.exporter.mig_catalog import GpuModel, model_by_name, place_layout
+from gpulens.core.mig_catalog import GpuModel, model_by_name, place_layout
 
 
 @dataclass(frozen=True)

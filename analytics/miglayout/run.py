@@ -17,7 +17,7 @@ from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, workload
 from gpulens.analytics.prices import PriceBook, load_price_book, run_price_book
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.collector.store_errors import connect_store, reading_store
-from gpulens.exporter.mig_catalog import model_by_name
+from gpulens.core.mig_catalog import model_by_name
 
 _HOURS_PER_MONTH = 730.0
 

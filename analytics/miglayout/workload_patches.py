@@ -62,10 +62,6 @@ class WorkloadPatch:
     body: dict[str, Any]
     claim_template: dict[str, Any] | None = None
 
-    @property
-    def is_patch(self) -> bool:
-        return self.demand.kind in POD_TEMPLATE_PATHS
-
 
 def file_stem(demand: InstanceDemand) -> str:
     """``<kind>-<namespace>-<name>``, lower case, safe as a file name, unique per workload."""

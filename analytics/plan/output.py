@@ -19,7 +19,7 @@ from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live
 from gpulens.analytics.writers.order import apply_in_order
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"
 """First line of every file ``write_plan_yaml`` writes; only such files are replaced by the next run."""
@@ -73,9 +73,7 @@ def _hold(rec: QuotaRecommendation) -> QuotaRecommendation:
 
 
 def object_plans(plan: FleetPlan, *, record_namespace: str = "gpulens") -> list[ObjectPlan]:
-    """One writer plan per ClusterQueue the plan changes (none while constraints conflict)."""
-    if not plan.writable:
-        return []
+    """One writer plan per ClusterQueue the plan changes; a pool in conflict keeps its entries as they are."""
     p = plan.policy
     weights = None
     if p.fair_sharing_weight:

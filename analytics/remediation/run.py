@@ -26,7 +26,7 @@ from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.scope import ScopeChoice, dry_run_scope, live_scope
 from gpulens.analytics.remediation.taints import kubectl_commands, quarantine_notes, taint
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient
+from gpulens.core.kube_api import KubernetesApiError, KubernetesClient
 
 
 @dataclass(frozen=True)

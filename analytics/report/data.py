@@ -274,15 +274,6 @@ class StoreReader:
             raise AnalysisMissing(table, self.db_path, skipped)
         return str(run["run_id"][0])
 
-    def has_rows(self, table: str) -> bool:
-        """Whether the run shown wrote any row into ``table`` (one of the result tables)."""
-        run_id = self._run_id(table)
-        with self._cursor() as cur:
-            row = cur.execute(
-                f'SELECT count(*) FROM (SELECT 1 FROM "{table}" WHERE run_id = ? LIMIT 1)', [run_id]  # noqa: S608
-            ).fetchone()
-        return bool(row and row[0])
-
     def capacity_states(self, max_points: int | None = None) -> pl.DataFrame:
         """Average GPU-equivalents per state in each time bucket, fleet-wide (from ``idle_capacity``).
 

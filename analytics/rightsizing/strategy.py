@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
 from gpulens.analytics.rightsizing.evidence import WorkloadUsage
-from gpulens.exporter.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
-from gpulens.exporter.model import WHOLE_GPU_PROFILE
+from gpulens.core.device_model import WHOLE_GPU_PROFILE
+from gpulens.core.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
 
 GIB = 1024**3
 

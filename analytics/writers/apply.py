@@ -25,7 +25,7 @@ from gpulens.analytics.writers.crd import (
     recommendation_path,
 )
 from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
-from gpulens.exporter.kube_api import (
+from gpulens.core.kube_api import (
     ConflictError,
     ForbiddenError,
     KubernetesApiError,
@@ -145,6 +145,8 @@ class QuotaApplier:
             elif r.current is not None and live_values[k] != r.current:
                 drift.append(f"{entry_label(k)}: live value {live_values[k]:g} differs from the evidence "
                              f"({r.current}); re-run the recommendation")
+            elif (why := plan.target.entry_refusal(live, k, int(r.next_value or 0))) is not None:
+                drift.append(f"{entry_label(k)}: refused, {why}")
             else:
                 recs.append(r)
         recs, held = self._hold_cuts_with_pending_work(plan, live, live_values, recs)
@@ -203,8 +205,9 @@ class QuotaApplier:
         pending = plan.target.pending_workloads(live)
         if pending == 0:
             return recs, []
-        why = (f"{pending} workload(s) pending in the live {plan.target.object_kind} now" if pending
-               else f"the live {plan.target.object_kind} reports no status.pendingWorkloads (pending work unknown)")
+        target = plan.target
+        why = (f"{pending} {target.pending_what} in the live {target.object_kind} now" if pending
+               else f"the live {target.object_kind} reports no {target.pending_field} (pending work unknown)")
         held = [f"{entry_label((r.key.flavor, r.key.resource))}: cut refused, {why}" for r in cuts]
         return [r for r in recs if r not in cuts], held
 

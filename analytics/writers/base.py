@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpulens.analytics.quota import QuotaEvidence
-from gpulens.exporter.kube_api import KubernetesReads
+from gpulens.core.kube_api import KubernetesReads
 
 EntryKey = tuple[str, str]
 """(flavor, resource); flavor is '' where the object has none (ResourceQuota)."""
@@ -38,14 +38,25 @@ class QuotaTarget(ABC):
 
     name: ClassVar[str]
     object_kind: ClassVar[str]
+    """The kind as the store names it (qualified by API group where two systems share a Kind name)."""
+    api_kind: ClassVar[str | None] = None
+    """The ``kind`` of API bodies when ``object_kind`` is qualified (None: ``object_kind`` itself)."""
     rbac: ClassVar[tuple[RbacRule, ...]]
     dry_run_note: ClassVar[str] = ""
     """Comment lines for dry-run files of this kind (what to know before applying them by hand)."""
     queues_work: ClassVar[bool] = False
     """True when the object holds a queue of pending work (a cut waits until it is empty)."""
+    pending_what: ClassVar[str] = "workload(s) pending"
+    """What :meth:`pending_workloads` counts, in words."""
+    pending_field: ClassVar[str] = "status.pendingWorkloads"
+    """The live field that says what is pending."""
 
     def pending_workloads(self, obj: Mapping[str, Any]) -> int | None:
-        """Workloads pending in the live object now; None when it does not say."""
+        """Work pending in the live object now (``pending_what``); None when it does not say."""
+        return None
+
+    def entry_refusal(self, obj: Mapping[str, Any], key: EntryKey, value: int) -> str | None:
+        """Why ``value`` must not be written to entry ``key`` of the live ``obj`` (None: it may be)."""
         return None
 
     def managed_by(self, obj: Mapping[str, Any]) -> str | None:
@@ -96,8 +107,13 @@ class QuotaTarget(ABC):
         key = entries[0].key
         return self.object_of(_identity(key.name, key.namespace, entries[0].annotations, keep_empty=True), spec)
 
+    @property
+    def kind(self) -> str:
+        """The ``kind`` of the objects this target writes."""
+        return self.api_kind or self.object_kind
+
     def object_of(self, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-        return {"apiVersion": self.api_version, "kind": self.object_kind, "metadata": metadata, "spec": spec}
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
 
 
 def _identity(name: str, namespace: str | None, annotations: Mapping[str, str], *,

@@ -69,7 +69,7 @@ class ObjectPlan:
 
     @property
     def target_ref(self) -> dict[str, str]:
-        ref = {"apiVersion": self.target.api_version, "kind": self.target.object_kind, "name": self.name}
+        ref = {"apiVersion": self.target.api_version, "kind": self.target.kind, "name": self.name}
         if self.namespace:
             ref["namespace"] = self.namespace
         return ref

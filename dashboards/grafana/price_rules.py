@@ -15,7 +15,7 @@ import yaml
 from gpulens.analytics.price_book_actions import store_models
 from gpulens.analytics.prices import PriceBook, run_price_book
 from gpulens.collector.store_errors import connect_store, reading_store
-from gpulens.exporter.mig_catalog import MODELS, short_model
+from gpulens.core.mig_catalog import MODELS, short_model
 
 PRICE_SERIES = "gpulens:price_usd_per_gpu_hour"
 """The recorded series: USD paid per whole-GPU hour, labels ``model`` (as the exporter names it) and ``gpu_model``."""

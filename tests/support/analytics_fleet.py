@@ -10,7 +10,7 @@ import duckdb
 
 from gpulens.analytics.prices import Price, record_price
 from gpulens.collector.schema import create_schema
-from gpulens.exporter.mig_catalog import short_model
+from gpulens.core.mig_catalog import short_model
 from tests.support.bulk_insert import insert_rows
 
 T0 = datetime(2026, 1, 5, 0, 0)

@@ -7,10 +7,18 @@ deploy/ is added here from the upstream CRD of the version named:
 
 - ServiceMonitor, PrometheusRule: prometheus-operator v0.93.0
   (example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml).
+
+Objects gpulens writes to other systems' CRDs are checked against a trimmed copy of the published schema,
+stored with its source commit in ``tests/fixtures``:
+
+- KAI Scheduler Queue (scheduling.run.ai/v2) ``spec``: ``kai_queue_spec.schema.json``, from
+  NVIDIA/KAI-Scheduler@72de64fc ``deployments/kai-scheduler/crds/scheduling.run.ai_queues.yaml``.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -59,6 +67,10 @@ PROMETHEUS_RULE_SPEC = closed({
         }, ("expr",))},
     }, ("name",))},
 })
+
+KAI_QUEUE_SPEC: dict[str, Any] = json.loads(
+    (Path(__file__).parents[1] / "fixtures" / "kai_queue_spec.schema.json").read_text(encoding="utf-8"))
+"""``spec`` of KAI Scheduler's Queue as published (descriptions dropped, every object closed)."""
 
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR_SPEC,

@@ -208,3 +208,17 @@ def running_prometheus(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+
+
+@contextmanager
+def serving_openmetrics(text: str, work_dir: Path) -> Iterator[PrometheusServer]:
+    """A real Prometheus serving exactly the samples of the OpenMetrics ``text`` (blocks built by promtool;
+    lookback 30s, so a series ends where its samples do)."""
+    source = work_dir / "samples.om"
+    source.write_text(text, encoding="utf-8")
+    code, output = promtool("tsdb", "create-blocks-from", "openmetrics", str(source), str(work_dir / "tsdb"),
+                            timeout=120)
+    assert code == 0, output
+    args = ["--query.lookback-delta=30s", "--storage.tsdb.retention.time=100y"]
+    with running_prometheus(data_dir=work_dir / "prom", storage_path=work_dir / "tsdb", extra_args=args) as prom:
+        yield prom

@@ -8,7 +8,7 @@ ship is exactly what the code asks for, not a hand-kept list.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tests.fakes.kubernetes_api import RecordedRequest
@@ -71,3 +71,23 @@ def allowing(rules: list[dict[str, Any]], need: Permission) -> list[int]:
         if need.api_group in rule["apiGroups"] and need.resource in rule["resources"] and need.verb in rule["verbs"]
         and (rule["namespace"] is None or rule["namespace"] == need.namespace)
     ]
+
+
+def rules_used(requests: Iterable[RecordedRequest], rules: list[dict[str, Any]],
+               existing: Iterable[str]) -> set[tuple[int, str]]:
+    """The (rule index, verb) pairs the writer's ``requests`` used; fails on a request no rule allows. A
+    server-side apply that creates an object (its path not in ``existing``) needs ``create`` too."""
+    created = set(existing)
+    used: set[tuple[int, str]] = set()
+    for req in requests:
+        if is_discovery(req.path):
+            continue
+        needs = [permission(req)]
+        if req.method == "PATCH" and req.path not in created and not req.path.endswith("/status"):
+            needs.append(replace(needs[0], verb="create"))
+            created.add(req.path)
+        for need in needs:
+            rule_ids = allowing(rules, need)
+            assert rule_ids, f"{req.method} {req.path} needs {need.verb}, not granted by deploy/rbac"
+            used.update((i, need.verb) for i in rule_ids)
+    return used

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import glob
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("analyze")
     def analyze(
+        ctx: typer.Context,
         db: Annotated[Path, typer.Option("--db", help="The store (DuckDB file) to analyse.")] = Path("gpulens.duckdb"),
         window: Annotated[str, typer.Option(help="Length of the analysed window, e.g. 7d, 24h.")] = "14d",
         bucket: Annotated[str, typer.Option(help=(
@@ -37,7 +39,7 @@ def register(app: typer.Typer) -> None:
             "divide a day (1m, 5m, 15m, 1h). Idle is decided per sample, so the bucket moves no idle figure; "
             "finer buckets give finer detail and cost more (5m: about 1.8x the CPU of 1h)."))] = "1h",
         end: Annotated[
-            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
+            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset; Unix seconds; now-1h); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
         ] = None,
         activity_threshold: Annotated[
             float, typer.Option(callback=finite, help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
@@ -62,14 +64,32 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Write the FOCUS chargeback as CSV and Parquet into this folder.")
         ] = None,
         config: Annotated[
-            Path | None, typer.Option(help="YAML with further settings (risk weights, health rules); flags override it.")
+            Path | None, typer.Option(help="YAML with any analysis setting (window_seconds, risk weights, health rules); a flag typed overrides it.")
         ] = None,
         parts_from: Annotated[
             list[Path] | None,
             typer.Option(
                 "--parts-from",
                 help="Before analysing, copy the analysed days of another store (a worker that analysed some days "
-                "of the same facts with the same parameters); repeatable.",
+                "of the same facts with the same parameters), of every *.duckdb store in a folder, or of every store a "
+                "pattern matches (e.g. '/data/workers/*.duckdb'); repeatable.",
+            ),
+        ] = None,
+        slice_: Annotated[
+            str | None,
+            typer.Option(
+                "--slice",
+                help="Analyse only this worker's days of the window, INDEX/COUNT (day k goes to worker k mod COUNT), "
+                "each as a one-day run; without --end the window ends at the last UTC midnight. A Kubernetes Indexed Job passes $(JOB_COMPLETION_INDEX)/COUNT; "
+                "the central store then merges them with --parts-from (docs/architecture.md).",
+            ),
+        ] = None,
+        dimensions_from: Annotated[
+            Path | None,
+            typer.Option(
+                "--dimensions-from",
+                help="With --slice: first make --db a copy of this (central) store without its fact rows; the facts "
+                "are read from --parquet.",
             ),
         ] = None,
     ) -> None:
@@ -84,36 +104,69 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.run import analyze as run_analysis
         from gpulens.analytics.settings import AnalysisSettings
         from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.cli.given_flags import given_flags
         from gpulens.collector.store_errors import storage_failures
         from gpulens.core.config import load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
-        try:
-            end_ts = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else None
-        except ValueError as exc:
-            raise UserError(f"--end {end!r} is not an ISO 8601 time") from exc
-        flags = {
+        flags = given_flags(ctx, {
             "window_seconds": window,
             "bucket_seconds": bucket,
-            "end": end_ts,
+            "end": end,
             "activity_threshold": activity_threshold,
             "prices_path": prices,
             "mig_proration": mig_proration,
             "unallocated": unallocated,
             "parquet_dir": parquet,
             "out_dir": out,
-        }
+        }, FLAGS)
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:
             raise UserError(describe_flag_errors(exc, FLAGS)) from exc
+        if dimensions_from is not None and slice_ is None:
+            raise UserError("--dimensions-from is for a worker: give --slice INDEX/COUNT too")
         with storage_failures(db):  # a damaged block, a full disk: one line naming the store
+            if slice_ is not None:
+                from gpulens.analytics.slices import Slice, analyze_slice, copy_dimensions
+
+                part = Slice.parse(slice_)
+                if parts_from:
+                    raise UserError("--parts-from is for the central store, --slice for a worker: give one of them")
+                if dimensions_from is not None:
+                    typer.echo(f"{copy_dimensions(dimensions_from, db)} table(s) copied from {dimensions_from} "
+                               "(its fact rows left out)")
+                runs = analyze_slice(db, settings, part, run_analysis, lambda: datetime.now(UTC))
+                typer.echo(f"slice {part.index}/{part.count}: {len(runs)} day(s) analysed into {db}")
+                for run in runs:
+                    typer.echo(f"  {run.window_start:%Y-%m-%d %H:%M} .. {run.window_end:%Y-%m-%d %H:%M} UTC: run {run.run_id}")
+                return
             if parts_from:
                 from gpulens.analytics.day_parts import import_parts
 
-                for worker in parts_from:
+                for worker in _stores(parts_from):
                     typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
             summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if out is not None:
             typer.echo(f"FOCUS chargeback written to {out}/chargeback_focus.csv and .parquet")
+
+
+def _stores(paths: list[Path]) -> list[Path]:
+    """``--parts-from`` paths: a store, every ``*.duckdb`` store in a folder, or every store a pattern (``*``,
+    ``?``, ``[``) matches, sorted. A pattern may match none yet (workers that have not run): it says so."""
+    out: list[Path] = []
+    for path in paths:
+        if any(c in str(path) for c in "*?["):
+            found = sorted(Path(p) for p in glob.glob(str(path)))
+            if not found:
+                typer.echo(f"no store matches {path} yet: no analysed day copied from there")
+            out += found
+        elif path.is_dir():
+            found = sorted(path.glob("*.duckdb"))
+            if not found:
+                raise UserError(f"--parts-from {path}: the folder holds no *.duckdb store")
+            out += found
+        else:
+            out.append(path)
+    return out

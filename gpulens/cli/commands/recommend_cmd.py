@@ -22,7 +22,8 @@ RECOMMEND_HELP = (
     "apply), with the reasons and a confidence in days of data.\n\n"
     "Dry run by default: prints a diff per quota object and writes the YAML it would apply to --out "
     "(plus GPUQuotaRecommendation objects). --apply sends it with server-side apply (field manager "
-    "gpulens) to Kueue ClusterQueues and/or ResourceQuotas; objects annotated gpulens.io/auto-apply: "
+    "gpulens) to Kueue ClusterQueues, KAI Scheduler Queues and/or ResourceQuotas; objects annotated "
+    "gpulens.io/auto-apply: "
     "\"false\" are skipped, low-confidence changes are refused, and every applied object gets audit "
     "annotations (from, to, when, recommendation).\n\n"
     "--target workloads writes the MIG side instead (dry-run files only, never applied): a layout plan "
@@ -56,7 +57,8 @@ def register(app: typer.Typer) -> None:
         db: Annotated[Path, typer.Option("--db", help="The DuckDB store (gpulens collect / demo).")],
         target: Annotated[
             str | None,
-            typer.Option("--target", help="Quota objects to write: kueue or resourcequota (default both); or "
+            typer.Option("--target", help="Quota objects to write: kueue, kai (KAI Scheduler Queues) or resourcequota "
+                         "(default all); or "
                          "workloads for the MIG layout plan and workload patches."),
         ] = None,
         dra: Annotated[
@@ -122,7 +124,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         workloads_target = target == "workloads"
         if target is not None and not workloads_target and target not in TARGETS:
@@ -186,7 +188,7 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
 def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
     """Every object gets an outcome (a failing API server fails objects, not the run)."""
     from gpulens.analytics.recommend import apply_recommendations
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:

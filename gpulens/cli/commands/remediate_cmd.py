@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
 
         from gpulens.analytics.remediation.policy import RemediationPolicy
         from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         try:
             policy = RemediationPolicy(
@@ -133,7 +133,7 @@ def _record(db: Path, report: RemediationReport, now: datetime) -> str:
 
 def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None, timeout_s: float) -> RemediationReport:
     from gpulens.analytics.remediation.run import apply_plan
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     with KubernetesClient(connection_from_kubeconfig(kubeconfig), timeout_s=timeout_s) as api:
         return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))
