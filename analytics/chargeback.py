@@ -7,7 +7,10 @@ Kubernetes labels; unallocated capacity is its own
 ``__unallocated__`` line or is shared between that day's tenants evenly or in proportion to their
 allocated cost (OpenCost's ``shareIdle``); time without data stays on an ``__unknown__`` line.
 Per day, lines are rounded to cents by largest remainder so that they sum exactly to the fleet's
-cost for that day: GPUs present x bucket hours x price, computed in ``Decimal``.
+cost for that day: GPUs present x bucket hours x price, computed in ``Decimal``. A model the price book
+does not price has no lines and no fleet cost (its money is not known, not zero); the run names it.
+Where the book knows the share of a model's GPU-hours bought under a commitment (a FOCUS bill),
+``x_CommittedCost`` is the part of a line's cost already paid for; NULL where it is not known.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ per_bucket AS (
     FROM present p
     JOIN (SELECT gk, any_value(list_price) AS list_price, any_value(contracted_price) AS contracted_price
           FROM an_dev GROUP BY gk) g USING (gk)
+    WHERE g.list_price IS NOT NULL  -- an unpriced model has no cost, not a zero one
     GROUP BY ALL
 )
 SELECT $part_id, CAST($start::TIMESTAMP + to_seconds(b * $bs) AS DATE) AS day, list_price, contracted_price,
@@ -172,6 +176,7 @@ def _lines(con: duckdb.DuckDBPyConnection) -> list[Line]:
         price AS (SELECT coalesce(gpu_model, '') AS model, any_value(list_price) AS list_price FROM an_dev GROUP BY ALL)
         SELECT l.day, l.tenant, l.state, l.model, l.ge_hours, l.cost_usd / p.list_price
         FROM lines l JOIN price p USING (model)
+        WHERE p.list_price IS NOT NULL
         ORDER BY ALL
         """
     ).fetchall()
@@ -307,13 +312,14 @@ def insert_chargeback(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
     window: Window,
-    prices: dict[str, tuple[float, float]],
+    prices: dict[str, tuple[float, float, float | None]],
     mig_proration: str,
     policy: str,
     threshold: float,
 ) -> FleetCost:
     """Write this run's chargeback lines, each tenant's split by namespace and workload; returns the fleet
-    cost they reconcile with. ``threshold`` is the run's activity threshold."""
+    cost they reconcile with. ``threshold`` is the run's activity threshold; ``prices``: list, paid and
+    committed share (None: not known) of each priced model."""
     labels = namespace_labels(con, window)
     fleet, per_day = fleet_cost(con, window)
     weights = con.execute(WORKLOAD_WEIGHTS, {"start": window.start, "end": window.end, "thr": threshold}).fetchall()
@@ -348,7 +354,7 @@ def _append(
     list_cost: Decimal,
     contracted_cost: Decimal,
     raw: float,
-    prices: dict[str, tuple[float, float]],
+    prices: dict[str, tuple[float, float, float | None]],
     mig_proration: str,
     policy: str,
     tags: str,
@@ -397,6 +403,7 @@ def _append(
         "x_Namespace": ln.namespace,
         "x_WorkloadKind": ln.workload_kind,
         "x_Workload": ln.workload,
+        "x_CommittedCost": committed_part(contracted_cost, prices[ln.model][2]),
     }
     for name, value in values.items():
         cols[name].append(value)
@@ -405,6 +412,13 @@ def _append(
 ORDER_BY = ("ChargePeriodStart", "SubAccountId", "x_GpuModel", "x_CostState", "x_Namespace", "x_WorkloadKind",
             "x_Workload")
 """The order of the FOCUS files' rows."""
+
+
+def committed_part(cost: Decimal, committed_share: float | None) -> Decimal | None:
+    """The part of ``cost`` bought under a commitment (already paid whether used or not); None: not known."""
+    if committed_share is None:
+        return None
+    return _cents(cost * Decimal(repr(committed_share)))
 
 
 def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> list[Path]:

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 
 def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:
-    """``an_profiles`` (model, profile, slices, memory slices), ``an_models`` (alias -> short, prices)."""
+    """``an_profiles`` (model, profile, slices, memory slices), ``an_models`` (alias -> short, prices; NULL:
+    unpriced)."""
     rows = [
         (m.short_name, p.name, p.compute_slices, p.memory_slices, p.gpu_equivalents)
         for m in MODELS.values()
@@ -61,10 +62,8 @@ def _temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, tu
     insert_columns(con, name, {c: v for c, (_, v) in columns.items()})
 
 
-def build_inventory(
-    con: duckdb.DuckDBPyConnection, window: Window, mig_proration: str, fallback_price: float
-) -> None:
-    """Create ``an_dev`` and ``an_addable`` for the window."""
+def build_inventory(con: duckdb.DuckDBPyConnection, window: Window, mig_proration: str) -> None:
+    """Create ``an_dev`` and ``an_addable`` for the window (prices NULL where the model is unpriced)."""
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_dev AS
@@ -78,8 +77,7 @@ def build_inventory(
             coalesce(d.slices, p.compute_slices) AS slices,
             CASE WHEN d.kind = 'mig' AND $proration = 'memory' AND p.memory_slices IS NOT NULL
                  THEN p.memory_slices / $mem_slices ELSE d.gpu_equivalents END AS cost_share,
-            coalesce(m.list_price, $fallback) AS list_price,
-            coalesce(m.contracted_price, m.list_price, $fallback) AS contracted_price,
+            m.list_price, m.contracted_price,
             d.first_seen, d.last_seen, d.gpu_instance_id,
             coalesce(d.memory_total_bytes, g.memory_total_bytes) AS memory_total_bytes,
             coalesce(g.replicas, 1) AS replicas,
@@ -100,7 +98,6 @@ def build_inventory(
             "end": window.end,
             "proration": mig_proration,
             "mem_slices": float(MEMORY_SLICES),
-            "fallback": fallback_price,
         },
     )
     _build_addable(con)

@@ -69,7 +69,8 @@ TABLES: dict[str, list[Column]] = {
             "| unknown (no data, or a collection gap).",
         ),
         _c("ge_hours", "DOUBLE NOT NULL", "GPU-equivalent hours in this state within the bucket."),
-        _c("cost_usd", "DOUBLE NOT NULL", "ge_hours priced at the model's price (MIG prorated as configured)."),
+        _c("cost_usd", "DOUBLE", "ge_hours priced at the model's price (MIG prorated as configured); NULL: the "
+           "model is unpriced (no price in the book), never zero."),
         _c("samples", "BIGINT NOT NULL", "Samples behind the row (0 for derived unallocated/unknown rows)."),
         _c(
             "memory_byte_hours",
@@ -208,6 +209,8 @@ TABLES: dict[str, list[Column]] = {
            "and the fleet's own lines)."),
         _c("x_WorkloadKind", "VARCHAR", "Owner kind of the workload (Job, Deployment, ...); NULL when not known."),
         _c("x_Workload", "VARCHAR", "Owner name of the workload; NULL when not known."),
+        _c("x_CommittedCost", "DECIMAL(18,2)", "The part of EffectiveCost bought under a commitment (already paid, "
+           "used or not), from the share the price book's FOCUS import found; NULL: not known."),
     ],
     "quota_plan": [
         *_RUN,
@@ -349,7 +352,7 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("state", "VARCHAR NOT NULL", "idle_capacity state."),
         _c("model", "VARCHAR NOT NULL", "Short GPU model ('' when unknown)."),
         _c("ge_hours", "DOUBLE NOT NULL", "fsum of the part's ge_hours."),
-        _c("cost_usd", "DOUBLE NOT NULL", "fsum of the part's cost_usd."),
+        _c("cost_usd", "DOUBLE", "fsum of the part's cost_usd (NULL: unpriced model)."),
     ],
     "part_placements": [
         PART_KEY,
@@ -465,6 +468,7 @@ def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
         body = ",\n    ".join(f'"{c.name}" {c.type}' for c in cols)
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)")
     _add_new_columns(con, PART_TABLES)
+    _relax_not_null(con, PART_TABLES)
     for table in TABLES:
         if table in DAY_PARTS:
             _create_part_view(con, table)
@@ -494,6 +498,20 @@ def _add_new_columns(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[C
                 con.execute(f'ALTER TABLE {table} ADD COLUMN "{c.name}" {c.type.replace(" NOT NULL", "")}')
                 log.warning("the store %s was upgraded: %s gets the column %s (NULL in the rows stored before)",
                             store_path(con), table, c.name)
+
+
+def _relax_not_null(con: duckdb.DuckDBPyConnection, tables: Mapping[str, list[Column]]) -> None:
+    """A column an older release declared NOT NULL that may now be NULL (an unpriced model's money) loses it."""
+    strict = {
+        (str(t), str(c)) for t, c in con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND is_nullable = 'NO' AND list_contains($tables, table_name)", {"tables": list(tables)},
+        ).fetchall()
+    }
+    for table, cols in tables.items():
+        for c in cols:
+            if (table, c.name) in strict and "NOT NULL" not in c.type and "PRIMARY KEY" not in c.type:
+                con.execute(f'ALTER TABLE {table} ALTER COLUMN "{c.name}" DROP NOT NULL')
 
 
 def _create_part_view(con: duckdb.DuckDBPyConnection, view: str) -> None:

@@ -91,21 +91,21 @@ def _analyze(
     clock = _Phases()
     source = bind_facts(con, settings.parquet_dir)
     window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds, now())
-    prices = load_price_book(con, settings.prices_path)
+    prices = load_price_book(con, settings.prices_path, window.end)
     register_catalog(con, prices)
-    build_inventory(con, window, settings.mig_proration, prices.fallback)
+    build_inventory(con, window, settings.mig_proration)
     devices = con.execute("SELECT count(*) FROM an_dev").fetchone()
     if not devices or not devices[0]:
         if not has_queue_data(con, window):
             raise UserError("the store lists no devices and no quota or pending data in the window: nothing to analyse")
         return _analyze_queues_only(con, settings, source, window, prices.origin, clock)
     clock.done("inventory")
-    model_prices = {
-        str(m): (float(lp), float(cp))
-        for m, lp, cp in con.execute(
-            "SELECT DISTINCT coalesce(gpu_model, ''), list_price, contracted_price FROM an_dev"
-        ).fetchall()
-    }
+    model_prices: dict[str, tuple[float, float, float | None]] = {}
+    for m, lp, cp in con.execute(
+        "SELECT DISTINCT coalesce(gpu_model, ''), list_price, contracted_price FROM an_dev WHERE list_price IS NOT NULL"
+    ).fetchall():
+        priced = prices.price_of(str(m))
+        model_prices[str(m)] = (float(lp), float(cp), None if priced is None else priced.committed_share)
     state = RunState(con, settings, window, values={"value:model_prices": model_prices}, done=clock.done)
     run_stages(state, (PARTS,))
     with background_checkpoint(con):  # the new parts reach the file while the window-level stages run
@@ -114,7 +114,10 @@ def _analyze(
     parameters = {
         **settings.parameters(),
         "sample_interval_seconds": interval,
-        "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices, "fallback": prices.fallback},
+        "prices": {"origin": prices.origin, "usd_per_gpu_hour": model_prices, "unpriced": prices.unpriced(
+            str(m) for (m,) in con.execute("SELECT DISTINCT gpu_model FROM an_dev WHERE list_price IS NULL").fetchall()
+        )},
+        "price_book": prices.as_json(),
     }
     state.run_id = run_id = _run_id(window.start, window.end, source, parameters)
     notes: dict[str, str] = state.values.get(PART_NOTES, {})  # type: ignore[assignment]
@@ -126,7 +129,7 @@ def _analyze(
         summary = build_summary(
             con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
             state.value("fleet"),  # type: ignore[arg-type]
-            phase_seconds=clock.seconds,
+            phase_seconds=clock.seconds, prices=prices,
             days_reused=len(state.value("parts")) - len(notes),  # type: ignore[arg-type]
             days_computed=notes,
         )

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpulens.analytics.prices import PriceBook
 from gpulens.analytics.settings import AnalysisSettings
 
-NOT_COMPARED = frozenset({"sample_interval_seconds", "parquet_dir", "prices"})
+NOT_COMPARED = frozenset({"sample_interval_seconds", "parquet_dir", "prices", "price_book"})
 """Recorded parameters that are not choices with a default: the inferred sample interval, where the
-facts were read from, and the resolved price book (its origin is shown as the price source)."""
+facts were read from, and the resolved price book (shown as the price source: each model's price and source)."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ def describe_run(
 ) -> RunDescription:
     """Describe a run from its ``analysis_runs`` row (parameters as the stored JSON text)."""
     params: dict[str, Any] = json.loads(parameters_json or "{}")
-    prices = params.get("prices")
-    price_source = str(prices.get("origin", "not recorded")) if isinstance(prices, dict) else "not recorded"
+    price_source = _price_source(params)
     threshold = params.get("activity_threshold")
     return RunDescription(
         run_id=run_id,
@@ -83,6 +83,20 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _normal(value: Any) -> Any:
     return sorted(value) if isinstance(value, list) else value
+
+
+def _price_source(params: dict[str, Any]) -> str:
+    """The book's origin and, where the run recorded it, each model's price and source and the unpriced models."""
+    prices = params.get("prices")
+    if not isinstance(prices, dict):
+        return "not recorded"
+    origin = str(prices.get("origin", "not recorded"))
+    book = params.get("price_book")
+    if not isinstance(book, dict):
+        return origin
+    priced = PriceBook.from_json(book).lines(prices.get("usd_per_gpu_hour", {}))
+    unpriced = [f"{m}: unpriced" for m in prices.get("unpriced", [])]
+    return f"{origin} ({'; '.join(priced + unpriced)})" if priced or unpriced else origin
 
 
 def _name(key: str) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 import duckdb
 
 from gpulens.analytics.chargeback import FleetCost, device_state_of
+from gpulens.analytics.prices import PriceBook
 from gpulens.analytics.queue_use import QueueUse
 from gpulens.core.states import DeviceState, HealthState
 
@@ -19,7 +21,8 @@ STATES = tuple(DeviceState)
 class TenantIdle:
     tenant: str
     idle_ge_hours: float
-    idle_cost_usd: float
+    idle_cost_usd: float | None
+    """None: its idle GE-hours are all on unpriced models."""
     allocated_ge_hours: float
     idle_memory_gib_hours: float
     """Memory held while compute was idle (GiB x hours)."""
@@ -87,6 +90,17 @@ class AnalysisSummary:
     """Result table -> why this run did not compute it (e.g. no device samples in a Kueue-only store)."""
     queues: tuple[QueueUse, ...] = ()
     """Quota use per queue (filled when device analyses were skipped)."""
+    price_lines: tuple[str, ...] = ()
+    """The price book as the run used it: one line per model (price and source, or unpriced)."""
+    unpriced_ge_hours: dict[str, float] = field(default_factory=dict)
+    """GE-hours of models the book does not price (their money is not known, and not in any total)."""
+    unpriced_ge_hours_by_state: dict[str, float] = field(default_factory=dict)
+    idle_committed_usd: Decimal | None = None
+    """Allocated-idle cost bought under a commitment (already paid); None: no line has commitment data."""
+    idle_uncommitted_usd: Decimal | None = None
+    """Allocated-idle cost of lines with commitment data that is on demand."""
+    idle_unknown_commitment_usd: Decimal = Decimal(0)
+    """Allocated-idle cost of lines without commitment data."""
     days_reused: int = 0
     """Days of the window whose stored part this run reused."""
     days_computed: dict[str, str] = field(default_factory=dict)
@@ -107,6 +121,8 @@ class AnalysisSummary:
         data["window_start"] = self.window_start.isoformat()
         data["window_end"] = self.window_end.isoformat()
         data["reconciled"] = self.reconciled
+        for key in ("idle_committed_usd", "idle_uncommitted_usd", "idle_unknown_commitment_usd"):
+            data[key] = None if data[key] is None else str(data[key])
         return data
 
     def render(self) -> str:
@@ -122,17 +138,23 @@ class AnalysisSummary:
         ]
         for state in STATES:
             ge = self.ge_hours_by_state.get(state, 0.0)
-            lines.append(
-                f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  ${self.cost_usd_by_state.get(state, 0.0):>12,.2f}"
-            )
+            cost = self.cost_usd_by_state.get(state)
+            unpriced = self.unpriced_ge_hours_by_state.get(state)
+            if cost is None and unpriced:  # only unpriced models: no money known
+                money = f"{'unpriced':>13}"
+            else:
+                money = f"${cost or 0.0:>12,.2f}" + (f" + {unpriced:,.1f} GE-h unpriced" if unpriced else "")
+            lines.append(f"  {state:<22} {ge:>12,.1f} GE-h {100 * ge / cap:5.1f}%  {money}")
+        lines += self._render_prices()
         lines.append("allocated-idle by tenant (GE-hours, $, memory held while idle):")
         if not self.idle_by_tenant:
             lines.append("  (none)")
         for t in self.idle_by_tenant:
             pct = 100 * t.idle_ge_hours / t.allocated_ge_hours if t.allocated_ge_hours else 0.0
+            money = f"{'unpriced':>11}" if t.idle_cost_usd is None else f"${t.idle_cost_usd:>10,.2f}"
             lines.append(
                 f"  {_safe(t.tenant):<24} {t.idle_ge_hours:>10,.1f} GE-h ({pct:4.1f}% of its allocation)"
-                f"  ${t.idle_cost_usd:>10,.2f}  {t.idle_memory_gib_hours:>10,.1f} GiB-h"
+                f"  {money}  {t.idle_memory_gib_hours:>10,.1f} GiB-h"
             )
         lines.append(f"stranded capacity (free, but no pending shape fits): {self.stranded_ge_hours:,.1f} GE-hours")
         lines.append("highest isolation risk (tenant, score 0-100, largest term):")
@@ -164,6 +186,23 @@ class AnalysisSummary:
         )
         return "\n".join(lines)
 
+
+    def _render_prices(self) -> list[str]:
+        """The book the money above used, the unpriced models, and idle cost by commitment."""
+        lines = ["prices (USD per whole-GPU hour; $ above is what is paid):"]
+        lines += [f"  {line}" for line in self.price_lines]
+        for model, ge in sorted(self.unpriced_ge_hours.items()):
+            lines.append(f"  unpriced: {model or 'unknown model'} {ge:,.1f} GE-hours are in no $ figure or total")
+        if self.idle_committed_usd is None and not self.idle_unknown_commitment_usd:
+            lines.append("allocated-idle cost by commitment: no priced allocated-idle cost in the window")
+        elif self.idle_committed_usd is None:
+            lines.append("allocated-idle cost by commitment: not known (no commitment data: gpulens prices import-focus)")
+        else:
+            unknown = (f", ${self.idle_unknown_commitment_usd:,.2f} without commitment data"
+                       if self.idle_unknown_commitment_usd else "")
+            lines.append(f"allocated-idle cost: ${self.idle_committed_usd:,.2f} committed, already paid; "
+                         f"${self.idle_uncommitted_usd or 0:,.2f} on demand{unknown}")
+        return lines
 
     def _render_days(self) -> list[str]:
         if not self.days_computed and not self.days_reused:
@@ -219,10 +258,11 @@ def build_summary(
     fleet: FleetCost,
     top: int = 10,
     phase_seconds: dict[str, float] | None = None,
+    prices: PriceBook | None = None,
     days_reused: int = 0,
     days_computed: dict[str, str] | None = None,
 ) -> AnalysisSummary:
-    """Read the run's rows back into headline numbers."""
+    """Read the run's rows back into headline numbers (``prices``: the book the run used, named per model)."""
     ge_by_state = con.execute(
         "SELECT state, sum(ge_hours) FROM idle_capacity WHERE run_id = ? GROUP BY state", [run_id]
     ).fetchall()
@@ -240,7 +280,8 @@ def build_summary(
         )
         SELECT tenant,
                coalesce(sum(ge_hours) FILTER (WHERE state = $idle), 0) AS idle_ge,
-               coalesce(any_value(b.idle_cost), 0),
+               CASE WHEN any_value(b.idle_cost) IS NULL AND sum(ge_hours) FILTER (WHERE state = $idle) > 0
+                    THEN NULL ELSE coalesce(any_value(b.idle_cost), 0) END,  -- idle only on unpriced models
                sum(ge_hours),
                coalesce(sum(memory_byte_hours) FILTER (WHERE state = $idle), 0) / 1073741824.0
         FROM idle_capacity LEFT JOIN billed b USING (tenant) WHERE run_id = $run AND tenant IS NOT NULL
@@ -280,7 +321,8 @@ def build_summary(
         fact_source=fact_source,
         ge_hours_by_state={s: float(g) for s, g in ge_by_state},
         cost_usd_by_state={s: float(c) for s, c in cost_by_state.items()},
-        idle_by_tenant=tuple(TenantIdle(t, float(i), float(c), float(a), float(m)) for t, i, c, a, m in idle),
+        idle_by_tenant=tuple(TenantIdle(t, float(i), None if c is None else float(c), float(a), float(m))
+                             for t, i, c, a, m in idle),
         stranded_ge_hours=float(stranded[0]) if stranded else 0.0,
         top_risk_tenants=tuple(TenantRisk(t, float(s), _top_term(terms)) for t, s, terms in risks),
         drain_candidates=tuple(
@@ -291,9 +333,39 @@ def build_summary(
         fleet_cost_usd=fleet.contracted_usd,
         chargeback_total_usd=Decimal(billed[0]) if billed else Decimal(0),
         phase_seconds=phase_seconds if phase_seconds is not None else {},
+        **_price_facts(con, run_id, prices),
         days_reused=days_reused,
         days_computed=dict(days_computed or {}),
     )
+
+
+def _price_facts(con: duckdb.DuckDBPyConnection, run_id: str, prices: PriceBook | None) -> dict[str, Any]:
+    """The run's price lines, unpriced GE-hours per model, and its idle cost split by commitment."""
+    models = [str(r[0]) for r in con.execute(
+        "SELECT DISTINCT gpu_model FROM idle_capacity WHERE run_id = ? AND gpu_model IS NOT NULL", [run_id]
+    ).fetchall()]
+    unpriced = con.execute(
+        "SELECT coalesce(gpu_model, ''), state, sum(ge_hours) FROM idle_capacity WHERE run_id = ? AND cost_usd IS NULL "
+        "GROUP BY ALL", [run_id]
+    ).fetchall()
+    by_model: dict[str, float] = {}
+    by_state: dict[str, float] = {}
+    for model, state, ge in unpriced:
+        by_model[str(model)] = by_model.get(str(model), 0.0) + float(ge)
+        by_state[str(state)] = by_state.get(str(state), 0.0) + float(ge)
+    committed, uncommitted, unknown = con.execute(
+        """SELECT sum("x_CommittedCost"), sum("BilledCost" - "x_CommittedCost"),
+                  coalesce(sum("BilledCost") FILTER (WHERE "x_CommittedCost" IS NULL), 0)
+           FROM chargeback WHERE run_id = ? AND x_CostState = 'idle'""", [run_id]
+    ).fetchone() or (None, None, 0)
+    return {
+        "price_lines": (*prices.notes, *prices.lines(models)) if prices is not None else (),
+        "unpriced_ge_hours": by_model,
+        "unpriced_ge_hours_by_state": by_state,
+        "idle_committed_usd": committed,
+        "idle_uncommitted_usd": uncommitted,
+        "idle_unknown_commitment_usd": Decimal(unknown),
+    }
 
 
 def _top_term(terms_json: str) -> str:

@@ -117,7 +117,7 @@ def connect(store: Path, settings: AnalysisSettings) -> tuple[duckdb.DuckDBPyCon
     window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds)
     prices = load_price_book(con, settings.prices_path)
     register_catalog(con, prices)
-    build_inventory(con, window, settings.mig_proration, prices.fallback)
+    build_inventory(con, window, settings.mig_proration)
     return con, window
 
 

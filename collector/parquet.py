@@ -91,6 +91,11 @@ def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path,
     return rel
 
 
+def read_parquet_file(con: duckdb.DuckDBPyConnection, path: Path) -> duckdb.DuckDBPyRelation:
+    """One Parquet file that is not a store table (a cloud bill) as a relation of ``con``."""
+    return con.read_parquet(str(path))
+
+
 def table_columns(table: str) -> tuple[tuple[str, str], ...]:
     """The store's columns of ``table`` (name, DuckDB type); empty for a name the store does not have."""
     return _store_columns().get(table, ())

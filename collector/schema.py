@@ -79,10 +79,17 @@ DIMENSIONS = {
         first_seen TIMESTAMP,
         last_seen TIMESTAMP
     """,
-    "prices": """
-        gpu_model VARCHAR PRIMARY KEY,
-        usd_per_gpu_hour DOUBLE NOT NULL,
-        contracted_usd_per_gpu_hour DOUBLE
+    # The price book (analytics/prices.py): USD per whole-GPU hour per model, each with its source and the
+    # time it holds (NULL: open-ended); the newest start in force wins.
+    "price_book": """
+        gpu_model VARCHAR NOT NULL,
+        usd_per_gpu_hour DOUBLE NOT NULL,  -- list (on-demand) price
+        contracted_usd_per_gpu_hour DOUBLE,  -- what is paid; NULL: the list price
+        source VARCHAR NOT NULL,
+        valid_from TIMESTAMP,
+        valid_to TIMESTAMP,
+        committed_share DOUBLE,  -- share of the GPU-hours under a commitment (a FOCUS bill); NULL: not known
+        recorded_at TIMESTAMP NOT NULL
     """,
 }
 

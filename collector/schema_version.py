@@ -20,7 +20,7 @@ import duckdb
 from gpulens.core import __version__
 from gpulens.core.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this gpulens writes and reads (older stores are migrated, newer ones refused)."""
 
 log = logging.getLogger("gpulens.store")
@@ -91,6 +91,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "device_samples gets the column activity_signal (NULL, not recorded, in the rows stored before)",
         lambda con: _column_nullable(con, "device_samples", "activity_signal") is None,
         "ALTER TABLE device_samples ADD COLUMN activity_signal VARCHAR",
+    ),
+    Migration(
+        "the prices table becomes the price book (price_book): its rows are kept, with the source "
+        "'store prices table' and no validity dates (schema version 2)",
+        lambda con: _column_nullable(con, "prices", "gpu_model") is not None,
+        "INSERT INTO price_book SELECT gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour, "
+        "'store prices table', NULL, NULL, NULL, current_timestamp::TIMESTAMP FROM prices; DROP TABLE prices",
     ),
 )
 """What an older store is given, in order; each runs only where the store lacks it."""

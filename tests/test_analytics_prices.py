@@ -1,4 +1,4 @@
-"""Prices: a --prices file beats the store's prices table, which beats the packaged defaults."""
+"""Prices: a --prices file beats the price book (the store's price_book table), which beats the packaged list prices."""
 
 from __future__ import annotations
 

@@ -166,6 +166,8 @@ def test_a_missing_store_is_worded_the_same_by_every_command(paths: dict[str, st
         ["recommend", "--db", missing],
         ["export-parquet", "--db", missing, "--out", paths["tmp"] + "/pq"],
         ["dashboard", "--db", missing],
+        ["prices", "show", "--db", missing],
+        ["prices", "rules", "--db", missing, "--out", paths["tmp"] + "/rules.yaml"],
     ]
     want = f"gpulens: error: no store at {missing}: run `gpulens demo` or `gpulens collect --db {missing}` first"
     for args in runs:
@@ -182,6 +184,8 @@ STORE_READERS: dict[str, Case] = {
     "remediate": lambda p: ["remediate", "--db", p["store"], "--out", p["tmp"] + "/taints"],
     "report": lambda p: ["report", "--db", p["store"], "--out", p["tmp"] + "/report"],
     "export-parquet": lambda p: ["export-parquet", "--db", p["store"], "--out", p["tmp"] + "/pq"],
+    "prices set": lambda p: ["prices", "set", "--db", p["store"], "--model", "H200", "--usd-per-gpu-hour", "4"],
+    "prices show": lambda p: ["prices", "show", "--db", p["store"]],
 }
 
 

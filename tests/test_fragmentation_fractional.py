@@ -106,9 +106,9 @@ def test_pending_fractions_are_listed_as_shapes_with_their_share_and_memory(stor
 
 
 def test_each_fractional_holder_pays_its_part_and_the_lines_add_up_to_the_gpus_cost(store: Path) -> None:
-    con = duckdb.connect(str(store))
-    con.execute("INSERT INTO prices VALUES ('H200', 10.0, NULL)")
-    con.close()
+    f = Fleet(store)
+    f.price("H200", 10.0)
+    f.close()
     summary = analyze(store, AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=T0 + timedelta(hours=1)))
     con = duckdb.connect(str(store), read_only=True)
     lines = dict(con.execute(

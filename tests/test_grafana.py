@@ -20,6 +20,7 @@ from gpulens.dashboards.grafana.generate import (
     configmaps_yaml,
     render_all,
 )
+from gpulens.dashboards.grafana.price_rules import PRICE_SERIES
 from gpulens.dashboards.grafana.promql import metric_names, substitute_grafana_variables
 from tests.support.prometheus import promtool
 from tests.test_rules import KUEUE_METRICS, documented_metrics, recorded_names
@@ -146,12 +147,20 @@ def test_tenant_controlled_values_are_only_used_in_regex_matchers() -> None:
             assert uses == safe, (name, expr)
 
 
-def test_chargeback_prices_allocated_ge_hours_with_the_price_variable() -> None:
+def test_chargeback_prices_each_model_with_the_price_book_series_not_a_typed_in_box() -> None:
+    """It priced every GPU with one `$price_per_gpu_hour` box (default 2.50) and showed money without a unit."""
     model = committed()["gpulens-chargeback.json"]
-    assert variables(model)["price_per_gpu_hour"]["type"] == "textbox"
-    costs = [expr for expr in expressions(model) if "$price_per_gpu_hour" in expr]
-    assert any("tenant:gpulens_allocation_gpu_equivalents:sum" in expr and "$__range_s / 3600" in expr for expr in costs)
-    assert any("tenant:gpulens_idle_gpu_equivalents:sum" in expr for expr in costs)
+    assert "price_per_gpu_hour" not in variables(model)
+    exprs = expressions(model)
+    assert not any("$price_per_gpu_hour" in e for e in exprs)
+    costs = [e for e in exprs if PRICE_SERIES in e]
+    assert any("tenant_model_profile:gpulens_allocation_gpu_equivalents:sum" in e and "$__range_s / 3600" in e
+               and "on (model) group_left" in e for e in costs)
+    assert any("tenant:gpulens_idle_gpu_equivalents:sum" in e for e in costs)
+    for panel in panels(model):
+        targets = [t["expr"] for t in panel.get("targets", [])]
+        if any(PRICE_SERIES in t for t in targets):
+            assert panel["fieldConfig"]["defaults"]["unit"] == "currencyUSD", panel["title"]
 
 
 @pytest.mark.prometheus
@@ -176,7 +185,7 @@ def test_promtool_rejects_a_broken_dashboard_query(tmp_path: Path) -> None:
 
 
 def test_every_dashboard_query_reads_only_documented_metrics_recording_rules_or_kueue() -> None:
-    allowed = documented_metrics() | recorded_names() | KUEUE_METRICS
+    allowed = documented_metrics() | recorded_names() | KUEUE_METRICS | {PRICE_SERIES}  # `gpulens prices rules`
     unknown = {
         (name, metric)
         for name, expr in all_expressions()

@@ -44,6 +44,7 @@ def test_the_folders_install_under_the_gpulens_namespace(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("core/errors.py", "cli/__init__.py", "core/device_model.py", "exporter/cycle.py", "collector/store.py",
                    "analytics/idle.py", "dashboards/streamlit/app.py", "analytics/default_prices.yaml",
+                   "analytics/instance_gpus.yaml",
                    "sim/scenarios/bench-h200-mig.yaml", "sim/default_scenario.yaml"):
         assert any(name.startswith(f"gpulens/{module}") for name in names), module
 

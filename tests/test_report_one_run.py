@@ -59,7 +59,7 @@ def _fleet(path: Path, *, stranded: bool) -> None:
             f.con.execute(
                 "INSERT INTO quota_snapshots (ts, object_kind, object_name, resource, nominal_quota, usage, source) "
                 "VALUES (?, 'ClusterQueue', 'batch', 'nvidia.com/gpu', 4, 1, 'test')", [START + timedelta(minutes=m)])
-    f.con.execute("INSERT INTO prices VALUES ('H200', 4.1, 3.33)")
+    f.price("H200", 4.1, 3.33)
     f.close()
 
 
@@ -97,7 +97,7 @@ def test_the_report_header_names_the_run_window_bucket_threshold_and_price_sourc
     newest = _runs(store)[0.0001]
     assert (
         f"Run {newest}: window 2026-01-05 20:00 to 2026-01-06 04:00 UTC, 1 h buckets, activity threshold 0.0001, "
-        "prices: store prices table + packaged defaults."
+        "prices: price book (H200: $4.1 per GPU-hour list, paid $3.33 (set by the test))."
     ) in text
     assert "This run's parameters are not the defaults: activity threshold 0.0001 (default 0.05); window 8 h" in text
 

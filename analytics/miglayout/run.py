@@ -14,7 +14,7 @@ from gpulens.analytics.miglayout.fleet import demands_from_stored_run, load_gpu_
 from gpulens.analytics.miglayout.operator_files import mig_parted_config, node_label_patches, rollout_readme
 from gpulens.analytics.miglayout.planner import LayoutPlan, plan_layout
 from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, rollback_patch, workload_patch
-from gpulens.analytics.prices import load_price_book
+from gpulens.analytics.prices import PriceBook, load_price_book, run_price_book
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.collector.store_errors import connect_store, reading_store
 from gpulens.core.mig_catalog import model_by_name
@@ -24,14 +24,26 @@ _HOURS_PER_MONTH = 730.0
 
 @dataclass(frozen=True)
 class LayoutRun:
-    """A layout plan with the window it was decided on and what it frees at list price."""
+    """A layout plan with the window it was decided on and what it frees at the price book's prices."""
 
     plan: LayoutPlan
     window_start: datetime
     window_end: datetime
-    usd_per_ge_hour: dict[str, float]
-    """List price per GPU-hour of each model involved (``analytics/prices``)."""
-    price_origin: str
+    book: PriceBook
+    """The price book (``analytics/prices``): the newest analysis run's, else the store's."""
+
+    @property
+    def price_origin(self) -> str:
+        return self.book.origin
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({d.model for d in self.plan.demands})
+
+    @property
+    def unpriced_models(self) -> list[str]:
+        """Models of the plan that the book does not price: what they free is in no dollar figure."""
+        return self.book.unpriced(self.models)
 
     @property
     def window_hours(self) -> float:
@@ -43,15 +55,25 @@ class LayoutRun:
         return self.plan.gpu_equivalents_freed * self.window_hours
 
     @property
-    def usd_per_month_freed(self) -> float:
-        """List-price value of the freed GE over a 730-hour month."""
-        total = 0.0
+    def usd_per_month_freed(self) -> float | None:
+        """Value of the freed GE of priced models over a 730-hour month at the price paid (None: none priced)."""
+        total = None
         for d in self.plan.demands:
-            if d.workload in self.plan.unplaced_workloads:
+            price = self.book.contracted_for(d.model)
+            if d.workload in self.plan.unplaced_workloads or price is None:
                 continue
             ge = d.current_ge - d.count * model_by_name(d.model).profile(d.profile).gpu_equivalents
-            total += ge * self.usd_per_ge_hour.get(d.model, 0.0) * _HOURS_PER_MONTH
+            total = (total or 0.0) + ge * price * _HOURS_PER_MONTH
         return total
+
+    def money_words(self) -> str:
+        """``$365 per month at H200: $5 per GPU-hour list (source)``, and which models are unpriced."""
+        priced = [p.describe() for p in map(self.book.price_of, self.models) if p is not None]
+        words = ("no dollar figure" if self.usd_per_month_freed is None
+                 else f"${self.usd_per_month_freed:,.0f} per month at {'; '.join(priced)}")
+        if self.unpriced_models:
+            words += f"; unpriced: {', '.join(self.unpriced_models)} (what it frees there is not counted)"
+        return words
 
     def render(self) -> str:
         """The plan in words, for the command line."""
@@ -63,8 +85,7 @@ class LayoutRun:
             f"{len(p.demands)} workload(s), {len(p.changes)} GPU(s) on {len(p.nodes_changed)} node(s) to repartition, "
             f"{len(p.reused)} instance(s) on existing free MIG devices",
             f"  frees {p.whole_gpus_freed} whole GPU(s), {p.gpu_equivalents_freed:.2f} GE "
-            f"({self.ge_hours_freed:,.1f} GE-hours over the window; ${self.usd_per_month_freed:,.0f} per month "
-            f"at list price, {self.price_origin})",
+            f"({self.ge_hours_freed:,.1f} GE-hours over the window; {self.money_words()})",
         ]
         for c in p.changes:
             before = "+".join(c.gpu.layout) or "whole GPU"
@@ -88,9 +109,8 @@ def plan_mig_layout(
     """Plan the layout for a recommendation run's workloads over ``[start, end]``."""
     gpus, demands = load_layout_inputs(con, start, end, recommendations)
     plan = plan_layout(gpus, demands)
-    book = load_price_book(con, prices)
-    models = {d.model for d in demands}
-    return LayoutRun(plan, start, end, {m: book.list_for(m) for m in sorted(models)}, book.origin)
+    book = run_price_book(con) if prices is None else load_price_book(con, prices, end)
+    return LayoutRun(plan, start, end, book)
 
 
 def _dump(docs: Sequence[object]) -> str:
@@ -159,5 +179,4 @@ def layout_from_store(con: duckdb.DuckDBPyConnection) -> LayoutRun | None:
         return None
     demands, start, end = stored
     plan = plan_layout(load_gpu_states(con, start, end), demands)
-    book = load_price_book(con, None)
-    return LayoutRun(plan, start, end, {m: book.list_for(m) for m in sorted({d.model for d in demands})}, book.origin)
+    return LayoutRun(plan, start, end, run_price_book(con))

@@ -13,7 +13,7 @@ from gpulens.analytics.inventory import short_model
 from gpulens.analytics.plan.flavor_nodes import FlavorNodes, match_flavor_nodes, table_exists
 from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
 from gpulens.analytics.plan.policy import CapacityFile
-from gpulens.analytics.prices import load_price_book
+from gpulens.analytics.prices import run_price_book
 from gpulens.analytics.quota import QuotaSettings, load_quota_evidence, recommend_quota
 
 _UNITS_SQL = """
@@ -115,7 +115,7 @@ def inventory_capacity(
     unhealthy = unhealthy_devices(con)
     if unhealthy.run_id is None:
         notes.append("no health results in the store: drain and warn lists not taken out (run gpulens analyze)")
-    prices = load_price_book(con, None)
+    prices = run_price_book(con)  # the book the newest analysis run priced with
     out = {}
     for flavor, node_names in sorted(matched.members.items()):
         mine = set(node_names)
@@ -126,6 +126,10 @@ def inventory_capacity(
         for resource, rows in sorted(per_res.items()):
             pool = _pool(flavor, resource, rows, unhealthy, prices.list_for, hours_per_month)
             out[(flavor, resource)] = pool
+            unpriced = prices.unpriced(u.gpu_model for u in rows)
+            if unpriced:
+                notes.append(f"{flavor} {resource}: unpriced ({', '.join(unpriced)} has no price in the book): "
+                             "no unit price, so no budget is checked for it")
             if pool.drained:
                 notes.append(_left_out_note(pool, rows, unhealthy))
     return FleetCapacity(out, matched, tuple(notes))
@@ -133,20 +137,23 @@ def inventory_capacity(
 
 def _pool(
     flavor: str, resource: str, rows: list[DeviceUnits], unhealthy: Unhealthy,
-    list_price: Callable[[str], float], hours_per_month: float,
+    list_price: Callable[[str], float | None], hours_per_month: float,
 ) -> PoolCapacity:
-    """One flavor's capacity of one resource; the unit price is the GPU-equivalent-weighted price of its devices."""
+    """One flavor's capacity of one resource; the unit price is the GPU-equivalent-weighted price of its devices
+    (None where one of them is unpriced)."""
     physical = sum(u.units for u in rows)
     out_units = [u for u in rows if unhealthy.state_of(u)]
     per_node: dict[str, int] = defaultdict(int)
     for u in rows:
         if not unhealthy.state_of(u):
             per_node[u.node] += u.units
-    value = sum(u.ge * list_price(short_model(u.gpu_model)) for u in rows)
+    unit_prices = [list_price(short_model(u.gpu_model)) for u in rows]
+    value = None if None in unit_prices else sum(u.ge * (p or 0.0) for u, p in zip(rows, unit_prices, strict=True))
     return PoolCapacity(
         flavor, resource, physical, sum(u.units for u in out_units), nodes=len(per_node),
         largest_node=max(per_node.values(), default=0),
-        unit_price_month=value / physical * hours_per_month if physical else None, source="inventory",
+        unit_price_month=value / physical * hours_per_month if physical and value is not None else None,
+        source="inventory",
         drained_nodes=tuple(sorted({u.node for u in out_units})),
     )
 

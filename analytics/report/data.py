@@ -316,7 +316,8 @@ class StoreReader:
         Columns: ``tenant, active_ge_hours, idle_ge_hours, unmeasured_ge_hours, held_ge_hours,
         idle_cost_usd, held_cost_usd, idle_share`` (idle / held GE-hours), largest idle first. Money is
         the chargeback's (FOCUS ``BilledCost``, cents reconciled by largest remainder to the fleet
-        total), the one source of every money figure, so it adds up with the cost split to the cent.
+        total), the one source of every money figure, so it adds up with the cost split to the cent;
+        NULL where all of the tenant's (idle) GE-hours are on unpriced models.
         """
         run_id = self._run_id("idle_capacity")
         if "chargeback" not in self.tables():
@@ -328,7 +329,9 @@ class StoreReader:
                        coalesce(sum(ge_hours) FILTER (WHERE state = $active), 0) AS active_ge_hours,
                        coalesce(sum(ge_hours) FILTER (WHERE state = $idle), 0) AS idle_ge_hours,
                        coalesce(sum(ge_hours) FILTER (WHERE state = $unmeasured), 0) AS unmeasured_ge_hours,
-                       sum(ge_hours) AS held_ge_hours
+                       sum(ge_hours) AS held_ge_hours,
+                       count(*) FILTER (WHERE state = $idle AND cost_usd IS NOT NULL) AS idle_priced,
+                       count(*) FILTER (WHERE cost_usd IS NOT NULL) AS held_priced
                 FROM idle_capacity
                 WHERE run_id = $run AND tenant IS NOT NULL AND state IN ($active, $idle, $unmeasured)
                 GROUP BY tenant
@@ -341,8 +344,11 @@ class StoreReader:
                 FROM chargeback WHERE run_id = $run AND x_Tenant IS NOT NULL GROUP BY x_Tenant
             )
             SELECT h.tenant, h.active_ge_hours, h.idle_ge_hours, h.unmeasured_ge_hours, h.held_ge_hours,
-                   CAST(coalesce(m.idle_cost, 0) AS DOUBLE) AS idle_cost_usd,
-                   CAST(coalesce(m.held_cost, 0) AS DOUBLE) AS held_cost_usd,
+                   -- held (or idle) only on unpriced models: no money known, not $0
+                   CASE WHEN h.idle_ge_hours > 0 AND h.idle_priced = 0 THEN NULL
+                        ELSE CAST(coalesce(m.idle_cost, 0) AS DOUBLE) END AS idle_cost_usd,
+                   CASE WHEN h.held_priced = 0 THEN NULL ELSE CAST(coalesce(m.held_cost, 0) AS DOUBLE) END
+                       AS held_cost_usd,
                    h.idle_ge_hours / nullif(h.held_ge_hours, 0) AS idle_share
             FROM hours h LEFT JOIN money m USING (tenant)
             ORDER BY h.idle_ge_hours DESC, h.tenant

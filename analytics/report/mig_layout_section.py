@@ -27,7 +27,7 @@ def layout_run_section(run: LayoutRun | None) -> str:
         ("GPUs to repartition", f"{len(p.changes)} on {len(p.nodes_changed)} node(s)"),
         ("whole GPUs freed", str(p.whole_gpus_freed)),
         ("GE-hours freed over the window", h.fmt_number(run.ge_hours_freed, 1)),
-        ("per month at list price", h.fmt_usd(run.usd_per_month_freed)),
+        ("per month at the price paid", h.fmt_usd(run.usd_per_month_freed)),
     ])
     changes = pl.DataFrame(
         {
@@ -71,6 +71,7 @@ def layout_run_section(run: LayoutRun | None) -> str:
     intro = (
         f"Which GPUs to repartition so the recommended MIG profiles exist (valid placements per GPU model), "
         f"decided on the evidence window {h.fmt_time(run.window_start)} to {h.fmt_time(run.window_end)}. "
-        f"Money at list price ({h.esc(run.price_origin)}). Files: `gpulens recommend --target workloads`."
+        f"Money: {h.esc(run.money_words())} (price book: {h.esc(run.price_origin)}). "
+        "Files: `gpulens recommend --target workloads`."
     )
     return h.section("mig-layout", "MIG layout", "".join(parts), intro=intro)

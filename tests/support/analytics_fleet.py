@@ -8,7 +8,9 @@ from pathlib import Path
 
 import duckdb
 
+from gpulens.analytics.prices import Price, record_price
 from gpulens.collector.schema import create_schema
+from gpulens.core.mig_catalog import short_model
 from tests.support.bulk_insert import insert_rows
 
 T0 = datetime(2026, 1, 5, 0, 0)
@@ -131,7 +133,7 @@ class Fleet:
         )
 
     def price(self, model: str, usd: float, contracted: float | None = None) -> None:
-        self.con.execute("INSERT INTO prices VALUES (?, ?, ?)", [model, usd, contracted])
+        record_price(self.con, Price(short_model(model), usd, contracted, "set by the test"), datetime(2026, 1, 1))
 
     def _where(self, device_id: str) -> tuple[str, str]:
         row = self.con.execute("SELECT gpu_uuid, node FROM devices WHERE device_id = ?", [device_id]).fetchone()

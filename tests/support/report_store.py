@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpulens.analytics.prices import Price, record_price
 from gpulens.collector.schema import create_schema
 from tests.support.bulk_insert import insert_rows
 
@@ -64,7 +65,8 @@ def build_facts(con: duckdb.DuckDBPyConnection) -> None:
         "INSERT INTO tenants (tenant, cost_center) VALUES (?, ?)",
         [("vision", "cc-100"), ("nlp", "cc-200"), (EVIL_TENANT, "cc-<b>evil</b>")],
     )
-    con.execute("INSERT INTO prices VALUES ('H200', 4.0, 3.2), ('A100', 2.0, 1.6)")
+    for model, usd, paid in (("H200", 4.0, 3.2), ("A100", 2.0, 1.6)):
+        record_price(con, Price(model, usd, paid, "set by the test"), T0)
     samples, allocations, gpu_samples = [], [], []
     for i in range(SAMPLES):
         ts = T0 + i * STEP

@@ -46,7 +46,10 @@ def register(app: typer.Typer) -> None:
         ] = 0.05,
         prices: Annotated[
             Path | None,
-            typer.Option(help="Prices YAML (USD per GPU-hour per model); default: the store's prices over built-ins."),
+            typer.Option(help="Prices YAML (models: {H200: {list_usd_per_gpu_hour: 3.5}}) laid over the price book for "
+                              "this run only (the stored book is unchanged; see gpulens prices). Default: the book "
+                              "(gpulens prices set / import-focus) over the packaged list prices; a model in none "
+                              "is unpriced."),
         ] = None,
         mig_proration: Annotated[
             str, typer.Option(help="Price a MIG instance by compute 'slices' or by 'memory'.")
