@@ -184,3 +184,11 @@ def test_volcano_queues_are_planned_and_shown_but_never_written(tmp_path: Path) 
     assert "research" in proc.stdout and "prod" in proc.stdout
     assert "Volcano queues are planned and shown, never written" in proc.stdout
     assert list(out.iterdir()) == []
+
+
+def test_a_tenants_budget_caps_its_kai_queue(tree: Path, tmp_path: Path) -> None:
+    price = pool(make(tree), "kai").pool.unit_price_month
+    assert price
+    policy = PlanPolicy(tenants={"dept-a": {"monthly_budget_usd": price * 9.5}})  # type: ignore[dict-item]
+    a = queue(plan_store(tree, policy, store=False, clock=lambda: NOW), "dept-a")
+    assert (a.planned, a.binding) == (9, "budget")  # one step would give 10

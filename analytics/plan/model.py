@@ -82,7 +82,7 @@ class QueuePlan:
     lower: int
     upper: int
     binding: str
-    """capacity | reserve | budget | step | demand | guarantee | pending | evidence | conflict."""
+    """capacity | reserve | budget | step | demand | guarantee | pending | evidence | parent (KAI) | conflict."""
     explanation: str
     relax_gain: int = 0
     """Units this queue would gain if its binding constraint were relaxed (where that is computed)."""
