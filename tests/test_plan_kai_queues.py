@@ -192,3 +192,9 @@ def test_a_tenants_budget_caps_its_kai_queue(tree: Path, tmp_path: Path) -> None
     policy = PlanPolicy(tenants={"dept-a": {"monthly_budget_usd": price * 9.5}})  # type: ignore[dict-item]
     a = queue(plan_store(tree, policy, store=False, clock=lambda: NOW), "dept-a")
     assert (a.planned, a.binding) == (9, "budget")  # one step would give 10
+
+
+def test_add_capacity_kai_is_a_what_if_on_the_top_level_pool(tree: Path) -> None:
+    plan = plan_store(tree, PlanPolicy(), extra={("kai", GPU): 8}, store=False, clock=lambda: NOW)
+    assert pool(plan, "kai").pool.physical == 32
+    assert pool(make(tree), "kai").pool.physical == 24
