@@ -25,7 +25,7 @@ QUEUES = "/apis/scheduling.run.ai/v2/queues"
 GPU = "nvidia.com/gpu"
 
 
-def kai_store(path: Path, queues: list[tuple[str, float, float, str | None, float]], *, nodes: int = 3,
+def kai_store(path: Path, queues: list[tuple[str, float | None, float, str | None, float]], *, nodes: int = 3,
               kind: str = KAI_QUEUE) -> Path:
     """``nodes`` nodes of 8 H100s; per queue (name, quota, GPUs in use for 15 days, parent, GPUs pending the last day)."""
     s = StoreBuilder(path)
@@ -33,8 +33,9 @@ def kai_store(path: Path, queues: list[tuple[str, float, float, str | None, floa
         for g in range(8):
             s.device(f"n{n}g{g}", "H100", node=f"node-{n}")
     for name, quota, used, parent, pending in queues:
-        s.quota(kind, name, GPU, tenant=name, nominal=quota, usage=[used] * DAYS,
-                annotations={"parentQueue": parent} if parent else {})
+        notes = {"parentQueue": parent} if parent else {}
+        s.quota(kind, name, GPU, tenant=name, nominal=quota, usage=[used] * DAYS,  # type: ignore[arg-type]
+                annotations={**notes, "quota": "unlimited"} if quota is None else notes)
         if pending:
             s.pending(name, GPU, dict.fromkeys(range(DAYS - 288, DAYS), pending),
                       cluster_queue=pending_queue(kind, name))
@@ -198,3 +199,15 @@ def test_add_capacity_kai_is_a_what_if_on_the_top_level_pool(tree: Path) -> None
     plan = plan_store(tree, PlanPolicy(), extra={("kai", GPU): 8}, store=False, clock=lambda: NOW)
     assert pool(plan, "kai").pool.physical == 32
     assert pool(make(tree), "kai").pool.physical == 24
+
+
+def test_an_unlimited_kai_queue_is_not_planned_and_its_children_share_what_its_pool_has(tmp_path: Path) -> None:
+    db = kai_store(tmp_path / "unlimited.duckdb", [
+        ("default", None, 4, None, 0.0), ("dept-b", 8, 2, None, 0.0), ("team-x", 4, 4, "default", 2.0),
+    ])
+    plan = make(db)
+    assert [d.queue for d in plan.unplanned] == ["default"]
+    assert any("default" in n and "its KAI quota is -1 (unlimited)" in n for n in plan.notes)
+    assert {q.demand.queue for q in pool(plan, "kai").queues} == {"dept-b"}
+    assert pool(plan, "kai:default").pool.physical == pool(plan, "kai").available == 16
+    assert queue(plan, "team-x").planned == 5  # the waiting child is raised one step

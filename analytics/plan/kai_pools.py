@@ -115,6 +115,7 @@ def plan_queue_systems(
     notes: list[str] = []
     unplanned: list[QueueDemand] = []
     frontier: list[tuple[tuple[str, str], PoolCapacity, PlanPolicy, QueuePlan | None]] = []
+    """Pools to decide: key, capacity, policy, and the parent queue's plan (None: top level or unlimited)."""
     for key in sorted(k for k in per_pool if k[0] in (KAI_TOP, VOLCANO_POOL)):
         cap = cluster.get(key)
         if cap is not None:
@@ -122,20 +123,27 @@ def plan_queue_systems(
     done = {key for key, *_ in frontier}
     while frontier:
         key, cap, pool_policy, parent = frontier.pop(0)
-        mine = per_pool[key]
+        unbounded = [d for d in per_pool[key] if d.kind == KAI_QUEUE and d.current is None]
+        mine = [d for d in per_pool[key] if not (d.kind == KAI_QUEUE and d.current is None)]
         plan = solve_pool(cap, mine, pool_policy,
                           {d.queue: budget_caps.get((d.queue, d.flavor, d.resource)) for d in mine})
         if parent is not None:
             plan = _refuse_beyond_parent(plan, parent)
-        plans.append(plan)
+        if plan.queues:
+            plans.append(plan)
+        unplanned += unbounded
+        notes += [f"{d.queue} {d.flavor}/{d.resource}: its KAI quota is -1 (unlimited), and gpulens never sets a "
+                  f"finite quota on it: not planned" for d in unbounded]
         if not key[0].startswith(KAI_TOP):
             continue
         top = cluster.get((KAI_TOP, key[1]), cap)
-        for q in plan.queues:
-            child = (kai_pool(q.demand.queue), key[1])
+        parents = [(q.demand.queue, q.demand.current, q.planned, q) for q in plan.queues]
+        for name, current, planned, q in parents + [(d.queue, None, None, None) for d in unbounded]:
+            child = (kai_pool(name), key[1])
             if child in per_pool and child not in done:
                 done.add(child)
-                frontier.append((child, _parent_capacity(q, plan, top), _no_reserve_unless_named(policy, child[0]), q))
+                frontier.append((child, _parent_capacity(name, current, planned, plan, top),
+                                 _no_reserve_unless_named(policy, child[0]), q))
     for key in sorted(set(per_pool) - done):
         unplanned += per_pool[key]
         notes += [f"{d.queue} {d.flavor}/{d.resource}: {_why_unplanned(key)}: not planned" for d in per_pool[key]]
@@ -155,16 +163,16 @@ def _why_unplanned(key: tuple[str, str]) -> str:
     return f"its parent queue {parent} is not a planned KAI queue of the store (missing, unplanned, or in a cycle)"
 
 
-def _parent_capacity(parent: QueuePlan, parent_pool: PoolPlan, top: PoolCapacity) -> PoolCapacity:
-    """What the children of ``parent`` share: the smaller of its current and planned quota; an unlimited parent
-    (no finite quota) passes on what its own pool has for quotas."""
-    name = parent.demand.queue
-    current = parent.demand.current
-    if current is None:
-        units, how = parent_pool.available, f"KAI queue {name} has no finite quota: its pool's {parent_pool.available}"
+def _parent_capacity(name: str, current: int | None, planned: int | None, parent_pool: PoolPlan,
+                     top: PoolCapacity) -> PoolCapacity:
+    """What the children of KAI queue ``name`` share: the smaller of its current and planned quota; an unlimited
+    queue (no finite quota) passes on what its own pool has for quotas."""
+    if current is None or planned is None:
+        units = parent_pool.available
+        how = f"KAI queue {name} has no finite quota: what its pool {parent_pool.pool.flavor} has for quotas"
     else:
-        units = min(current, parent.planned)
-        how = f"quota of KAI queue {name}: the smaller of current {current} and planned {parent.planned}"
+        units = min(current, planned)
+        how = f"quota of KAI queue {name}: the smaller of current {current} and planned {planned}"
     return PoolCapacity(kai_pool(name), parent_pool.pool.resource, units, nodes=None, largest_node=None,
                         unit_price_month=top.unit_price_month, source=how)
 
