@@ -211,3 +211,22 @@ def test_an_unlimited_kai_queue_is_not_planned_and_its_children_share_what_its_p
     assert {q.demand.queue for q in pool(plan, "kai").queues} == {"dept-b"}
     assert pool(plan, "kai:default").pool.physical == pool(plan, "kai").available == 16
     assert queue(plan, "team-x").planned == 5  # the waiting child is raised one step
+
+
+def test_apply_refuses_a_childs_raise_when_its_parents_live_quota_was_lowered_since(tmp_path: Path) -> None:
+    queues = [("dept-a", 8, 8, None, 2.0), ("team-a1", 4, 4, "dept-a", 2.0), ("team-a2", 4, 1, "dept-a", 0.0)]
+    db = kai_store(tmp_path / "drift.duckdb", queues)
+    plan = make(db)
+    assert (queue(plan, "team-a1").planned, queue(plan, "team-a2").planned) == (5, 3)  # fits dept-a's 8
+    with FakeKubernetesApi() as fake:
+        for name, quota, used, _, pending in queues:
+            fake.put(f"{QUEUES}/{name}", live_queue(name, quota, used, used + pending))
+        fake.put(f"{QUEUES}/dept-a", live_queue("dept-a", 6, 8, 10))  # someone lowered the parent
+        proc = gpulens("plan", "--db", str(db), "--out", str(tmp_path / "o"), "--no-store", "--apply",
+                       "--kubeconfig", str(fake.kubeconfig(tmp_path)))
+        a1 = fake.objects[f"{QUEUES}/team-a1"]["spec"]["resources"]["gpu"]["quota"]
+    said = proc.stdout + proc.stderr
+    assert f"{KAI_QUEUE} team-a1: REFUSED: raise refused: the children of KAI queue dept-a were planned in 8 " \
+        "GPU(s), but its live quota is 6 now" in said, said
+    assert a1 == 4
+    assert f"{KAI_QUEUE} team-a2: APPLIED" in said  # the cut still lands

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpulens.analytics.plan.kai_parents import hold_raises_beyond_live_parents, with_held
 from gpulens.analytics.plan.kai_pools import kai_live_totals
 from gpulens.analytics.plan.model import FleetPlan
 from gpulens.analytics.quota import QuotaRecommendation
@@ -111,16 +112,21 @@ def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | P
 def apply_plan(
     objects: list[ObjectPlan], api: KubernetesClient, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sleep: Callable[[float], None] | None = None, say: Callable[[str], None] = lambda line: None,
+    plan: FleetPlan | None = None,
 ) -> list[ApplyOutcome]:
     """Server-side apply of every object with ``recommend``'s guard rails, at the Kueue version the cluster
-    serves (``say`` hears which), cuts first; one outcome per object."""
+    serves (``say`` hears which), cuts first; one outcome per object. With ``plan``, a KAI child's raise is
+    held where its parent's live quota no longer holds its children's plan."""
     kwargs: dict[str, Any] = {"clock": clock}
     if sleep is not None:
         kwargs["sleep"] = sleep
+    held: dict[str, str] = {}
+    if plan is not None:
+        objects, held = hold_raises_beyond_live_parents(plan, objects, api)
     served, lines = at_served_versions(api, objects)
     for line in lines:
         say(line)
-    return apply_in_order(QuotaApplier(api, **kwargs), served)
+    return with_held(apply_in_order(QuotaApplier(api, **kwargs), served), held)
 
 
 def live_totals(plan: FleetPlan, api: KubernetesClient) -> list[LiveTotal]:

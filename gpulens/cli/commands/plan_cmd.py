@@ -179,5 +179,5 @@ def _apply(
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:
-        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC), say=typer.echo)
+        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC), say=typer.echo, plan=plan)
         return outcomes, live_totals(plan, api) if partial(outcomes) else []
