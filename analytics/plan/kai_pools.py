@@ -66,7 +66,7 @@ def price_pools(
     out = {}
     for d in demands:
         key = (d.flavor, d.resource)
-        top = cluster.get(key) or cluster.get((KAI_TOP, d.resource)) if d.kind == KAI_QUEUE else cluster.get(key)
+        top = (cluster.get(key) or cluster.get((KAI_TOP, d.resource))) if d.kind == KAI_QUEUE else cluster.get(key)
         if top is not None:
             out[key] = top
     return out
