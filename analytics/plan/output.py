@@ -77,7 +77,9 @@ def _hold(rec: QuotaRecommendation) -> QuotaRecommendation:
 
 
 def object_plans(plan: FleetPlan, *, record_namespace: str = "gpulens") -> list[ObjectPlan]:
-    """One writer plan per ClusterQueue the plan changes; a pool in conflict keeps its entries as they are."""
+    """One writer plan per ClusterQueue the plan changes (none while constraints conflict)."""
+    if not plan.writable:
+        return []
     p = plan.policy
     weights = None
     if p.fair_sharing_weight:

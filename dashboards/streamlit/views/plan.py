@@ -30,7 +30,7 @@ cols[1].metric("On drain candidates", pool["drained"])
 cols[2].metric("Reserve", pool["reserve"])
 cols[3].metric("Capacity for quotas", pool["capacity"])
 if pool["conflict"]:
-    st.error("Conflict: these queues keep their quotas: " + str(pool["conflict"]))
+    st.error("Conflict, nothing written: " + str(pool["conflict"]))
 long = rows.select(
     "cluster_queue", pl.col("current_quota").alias("current"), pl.col("planned_quota").cast(pl.Float64).alias("planned"),
 ).unpivot(index="cluster_queue", variable_name="quota", value_name="units")
