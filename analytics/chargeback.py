@@ -1,7 +1,9 @@
-"""Chargeback per tenant and day with FOCUS 1.2 column names, reconciled to the cent with fleet cost.
+"""Chargeback per tenant, namespace, workload and day with FOCUS 1.2 column names, reconciled to the cent.
 
 Lines come from this run's ``idle_capacity`` rows (added up per day part when the part is written): a tenant pays its allocated GE-hours (active,
-idle and unmeasured, each its own line) at the model's price; unallocated capacity is its own
+idle and unmeasured, each its own line) at the model's price, split over the namespaces and workloads that
+held them in that state (``split_by_workload``; the tenant's total is unchanged), tagged with the namespace's
+Kubernetes labels; unallocated capacity is its own
 ``__unallocated__`` line or is shared between that day's tenants evenly or in proportion to their
 allocated cost (OpenCost's ``shareIdle``); time without data stays on an ``__unknown__`` line.
 Per day, lines are rounded to cents by largest remainder so that they sum exactly to the fleet's
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -60,6 +63,11 @@ class Line:
     ge_hours: float
     gpu_hours: float
     """Priced GPU-hours (cost / list price): equals ge_hours unless MIG is prorated by memory."""
+    namespace: str | None = None
+    workload_kind: str | None = None
+    workload: str | None = None
+    """The Kubernetes namespace and workload (owner kind and name) of a tenant's held line; NULL on the
+    tenant's shared-unallocated lines and the fleet's own lines."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +207,102 @@ def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, flo
     return out
 
 
+WORKLOAD_WEIGHTS = """
+SELECT CAST(a.ts AS DATE) AS day, a.tenant, coalesce(d.gpu_model, '') AS model, a.namespace,
+       coalesce(a.workload_kind, '') AS workload_kind, coalesce(a.workload_name, '') AS workload,
+       CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 'unmeasured'
+            WHEN s.activity_ratio < $thr THEN 'idle' ELSE 'active' END AS state,
+       sum(a.gpu_equivalents) AS ge_samples
+FROM f_allocations a
+JOIN f_device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
+JOIN an_dev d ON d.device_id = a.device_id
+WHERE a.ts >= $start AND a.ts < $end AND s.ts >= $start AND s.ts < $end AND a.tenant IS NOT NULL
+GROUP BY ALL
+"""
+"""Per day, tenant, GPU model, namespace, workload and cost state: the GE-samples each workload held, each
+allocation row classed by the device sample at its own time, as ``idle_capacity`` classes held time."""
+
+
+def split_by_workload(lines: list[Line], weights: list[tuple[Any, ...]]) -> list[Line]:
+    """Split each tenant's held line (day, state, model) over its namespaces and workloads in proportion to
+    the GE-samples each held in that state: the tenant's line total is unchanged (``idle_capacity``'s),
+    only who inside the tenant held it is added. A line no workload row explains stays whole."""
+    shares: dict[tuple[object, ...], list[tuple[str, str, str, float]]] = defaultdict(list)
+    for day, tenant, model, namespace, kind, workload, state, ge in weights:
+        shares[(day, tenant, model, state)].append((str(namespace), str(kind), str(workload), float(ge)))
+    out: list[Line] = []
+    for ln in lines:
+        parts = shares.get((ln.day, ln.tenant, ln.model, ln.state)) if ln.tenant is not None else None
+        total = sum(p[3] for p in parts) if parts else 0.0
+        if not parts or total <= 0:
+            out.append(ln)
+            continue
+        for namespace, kind, workload, ge in sorted(parts):
+            f = ge / total
+            out.append(Line(ln.day, ln.account, ln.tenant, ln.state, ln.model, ln.ge_hours * f, ln.gpu_hours * f,
+                            namespace, kind or None, workload or None))
+    return out
+
+
+PROVIDER_TAG_PREFIX = "gpulens/"
+"""Tags gpulens defines itself; a Kubernetes label with this prefix never replaces one of them."""
+
+
+@dataclass(frozen=True)
+class NamespaceLabels:
+    """Kubernetes labels of the namespaces in a window, for FOCUS ``Tags``."""
+
+    by_namespace: dict[str, dict[str, str]]
+    """Each namespace's labels in its newest snapshot before the window's end."""
+    by_tenant: dict[str, dict[str, str]]
+    """Per tenant, the labels (key and value) every namespace of the tenant carries."""
+
+
+def namespace_labels(con: duckdb.DuckDBPyConnection, window: Window) -> NamespaceLabels:
+    """The labels of each namespace (newest snapshot before the window's end) and those a tenant's namespaces
+    share. Label text is the tenant's own: data, never a gpulens tag."""
+    rows = con.execute(
+        """
+        SELECT tenant, namespace, CAST(labels AS VARCHAR) FROM f_namespace_snapshots
+        WHERE ts < $end
+        QUALIFY row_number() OVER (PARTITION BY namespace ORDER BY ts DESC) = 1
+        ORDER BY tenant, namespace
+        """,
+        {"end": window.end},
+    ).fetchall()
+    by_namespace: dict[str, dict[str, str]] = {}
+    per_tenant: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for tenant, namespace, labels in rows:
+        parsed = json.loads(labels) if labels else {}
+        flat = {str(k): str(v) for k, v in sorted(parsed.items()) if not str(k).startswith(PROVIDER_TAG_PREFIX)} \
+            if isinstance(parsed, dict) else {}
+        by_namespace[str(namespace)] = flat
+        per_tenant[str(tenant)].append(flat)
+    by_tenant = {}
+    for tenant, spaces in per_tenant.items():
+        common = dict(spaces[0])
+        for labels in spaces[1:]:
+            common = {k: v for k, v in common.items() if labels.get(k) == v}
+        by_tenant[tenant] = common
+    return NamespaceLabels(by_namespace, by_tenant)
+
+
+def line_tags(ln: Line, labels: NamespaceLabels) -> str:
+    """The FOCUS ``Tags`` of a line (a JSON object): the Kubernetes labels of its namespace (of a tenant-level
+    line: those all the tenant's namespaces share), its namespace and workload, and gpulens's own tags."""
+    tags: dict[str, str | None] = {}
+    if ln.namespace is not None:
+        tags.update(labels.by_namespace.get(ln.namespace, {}))
+        tags["k8s/namespace"] = ln.namespace
+        if ln.workload is not None:
+            tags["k8s/workload-kind"] = ln.workload_kind
+            tags["k8s/workload"] = ln.workload
+    elif ln.tenant is not None:
+        tags.update(labels.by_tenant.get(ln.tenant, {}))
+    tags.update({"gpulens/tenant": ln.tenant, "gpulens/state": ln.state, "gpulens/gpu-model": ln.model})
+    return json.dumps(tags, ensure_ascii=False)
+
+
 def insert_chargeback(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -206,10 +310,15 @@ def insert_chargeback(
     prices: dict[str, tuple[float, float]],
     mig_proration: str,
     policy: str,
+    threshold: float,
 ) -> FleetCost:
-    """Write this run's chargeback lines; returns the fleet cost they reconcile with."""
+    """Write this run's chargeback lines, each tenant's split by namespace and workload; returns the fleet
+    cost they reconcile with. ``threshold`` is the run's activity threshold."""
+    labels = namespace_labels(con, window)
     fleet, per_day = fleet_cost(con, window)
-    lines = share_unallocated(_lines(con), policy, {m: p[0] for m, p in prices.items()})
+    weights = con.execute(WORKLOAD_WEIGHTS, {"start": window.start, "end": window.end, "thr": threshold}).fetchall()
+    held = split_by_workload(_lines(con), weights)
+    lines = share_unallocated(held, policy, {m: p[0] for m, p in prices.items()})
     by_day: dict[date, list[Line]] = defaultdict(list)
     for ln in lines:
         by_day[ln.day].append(ln)
@@ -223,7 +332,8 @@ def insert_chargeback(
         start = max(datetime.combine(day, datetime.min.time()), window.start)
         end = min(datetime.combine(day, datetime.min.time()) + timedelta(days=1), window.end)
         for ln, lc, cc, raw in zip(day_lines, list_cents, contracted_cents, contracted_raw, strict=True):
-            _append(cols, run_id, window, ln, start, end, lc, cc, raw, prices, mig_proration, policy)
+            _append(cols, run_id, window, ln, start, end, lc, cc, raw, prices, mig_proration, policy,
+                    line_tags(ln, labels))
     append_columns(con, "chargeback", cols)
     return fleet
 
@@ -241,8 +351,11 @@ def _append(
     prices: dict[str, tuple[float, float]],
     mig_proration: str,
     policy: str,
+    tags: str,
 ) -> None:
     who = ln.tenant if ln.tenant is not None else ("unallocated capacity" if ln.state == "unallocated" else "no data")
+    if ln.namespace is not None:
+        who += f", namespace {ln.namespace}" + (f", {ln.workload_kind or 'workload'} {ln.workload}" if ln.workload else "")
     values: dict[str, object] = {
         "run_id": run_id,
         "window_start": window.start,
@@ -273,7 +386,7 @@ def _append(
         "ResourceType": "GPU",
         "SubAccountId": ln.account,
         "SubAccountName": ln.account,
-        "Tags": json.dumps({"gpulens/tenant": ln.tenant, "gpulens/state": ln.state, "gpulens/gpu-model": ln.model}),
+        "Tags": tags,
         "x_Tenant": ln.tenant,
         "x_CostState": ln.state,
         "x_GpuModel": ln.model,
@@ -281,9 +394,17 @@ def _append(
         "x_UnroundedCost": raw,
         "x_MigProration": mig_proration,
         "x_UnallocatedPolicy": policy,
+        "x_Namespace": ln.namespace,
+        "x_WorkloadKind": ln.workload_kind,
+        "x_Workload": ln.workload,
     }
     for name, value in values.items():
         cols[name].append(value)
+
+
+ORDER_BY = ("ChargePeriodStart", "SubAccountId", "x_GpuModel", "x_CostState", "x_Namespace", "x_WorkloadKind",
+            "x_Workload")
+"""The order of the FOCUS files' rows."""
 
 
 def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> list[Path]:
@@ -293,10 +414,13 @@ def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> l
 
     out_dir.mkdir(parents=True, exist_ok=True)
     focus_cols = [c for c in column_names("chargeback") if c not in ("run_id", "window_start", "window_end")]
-    select = ", ".join(f'"{c}"' for c in focus_cols)
+    present = {str(d[0]) for d in con.execute("SELECT * FROM chargeback LIMIT 0").description or ()}
+    # A store analysed by an older release lacks the newest x_ columns: they come out empty, same header.
+    select = ", ".join(f'"{c}"' if c in present else f'NULL::VARCHAR AS "{c}"' for c in focus_cols)
+    order = ", ".join(f'"{c}" NULLS FIRST' for c in ORDER_BY if c in present)
     table = con.sql(
         f"SELECT {select}, run_id AS x_RunId FROM chargeback WHERE run_id = $run_id "  # noqa: S608 - fixed columns
-        'ORDER BY "ChargePeriodStart", "SubAccountId", "x_GpuModel", "x_CostState"',
+        f"ORDER BY {order}",
         params={"run_id": run_id},
     ).to_arrow_table()
     csv_path, parquet_path = out_dir / "chargeback_focus.csv", out_dir / "chargeback_focus.parquet"

@@ -155,6 +155,7 @@ def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window]) -> list[str]:
         SELECT w.i, count(d.device_id),
                sum(hash((d.device_id, d.gpu_uuid, d.node, d.gpu_model, d.kind, d.profile, d.sharing_mode, d.ge,
                          d.slices, d.cost_share, d.list_price, d.contracted_price, d.gpu_instance_id, d.multi_device,
+                         d.memory_total_bytes, d.replicas,
                          greatest(coalesce(d.first_seen, w.s), w.s), least(coalesce(d.last_seen, w.e), w.e))))
                  FILTER (WHERE d.device_id IS NOT NULL)
         FROM (SELECT unnest($s) AS s, unnest($e) AS e, generate_subscripts($s, 1) AS i) w

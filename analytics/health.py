@@ -6,7 +6,8 @@ above the limit, a row-remap failure, or a lost GPU (``up = false``); it warns o
 unclassified XID, an NVLink CRC error rate at or above the limit, or any thermal-violation time.
 Application XIDs (13, 31, 43, 45, 68 by default) are listed as ``info`` and never change the state.
 Signals with no readings in the window are listed as ``unmeasured`` (``not_measured``): not checked,
-which is not the same as fine.
+which is not the same as fine. A GPU whose samples stopped or thinned out within the window warns
+(``sample_coverage.py``): the monitoring's own gaps are evidence, never "healthy".
 A node takes the worst state of its GPUs; it is a drain candidate when one of its GPUs is. Where a
 GPU warned before it failed in the window, ``lead_seconds`` says by how much.
 """
@@ -20,7 +21,7 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics import early_warning, gpu_day
+from gpulens.analytics import early_warning, gpu_day, sample_coverage
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.analytics.settings import HealthRules
@@ -56,6 +57,8 @@ class Evidence:
         if self.severity == "watch":
             out["since"] = None if self.first_ts is None else self.first_ts.isoformat()
             out["detected"] = None if self.last_ts is None else self.last_ts.isoformat()
+        elif self.signal in sample_coverage.SIGNALS:
+            out["since"] = None if self.first_ts is None else self.first_ts.isoformat()
         return out
 
     @property
@@ -225,6 +228,11 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
                      t.reason(rules.early_warning), t.started,
                      t.detected)
         )
+    last_seen = {gpu: row[12] for gpu, row in counters.items() if row[12] is not None}
+    gaps: dict[str, list[Evidence]] = defaultdict(list)
+    for gap in sample_coverage.coverage_gaps(con, window, rules, last_seen):
+        gaps[gap.gpu_uuid].append(Evidence(gap.signal, gap.value, gap.threshold, "warn", gap.reason, gap.since,
+                                             gap.until))
     out = []
     for gpu_uuid, node in gpus:
         ev = _counter_evidence(counters.get(gpu_uuid), crc_rates.get(gpu_uuid), rules)
@@ -233,6 +241,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
             kind = {"info": "application error, never drains", "warn": "warn-class", "drain": "drain-class"}[sev]
             ev.append(Evidence(f"xid_{code}", count, None, sev, f"XID {code} x{count}: {kind}", first, last))
         ev.extend(trends.get(gpu_uuid, []))
+        ev.extend(gaps.get(gpu_uuid, []))
         state = max((e.severity for e in ev if e.severity in _RANK), key=_RANK.__getitem__, default="ok")
         out.append(GpuHealth(node, gpu_uuid, state, tuple(ev)))
     return out

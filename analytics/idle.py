@@ -23,7 +23,8 @@ only in the rows written. Temp tables:
   holders' GE-samples (``an_kb_unlisted``: samples of devices the inventory does not list, which
   only the sample interval uses);
 - ``an_life``: per device, its buckets (listed lifetime, stretched to every sampled bucket);
-- ``an_db``: per device and bucket of its life, known hours, allocated hours and scale factors;
+- ``an_db``: per device and bucket of its life, known hours, allocated hours and scale factors, and the
+  share its holders held at once (``held_peak``, GE; NULL without holders);
 - ``an_gpub``: per GPU split into several devices (MIG) and bucket, shares present;
 - ``an_known`` and ``an_alloc``: per device, samples with and without activity readings, and which
   tenants and namespaces held it in the window, each once (what isolation risk reads).
@@ -168,15 +169,21 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     )
     if _has_unlisted(con):
         con.execute("INSERT INTO an_alloc SELECT DISTINCT device_id, tenant, namespace FROM an_held WHERE dk IS NULL")
-    con.execute("DROP TABLE an_held")
-    # The holders' sum per device and bucket, for the device buckets.
+    # The holders' sum per device and bucket, for the device buckets, and the share they held at once (each
+    # holder's largest GE times the rows it has per device sample, rounded up: exact for holders that stay,
+    # never less than the peak for one that comes or goes), which fragmentation leaves out of the free share.
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_kb_held AS
-        SELECT k.* EXCLUDE (device_id), h.ge_samples FROM an_kb k
+        SELECT k.* EXCLUDE (device_id), h.ge_samples, p.held_peak FROM an_kb k
         LEFT JOIN (SELECT dk, b, sum(ge_samples) AS ge_samples FROM an_hold GROUP BY dk, b) h USING (dk, b)
+        LEFT JOIN (
+            SELECT h.dk, h.b, sum(h.ge_hi * ceil(h.m / k.n)) AS held_peak
+            FROM an_held h JOIN an_kb k USING (dk, b) WHERE k.n > 0 GROUP BY h.dk, h.b
+        ) p USING (dk, b)
         """
     )
+    con.execute("DROP TABLE an_held")
     con.execute("DROP TABLE an_kb")
     con.execute("ALTER TABLE an_kb_held RENAME TO an_kb")
 
@@ -349,14 +356,14 @@ def build_device_buckets(con: duckdb.DuckDBPyConnection, window: Window, interva
             ) g ANTI JOIN an_kb k USING (dk, b)
         ),
         keys AS (
-            SELECT k.dk, k.b, l.gk, l.ge, l.multi_device, k.n, k.n_activity, k.memory_avg, k.ge_samples
+            SELECT k.dk, k.b, l.gk, l.ge, l.multi_device, k.n, k.n_activity, k.memory_avg, k.ge_samples, k.held_peak
             FROM an_kb k JOIN an_life l ON l.dk = k.dk AND k.b BETWEEN l.lo_b AND l.hi_b
             UNION ALL
-            SELECT m.dk, m.b, l.gk, l.ge, l.multi_device, 0, 0, NULL, NULL
+            SELECT m.dk, m.b, l.gk, l.ge, l.multi_device, 0, 0, NULL, NULL, NULL
             FROM missing m JOIN an_life l USING (dk)
         ),
         base AS (
-            SELECT dk, b, gk, ge, multi_device, n, n_activity, memory_avg,
+            SELECT dk, b, gk, ge, multi_device, n, n_activity, memory_avg, held_peak,
                    least(n * $w, $bh) AS known_h,
                    CASE WHEN n * $w > $bh THEN $bh / (n * $w) ELSE 1.0 END AS sample_scale,
                    coalesce(ge_samples, 0) * $w AS alloc_raw

@@ -17,7 +17,7 @@ import duckdb
 
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import insert_columns
-from gpulens.exporter.mig_catalog import (
+from gpulens.core.mig_catalog import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
     MODELS,
@@ -81,6 +81,8 @@ def build_inventory(
             coalesce(m.list_price, $fallback) AS list_price,
             coalesce(m.contracted_price, m.list_price, $fallback) AS contracted_price,
             d.first_seen, d.last_seen, d.gpu_instance_id,
+            coalesce(d.memory_total_bytes, g.memory_total_bytes) AS memory_total_bytes,
+            coalesce(g.replicas, 1) AS replicas,
             CAST(row_number() OVER (ORDER BY d.device_id) AS INTEGER) AS dk,
             CAST(dense_rank() OVER (ORDER BY d.gpu_uuid) AS INTEGER) AS gk,
             CAST(dense_rank() OVER (ORDER BY d.node, coalesce(m.short, d.gpu_model)) AS INTEGER) AS nk,

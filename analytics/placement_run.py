@@ -2,7 +2,7 @@
 
 Reads whole-GPU, exclusive allocations (MIG instances and shared replicas have no NVLink peers of
 their own), groups them by owner (namespace, workload kind, workload name; where the pod inventory
-names a LeaderWorkerSet or pod group, see ``exporter/tenancy/gangs.py``, that group), and, per distinct
+names a LeaderWorkerSet or pod group, see ``gpulens/core/tenancy/gangs.py``, that group), and, per distinct
 placement (the set of pod/GPU pairs held at a sample time), measures every topology level with
 :mod:`gpulens.analytics.placement`. A workload's row per level describes the placement it held
 longest; ``ge_hours_affected`` adds up every placement of it that spanned more domains than needed
@@ -27,7 +27,7 @@ from gpulens.analytics.placement_affected import affected_hours
 from gpulens.analytics.result_tables import append_columns, column_names, insert_columns
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
-from gpulens.exporter.tenancy.gangs import GROUP_KINDS
+from gpulens.core.tenancy.gangs import GROUP_KINDS
 
 
 @dataclass(frozen=True)

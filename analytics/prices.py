@@ -10,7 +10,7 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.core.config import load_yaml_model, parse_yaml_model
-from gpulens.exporter.mig_catalog import short_model
+from gpulens.core.mig_catalog import short_model
 
 
 class ModelPrice(BaseModel):

@@ -27,7 +27,7 @@ from gpulens.analytics.cut_rule import cut_refusal
 from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.collector.queue_systems import pending_match_sql, system_of
-from gpulens.exporter.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
+from gpulens.core.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

@@ -51,7 +51,7 @@ from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
 from gpulens.collector.queue_systems import VOLCANO_QUEUE, system_of
 from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 
 class RecommendSettings(BaseModel):
@@ -204,12 +204,27 @@ def _flavor_capacity(fleet: FleetCapacity | None) -> dict[tuple[str, str], int]:
 
 
 def _keep_missing_device(q: QuotaRecommendation, fleet: FleetCapacity | None) -> QuotaRecommendation:
-    """A raise for a device the flavor's nodes do not have is no raise: the quota is kept, and the reason said."""
-    why = fleet.lacks(q.key.flavor, q.key.resource) if q.action == "increase" and fleet is not None else None
-    if why is None:
+    """A raise for a device the flavor's nodes do not have is no raise: the quota is kept, and the reason said.
+    A raise past what the flavor's healthy devices hold (drain and warn lists out, as ``gpulens plan`` counts
+    capacity) stops at that capacity, never counting a device that is about to lose its work."""
+    if q.action != "increase" or fleet is None:
         return q
-    return dataclasses.replace(q, action="hold", recommended=q.current, next_value=q.current,
-                               reasons=(*q.reasons, f"{why}: the quota stays at {q.current}"))
+    why = fleet.lacks(q.key.flavor, q.key.resource)
+    if why is not None:
+        return dataclasses.replace(q, action="hold", recommended=q.current, next_value=q.current,
+                                   reasons=(*q.reasons, f"{why}: the quota stays at {q.current}"))
+    pool = fleet.pools.get((q.key.flavor, q.key.resource))
+    if pool is None or q.next_value is None or q.next_value <= pool.capacity:
+        return q
+    left_out = f", {pool.drained} on the drain or warn list left out" if pool.drained else ""
+    line = f"capacity {pool.capacity} (of {pool.physical} units on the flavor's nodes{left_out})"
+    if q.current is not None and q.current >= pool.capacity:
+        return dataclasses.replace(q, action="hold", recommended=q.current, next_value=q.current,
+                                   reasons=(*q.reasons, f"no raise past the flavor's {line}: the quota stays at "
+                                                        f"{q.current}"))
+    return dataclasses.replace(q, recommended=min(q.recommended or pool.capacity, pool.capacity),
+                               next_value=pool.capacity,
+                               reasons=(*q.reasons, f"raise capped at the flavor's {line}: next {pool.capacity}"))
 
 
 def _history(

@@ -191,7 +191,8 @@ TABLES: dict[str, list[Column]] = {
         _c("ResourceType", "VARCHAR", "FOCUS: 'GPU'."),
         _c("SubAccountId", "VARCHAR NOT NULL", "FOCUS: tenant, or '__unallocated__' / '__unknown__'."),
         _c("SubAccountName", "VARCHAR NOT NULL", "FOCUS: as SubAccountId."),
-        _c("Tags", "JSON NOT NULL", "FOCUS: {\"gpulens/tenant\", \"gpulens/state\", \"gpulens/gpu-model\"}."),
+        _c("Tags", "JSON NOT NULL", "FOCUS: the tenant's namespace labels (those all its namespaces share; "
+           "k8s/namespace when it has one) and {\"gpulens/tenant\", \"gpulens/state\", \"gpulens/gpu-model\"}."),
         _c("x_Tenant", "VARCHAR", "Tenant charged (NULL on unallocated/unknown lines)."),
         _c(
             "x_CostState",
@@ -203,6 +204,10 @@ TABLES: dict[str, list[Column]] = {
         _c("x_UnroundedCost", "DOUBLE NOT NULL", "Cost before rounding to cents."),
         _c("x_MigProration", "VARCHAR NOT NULL", "'slices' or 'memory'."),
         _c("x_UnallocatedPolicy", "VARCHAR NOT NULL", "'own-line', 'even' or 'proportional'."),
+        _c("x_Namespace", "VARCHAR", "Kubernetes namespace of a tenant's held line (NULL on shared-unallocated "
+           "and the fleet's own lines)."),
+        _c("x_WorkloadKind", "VARCHAR", "Owner kind of the workload (Job, Deployment, ...); NULL when not known."),
+        _c("x_Workload", "VARCHAR", "Owner name of the workload; NULL when not known."),
     ],
     "quota_plan": [
         *_RUN,

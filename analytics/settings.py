@@ -6,7 +6,6 @@ Every default is explained in ``docs/analytics.md``; a YAML file can override an
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -15,23 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.core.states import HealthState
-
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
 
 
-def parse_duration(text: str | int) -> int:
-    """``90s``, ``5m``, ``1h``, ``14d``, ``2w`` (or a number of seconds) -> whole seconds."""
-    if isinstance(text, int):
-        seconds = text
-    else:
-        match = _DURATION.match(text)
-        if match is None:
-            raise ValueError(f"not a duration: {text!r} (use e.g. 5m, 1h, 14d)")
-        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+def parse_duration(value: str | int | float) -> int:
+    """A positive duration in whole seconds (``90s``, ``5m``, ``1h30m``, ``14d``, ``2w``, or a number of seconds)."""
+    seconds = duration_seconds(value)
     if seconds <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return seconds
+        raise ValueError(f"duration must be positive, got {value!r}")
+    if not seconds.is_integer():
+        raise ValueError(f"duration must be whole seconds, got {value!r}")
+    return int(seconds)
 
 
 class RiskWeights(BaseModel):
@@ -157,6 +150,13 @@ class HealthRules(BaseModel):
     retired_pages_drain: int = Field(default=63, ge=1)
     nvlink_crc_per_second_warn: float = Field(default=100.0, gt=0)
     thermal_violation_seconds_warn: float = Field(default=0.0, ge=0)
+    silent_after_seconds: float = Field(default=900.0, gt=0, allow_inf_nan=False)
+    """A GPU without a physical sample for this long before the fleet's last one warns (samples stopped)."""
+    thin_share: float = Field(default=0.5, gt=0, le=1)
+    """A GPU with fewer samples than this share of the fleet's median over ``thin_lookback_seconds`` warns."""
+    thin_lookback_seconds: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    thin_min_samples: int = Field(default=10, ge=1)
+    """Thinning is judged only where the fleet's median count is at least this (too few samples say nothing)."""
     early_warning: EarlyWarningRules = EarlyWarningRules()
 
     @model_validator(mode="after")
@@ -165,6 +165,11 @@ class HealthRules(BaseModel):
         if both:
             raise ValueError(f"XIDs {sorted(both)} are both application errors and warn/drain XIDs")
         return self
+
+
+DEFAULT_ACTIVITY_THRESHOLD = 0.05
+"""The activity ratio below which held time is idle, unless ``--activity-threshold`` says otherwise (the
+recording rule ``tenant:gpulens_idle_gpu_equivalents:sum`` states the same number)."""
 
 
 class AnalysisSettings(BaseModel):
@@ -178,7 +183,7 @@ class AnalysisSettings(BaseModel):
     end: datetime | None = None
     """Window end (exclusive, UTC; rounded up to a bucket); default: the last complete bucket of the data (the
     bucket boundary at or before the end of the newest sample, never after now)."""
-    activity_threshold: float = Field(0.05, ge=0, le=1)
+    activity_threshold: float = Field(DEFAULT_ACTIVITY_THRESHOLD, ge=0, le=1)
     """Allocated devices with activity below this ratio are ``allocated-idle``."""
     sample_interval_seconds: float | None = Field(None, gt=0)
     """Time one sample stands for; default: inferred from the samples."""
@@ -199,6 +204,16 @@ class AnalysisSettings(BaseModel):
     @classmethod
     def _duration(cls, value: str | int) -> int:
         return parse_duration(value)
+
+    @field_validator("end", mode="before")
+    @classmethod
+    def _time(cls, value: object) -> object:
+        """``end`` in the one time grammar: ISO 8601, Unix seconds or ``now-1h``."""
+        if value is None or isinstance(value, datetime):
+            return value
+        if isinstance(value, str | int | float):
+            return utc_datetime(time_seconds(value))
+        return value
 
     @model_validator(mode="after")
     def _bucket_fits(self) -> AnalysisSettings:

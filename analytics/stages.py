@@ -118,7 +118,8 @@ PART_WRITE: tuple[Stage, ...] = (
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 
 
-@stage("health", "an_dev an_health part_trend_buckets part_trend_quiet part_trend_gpus value:parts f_events",
+@stage("health", "an_dev an_health part_trend_buckets part_trend_quiet part_trend_gpus value:parts f_events "
+       "f_gpu_samples",
        "value:health")
 def _health(s: RunState) -> dict[str, object]:
     parts: list[str] = s.value("parts")  # type: ignore[assignment]
@@ -163,11 +164,12 @@ def _write_findings(s: RunState) -> None:
                      s.value("topology_stranded"))  # type: ignore[arg-type]
 
 
-@stage("write chargeback", "an_lines an_fleet an_dev value:model_prices", "chargeback value:fleet")
+@stage("write chargeback", "an_lines an_fleet an_dev f_namespace_snapshots f_allocations f_device_samples "
+       "value:model_prices", "chargeback value:fleet")
 def _write_chargeback(s: RunState) -> dict[str, object]:
     fleet = chargeback.insert_chargeback(
         s.con, s.run_id, s.window, s.value("model_prices"),  # type: ignore[arg-type]
-        s.settings.mig_proration, s.settings.unallocated,
+        s.settings.mig_proration, s.settings.unallocated, s.settings.activity_threshold,
     )
     return {"value:fleet": fleet}
 

@@ -33,15 +33,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpulens.exporter.model import Allocation, DeviceReadings, SharingMode  # noqa: E402
+from gpulens.core.device_model import Allocation, DeviceReadings, SharingMode  # noqa: E402
 
 BENCH_POD_COUNT = 60
 
 
 def bench_readings() -> tuple[DeviceReadings, tuple[Allocation, ...]]:
     """8 H200 MIG GPUs (56 instances) from the simulator's default node, and 60 pods over them."""
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     node = fleet.node_names()[0]
@@ -122,9 +122,9 @@ def serve_baseline(conn: Connection, readings: DeviceReadings, allocations: tupl
                    cycles: int) -> None:
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+    from gpulens.core.device_model import NodeSnapshot
     from gpulens.exporter.cycle import ExporterState
     from gpulens.exporter.exposition import state_families
-    from gpulens.exporter.model import NodeSnapshot
 
     registry = CollectorRegistry(auto_describe=False)
     gauges: dict[str, Gauge] = {}  # module-level Gauges in the usual exporter; created once, updated in place

@@ -1,6 +1,6 @@
 """Health backtest: would `analyze` have flagged failing GPUs early, and how early, without crying wolf?
 
-Simulates a fault fleet (``exporter/sim/fault_fleet.py``: degrading GPUs with a known onset and hard
+Simulates a fault fleet (``gpulens/sim/fault_fleet.py``: degrading GPUs with a known onset and hard
 failure, sudden failures without precursors, healthy look-alikes), then replays ``health.assess`` as a
 deployment would run it: every hour, over the trailing window, on data before that hour only. A GPU is
 *flagged* when it is a drain candidate (what ``gpulens remediate`` taints). A failing GPU counts from
@@ -38,8 +38,8 @@ from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
 from gpulens.analytics.facts import Window  # noqa: E402
 from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
 from gpulens.analytics.settings import HealthRules  # noqa: E402
-from gpulens.exporter.sim.fault_fleet import fault_fleet, known_faults  # noqa: E402
-from gpulens.exporter.sim.fleet import SimulatedFleet  # noqa: E402
+from gpulens.sim.fault_fleet import fault_fleet, known_faults  # noqa: E402
+from gpulens.sim.fleet import SimulatedFleet  # noqa: E402
 
 
 def _parts(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[str]:

@@ -142,8 +142,8 @@ def backfill_days(db: str, days: int, step: float, *, primary_keys: bool) -> lis
     With ``primary_keys`` the fact tables are created first with the primary keys they had before
     (the baseline); the ingest code is the same.
     """
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     if primary_keys:
         con = duckdb.connect(db)

@@ -27,14 +27,14 @@ DAY = 86400.0
 
 
 def _start() -> float:
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.scenario_file import load_scenario
 
     return load_scenario(None).epoch_seconds + 300 * DAY
 
 
 def _history(seconds: float, step: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     start = _start()
@@ -49,9 +49,9 @@ def _history(seconds: float, step: float, out: mp.Queue) -> None:  # type: ignor
 
 
 def _snapshots(seconds: float, step: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.history import sample_times, snapshot_rows
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.history import sample_times, snapshot_rows
+    from gpulens.sim.scenario_file import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     start = _start()
@@ -69,8 +69,8 @@ def _snapshots(seconds: float, step: float, out: mp.Queue) -> None:  # type: ign
 
 
 def _cold(days: float, step: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     fleet = SimulatedFleet(load_scenario(None))
     t = fleet.scenario.epoch_seconds + days * DAY + 17.5

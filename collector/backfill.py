@@ -64,8 +64,8 @@ def history_frames(history: Any) -> dict[str, pl.DataFrame]:
 
 
 def _fleet(scenario: Any) -> Any:
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     if scenario is None or isinstance(scenario, Path | str):
         scenario = load_scenario(Path(scenario) if scenario is not None else None)

@@ -3,19 +3,21 @@
 A snapshot at time ``t`` becomes one window of source ``kubernetes`` in the store's inventory tables
 (``namespace_snapshots``, ``pod_snapshots``, ``quota_snapshots``, ``nodes``, ``tenants``,
 ``resource_flavors``: each Kueue ResourceFlavor's ``spec.nodeLabels``). The cluster is read through the
-one read protocol, :class:`~gpulens.exporter.kube_api.KubernetesReads` (lists by GET; Kueue at the
+one read protocol, :class:`~gpulens.core.kube_api.KubernetesReads` (lists by GET; Kueue at the
 configured API version first, the others on 404, none when Kueue is not installed).
 
-Tenants follow the same rules and :class:`~gpulens.exporter.tenancy.rules.TenancyConfig` as the
-exporter (:mod:`gpulens.exporter.tenancy.pod_tenancy`): a pod's tenant and owning workload are what the
+Tenants follow the same rules and :class:`~gpulens.core.tenancy.rules.TenancyConfig` as the
+exporter (:mod:`gpulens.core.tenancy.pod_tenancy`): a pod's tenant and owning workload are what the
 exporter gives the same pod; a namespace's tenant is what its namespace-scoped rules say; a
 ClusterQueue's is its tenant label, else its name. Owners of pods (ReplicaSets, Jobs) are read one GET
 each, cached for the snapshot. Node pool: ``gpulens.io/pool``, then the usual cloud node-pool labels.
-Only pods requesting ``nvidia.com/*`` resources and nodes with NVIDIA labels or allocatable GPUs are
-kept. LocalQueues are stored in ``quota_snapshots`` as ``object_kind = 'LocalQueue'`` rows (usage per
-flavor and resource; ``annotations.clusterQueue`` names their queue). KAI Scheduler's Queues
-(``scheduling.run.ai/v2``, none when KAI is not installed) become quota rows and pending demand as
-:mod:`gpulens.collector.kai_queues` says.
+Only pods requesting ``nvidia.com/*`` resources (HAMi's included), a part of a GPU (milli-GPU and gpushare
+extended resources, KAI's ``gpu-fraction`` / ``gpu-memory`` annotations: :mod:`gpulens.core.gpu_share`) and
+nodes with NVIDIA labels or allocatable GPUs are kept; a pod asking for part of a GPU also gets its share in
+``gpu_requests`` (``gpulens.io/gpu-share``, ``gpulens.io/gpu-share-memory-bytes``). LocalQueues are stored in
+``quota_snapshots`` as ``object_kind = 'LocalQueue'`` rows (usage per flavor and resource;
+``annotations.clusterQueue`` names their queue). KAI Scheduler's Queues (``scheduling.run.ai/v2``, none when
+KAI is not installed) become quota rows and pending demand as :mod:`gpulens.collector.kai_queues` says.
 """
 
 from __future__ import annotations
@@ -30,22 +32,26 @@ import polars as pl
 
 from gpulens.collector.kai_queues import KAI_QUEUES_PATH, kai_queue_rows
 from gpulens.collector.kueue_api import KueueApi, effective_quotas, served_kueue
-from gpulens.collector.quantity import parse_quantity
 from gpulens.collector.store import Store, WindowResult, to_datetime
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
-from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
-from gpulens.exporter.tenancy.pod_tenancy import (
+from gpulens.core.gpu_share import FRACTION_RESOURCES, fraction_annotations, pod_gpu_share, pod_requests
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
+from gpulens.core.quantity import parse_quantity
+from gpulens.core.tenancy.api_objects import KUEUE_GROUP, ApiTenancyObjects
+from gpulens.core.tenancy.pod_tenancy import (
     cluster_queue_tenant,
     namespace_tenant,
     pod_local_queue,
     pod_tenant,
     pod_workload,
 )
-from gpulens.exporter.tenancy.resolver import KUEUE_QUEUE_LABEL
-from gpulens.exporter.tenancy.rules import TenancyConfig
+from gpulens.core.tenancy.resolver import KUEUE_QUEUE_LABEL
+from gpulens.core.tenancy.rules import TenancyConfig
 
 SOURCE = "kubernetes"
+SHARE_KEY = "gpulens.io/gpu-share"
+SHARE_MEMORY_KEY = "gpulens.io/gpu-share-memory-bytes"
+"""Keys of ``pod_snapshots.gpu_requests`` for a pod asking for part of a GPU: its GE and its memory per GPU."""
 VCLUSTER_LABELS = ("gpulens.io/virtual-cluster", "vcluster.loft.sh/managed-by")
 POOL_LABELS = (
     "gpulens.io/pool",
@@ -55,8 +61,12 @@ POOL_LABELS = (
     "kubernetes.azure.com/agentpool",
     "node.kubernetes.io/instance-type",
 )
+
+
 def is_gpu_resource(name: str) -> bool:
-    return name.startswith(("nvidia.com/", "requests.nvidia.com/", "limits.nvidia.com/"))
+    """An NVIDIA device-plugin or HAMi resource, or an extended resource for part of a GPU (milli-GPU, gpushare)."""
+    bare = name.removeprefix("requests.").removeprefix("limits.")
+    return bare.startswith("nvidia.com/") or bare in FRACTION_RESOURCES
 
 
 CORE_LISTS = {
@@ -164,15 +174,18 @@ def _first_label(labels: dict[str, str], keys: Iterable[str]) -> str | None:
 
 
 def _gpu_requests(pod: dict[str, Any]) -> dict[str, float]:
-    total: dict[str, float] = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        res = container.get("resources") or {}
-        wanted = dict(res.get("limits") or {})
-        wanted.update(res.get("requests") or {})
-        for name, qty in wanted.items():
-            value = parse_quantity(qty)
-            if is_gpu_resource(name) and value:
-                total[name] = total.get(name, 0.0) + value
+    """The pod's GPU resources (and fraction annotations) by name; a pod asking for part of a GPU also
+    gets its share per GPU (``gpulens.io/gpu-share``, GE) and memory per GPU (``gpulens.io/gpu-share-memory-bytes``)
+    where the request states them (:mod:`gpulens.core.gpu_share`)."""
+    total = {name: value for name, value in pod_requests(pod).items() if is_gpu_resource(name)}
+    total.update(fraction_annotations(pod))
+    share = pod_gpu_share(pod)
+    if share is not None:
+        ge = share.share()
+        if ge is not None:
+            total[SHARE_KEY] = ge
+        if share.memory_bytes is not None:
+            total[SHARE_MEMORY_KEY] = float(share.memory_bytes)
     return total
 
 

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from gpulens.collector.quantity import parse_quantity
 from gpulens.collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION, pending_queue
-from gpulens.exporter.tenancy.pod_tenancy import cluster_queue_tenant
-from gpulens.exporter.tenancy.rules import TenancyConfig
+from gpulens.core.quantity import parse_quantity
+from gpulens.core.tenancy.pod_tenancy import cluster_queue_tenant
+from gpulens.core.tenancy.rules import TenancyConfig
 
 KAI_QUEUES_PATH = f"/apis/{KAI_GROUP}/{KAI_VERSION}/queues"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
-from gpulens.exporter.tenancy.api_objects import KUEUE_GROUP
-from gpulens.exporter.tenancy.rules import KUEUE_API_VERSIONS
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
+from gpulens.core.tenancy.api_objects import KUEUE_GROUP
+from gpulens.core.tenancy.rules import KUEUE_API_VERSIONS
 
 
 @dataclass(frozen=True)

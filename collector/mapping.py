@@ -28,6 +28,7 @@ from gpulens.collector.dcgm_fields import MIB as MIB
 from gpulens.collector.queue_metrics import map_queue_systems
 from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
 from gpulens.core import metric_catalog as M
+from gpulens.core.gpu_share import FRACTION_RESOURCES
 from gpulens.core.metric_catalog import PREFIX, MetricGroup, in_groups
 from gpulens.core.vocabulary import COMPUTE_SLICES
 
@@ -108,8 +109,10 @@ def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
 
 
 def _profile_of(resource: pl.Expr) -> pl.Expr:
-    """``nvidia.com/mig-1g.18gb`` -> ``1g.18gb``; any other resource -> ``gpu``."""
-    return pl.coalesce(resource.str.extract(r"^nvidia\.com/mig-(.+)$", 1), pl.lit("gpu"))
+    """``nvidia.com/mig-1g.18gb`` -> ``1g.18gb``; a resource for part of a GPU (HAMi cores or memory, milli-GPU,
+    gpushare: a queue's sum of them is no shape) -> ``fraction``; any other resource -> ``gpu``."""
+    return (pl.when(resource.str.replace(r"^(requests|limits)\.", "").is_in(FRACTION_RESOURCES)).then(pl.lit("fraction"))
+            .otherwise(pl.coalesce(resource.str.extract(r"^nvidia\.com/mig-(.+)$", 1), pl.lit("gpu"))))
 
 
 def map_kueue(long: pl.DataFrame, source: str) -> dict[str, pl.DataFrame]:

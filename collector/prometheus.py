@@ -46,10 +46,10 @@ from gpulens.collector.prometheus_rollups import (
 )
 from gpulens.collector.queue_metrics import QUEUE_SYSTEM_METRICS
 from gpulens.collector.store import Gap, Store, WindowResult
-from gpulens.collector.timeparse import format_time
 from gpulens.collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact, redact_logs_of
+from gpulens.core.timeparse import format_time
 
 SOURCE = "prometheus"
 RETRY_STATUS = {429, 500, 502, 503, 504}

@@ -9,10 +9,7 @@ see docs/real-nodes.md for the trade-off. The ``/proc`` root is injectable for t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
-
-from gpulens.exporter.model import GpuProcess
 
 _POD_UID = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})", re.IGNORECASE
@@ -49,16 +46,3 @@ class PidPodResolver:
         self._cache[pid] = uid
         return uid
 
-
-def memory_share_by_pod(processes: Iterable[GpuProcess], device_uuid: str) -> dict[str, float]:
-    """Pod UID -> share 0..1 of the memory the attributed processes hold on one device.
-
-    Used to split a time-sliced or MPS GPU between the pods sharing it; processes with no pod UID or no
-    memory reading are left out (the shares then cover what is known).
-    """
-    per_pod: dict[str, int] = {}
-    for p in processes:
-        if p.device_uuid == device_uuid and p.pod_uid and p.used_memory_bytes:
-            per_pod[p.pod_uid] = per_pod.get(p.pod_uid, 0) + p.used_memory_bytes
-    total = sum(per_pod.values())
-    return {uid: used / total for uid, used in per_pod.items()} if total else {}

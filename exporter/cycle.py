@@ -4,7 +4,7 @@ Scrapes and OpenTelemetry readers only read the last published ``ExporterState``
 source, so concurrent scrapes cannot multiply hardware reads. A failing source is counted in
 ``errors_total`` and does not stop the other one; so are the failures a source (or anything else added
 with :meth:`CollectionCycle.count_errors_of`, such as the OTLP exporters) counts itself through the one
-:class:`~gpulens.exporter.model.ErrorCounting` protocol.
+:class:`~gpulens.core.device_model.ErrorCounting` protocol.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from gpulens.core.hashing import value_hash
-from gpulens.exporter.model import (
+from gpulens.core.device_model import (
     Allocation,
     AllocationSource,
     DeviceReadings,
@@ -28,6 +27,7 @@ from gpulens.exporter.model import (
     NodeSnapshot,
     XidEventSource,
 )
+from gpulens.core.hashing import value_hash
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from gpulens.core import metric_catalog as M
-from gpulens.core.vocabulary import ThrottleReason
-from gpulens.exporter.cycle import ExporterState
-from gpulens.exporter.families import new_family
-from gpulens.exporter.model import (
+from gpulens.core.device_model import (
     WHOLE_GPU_PROFILE,
     Allocation,
     Gpu,
@@ -35,6 +32,9 @@ from gpulens.exporter.model import (
     SharingMode,
     allocatable_devices,
 )
+from gpulens.core.vocabulary import ThrottleReason
+from gpulens.exporter.cycle import ExporterState
+from gpulens.exporter.families import new_family
 from gpulens.exporter.topology_exposition import topology_families
 
 KNOWN_THROTTLE_REASONS = tuple(str(reason) for reason in ThrottleReason)

@@ -24,11 +24,11 @@ from typing import Any
 from prometheus_client.registry import CollectorRegistry
 
 from gpulens.core import __version__
+from gpulens.core.device_model import AllocationSource, DeviceSource
 from gpulens.core.errors import UserError
 from gpulens.exporter.auth import MIGRATE_HINT, BasicAuthUsers, load_basic_auth_file
 from gpulens.exporter.cycle import CollectionCycle, ExporterState, health_status
 from gpulens.exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
-from gpulens.exporter.model import AllocationSource, DeviceSource
 from gpulens.exporter.settings import Backend, ExporterSettings
 from gpulens.exporter.web_config import WebConfig, load_web_config
 
@@ -262,8 +262,8 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
     kubelet and never fall back to the simulator.
     """
     if settings.backend is Backend.SIM:
-        from gpulens.exporter.sim.fleet import SimulatedFleet
-        from gpulens.exporter.sim.scenario_file import load_scenario
+        from gpulens.sim.fleet import SimulatedFleet
+        from gpulens.sim.scenario_file import load_scenario
 
         fleet = SimulatedFleet(load_scenario(settings.scenario))
         names = fleet.node_names()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpulens.core.timeparse import duration_seconds
 
 DEFAULT_KUBELET_SOCKET = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_LISTEN = "0.0.0.0:9400"
@@ -33,20 +34,6 @@ class LogLevel(StrEnum):
     INFO = "info"
     WARNING = "warning"
     ERROR = "error"
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(value: str | float | int) -> float:
-    """``5``, ``5s``, ``500ms``, ``1m``, ``2h`` -> seconds. Raises ValueError on anything else."""
-    if isinstance(value, int | float):
-        return float(value)
-    match = _DURATION.match(value)
-    if match is None:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 5s, 500ms, 1m)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -120,7 +107,7 @@ class ExporterSettings(BaseModel):
     @classmethod
     def _durations(cls, value: object) -> object:
         if isinstance(value, str):
-            return parse_duration(value)
+            return duration_seconds(value)
         return value
 
     @field_validator("listen")

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 
 from gpulens.core import metric_catalog as M
+from gpulens.core.device_model import NodeSnapshot
 from gpulens.exporter.families import new_family
-from gpulens.exporter.model import NodeSnapshot
 
 
 def topology_families(snapshot: NodeSnapshot) -> Iterator[Metric]:

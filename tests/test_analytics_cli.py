@@ -83,7 +83,7 @@ def test_the_command_prints_the_headline_numbers_and_writes_focus_files(store: P
         (["--bucket", "7m"], "does not divide a day"),
         (["--window", "two weeks"], "not a duration"),
         (["--mig-proration", "power"], "--mig-proration"),
-        (["--end", "yesterday"], "not an ISO 8601 time"),
+        (["--end", "yesterday"], "--end: not a time"),
         (["--activity-threshold", "1.5"], "--activity-threshold: must be at most 1"),
     ],
 )

@@ -29,6 +29,7 @@ STAGE_MODULES = {
     "analytics/facts.py": ("day parts", "read samples and allocations"),
     "analytics/day_parts.py": ("day parts", "read samples and allocations", "device buckets"),
     "analytics/health.py": ("health", "GPU health seen"),
+    "analytics/sample_coverage.py": ("health",),
     "analytics/early_warning.py": ("health", "GPU health seen"),
     "analytics/gpu_day.py": ("GPU health seen",),
     "analytics/isolation.py": ("isolation risk",),

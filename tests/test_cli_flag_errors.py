@@ -16,7 +16,7 @@ FIELD_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b")
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("analyze", "--window", "14x"), "--window: not a duration (use 15s, 5m, 2h, 14d)"),
+        (("analyze", "--window", "14x"), "--window: not a duration (use 90s, 5m, 1.5h, 1h30m, 14d, 2w)"),
         (("analyze", "--activity-threshold", "1.5"), "--activity-threshold: must be at most 1 (got 1.5)"),
         (("recommend", "--percentile", "150"), "--percentile: must be at most 100 % (got 150 %)"),
         (("recommend", "--headroom", "-1"), "--headroom: must be at least 0 % (got -1 %)"),
@@ -62,7 +62,7 @@ def test_bounds_are_converted_back_to_the_flags_unit() -> None:
 
 def test_every_problem_is_reported_with_its_flag() -> None:
     assert errors(window_seconds="2 weeks", percentile=2.0) == (
-        "--window: not a duration (use 15s, 5m, 2h, 14d); --percentile: must be at most 100 % (got 200 %)")
+        "--window: not a duration (use 90s, 5m, 1.5h, 1h30m, 14d, 2w); --percentile: must be at most 100 % (got 200 %)")
 
 
 def test_a_field_no_flag_feeds_keeps_its_path() -> None:

@@ -11,8 +11,8 @@ from gpulens.collector.backfill import ChunkProgress, backfill_simulated
 from gpulens.collector.exposition import parse_exposition
 from gpulens.collector.mapping import to_store_frames
 from gpulens.collector.store import Store
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario_file import load_scenario
 from tests.support.store_render import render_text, series_for
 
 START = 1_790_000_000.0 - 1_790_000_000.0 % 3600

@@ -14,8 +14,8 @@ from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.backfill import backfill_simulated
 from gpulens.collector.inventory import CORE_LISTS, collect_inventory
 from gpulens.collector.store import Store
-from gpulens.exporter.kube_api import KubernetesClient
-from gpulens.exporter.tenancy.gangs import gang_of
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.gangs import gang_of
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NOW = 1_790_000_000.0

@@ -13,7 +13,7 @@ import pytest
 
 from gpulens.collector.inventory import collect_inventory, parse_quantity
 from gpulens.collector.store import Store
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NOW = 1_790_000_000.0

@@ -88,8 +88,8 @@ def test_a_kill_inside_the_transaction_leaves_no_half_window(
         import sys, time
         from gpulens.collector.backfill import history_frames
         from gpulens.collector.store import Store
-        from gpulens.exporter.sim.fleet import SimulatedFleet
-        from gpulens.exporter.sim.scenario_file import load_scenario
+        from gpulens.sim.fleet import SimulatedFleet
+        from gpulens.sim.scenario_file import load_scenario
 
         class StallAfterFirstTable(dict):
             def items(self):

@@ -10,8 +10,8 @@ import polars as pl
 
 from gpulens.collector.scrape import scrape_once
 from gpulens.collector.store import Store
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario_file import load_scenario
 from tests.support.sim_fleet import serve_fleet
 
 T = 1_790_000_000.0 - 1_790_000_000.0 % 60 + 12 * 3600  # an instant in virtual time

@@ -249,3 +249,17 @@ def test_kueue_quotas_usage_and_pending_come_from_kueue_metrics(tmp_path: Path) 
         # at T0 the gauge says 0 but one workload waits: kept as a count without a measured quantity
         assert pending == [(T0, "team-a", "", None, 1), (T0 + 60, "team-a", "1g.18gb", 2.0, 2),
                            (T0 + 120, "team-a", "1g.18gb", 4.0, 3)]
+
+
+def test_kueue_pending_parts_of_a_gpu_are_not_whole_gpu_shapes(tmp_path: Path) -> None:
+    """Kueue's gauge of HAMi cores or milli-GPUs adds up percentages and thousandths: no count of GPUs."""
+    ms = int(T0 * 1000)
+    lines = [f'kueue_cluster_queue_resource_pending{{cluster_queue="share",resource="{r}"}} {v} {ms}'
+             for r, v in (("nvidia.com/gpucores", 90), ("alibabacloud.com/gpu-milli", 1280), ("nvidia.com/gpu", 2))]
+    lines.append(f'kueue_pending_workloads{{cluster_queue="share",status="active"}} 3 {ms}')
+    fake = FakePrometheus(_truth(1), extra_text="\n".join(lines) + "\n")
+    with fake_prometheus(fake) as url, Store(str(tmp_path / "s.duckdb")) as store, _client(url) as client:
+        collect_range(store, client, start=T0, end=T0 + 60, step=STEP, schema="gpulens")
+        pending = store.query("SELECT resource, profile, quantity FROM pending_demand ORDER BY resource")
+    assert pending == [("alibabacloud.com/gpu-milli", "fraction", 1280.0), ("nvidia.com/gpu", "gpu", 2.0),
+                       ("nvidia.com/gpucores", "fraction", 90.0)]

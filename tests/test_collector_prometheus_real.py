@@ -11,8 +11,8 @@ import pytest
 
 from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
 from gpulens.collector.store import Store
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario_file import load_scenario
 from tests.support.prometheus import promtool, running_prometheus
 from tests.support.store_render import render_openmetrics, series_for
 from tests.support.synthetic_fleet import HOSTILE, synthetic_frames

@@ -12,8 +12,8 @@ from gpulens.collector.mapping import to_store_frames
 from gpulens.collector.prometheus import collect_range, metrics_for
 from gpulens.collector.scrape import scrape_once
 from gpulens.collector.store import Store
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario_file import load_scenario
 from tests.support.sim_fleet import serve_fleet
 from tests.support.synthetic_fleet import synthetic_frames
 from tests.test_collector_prometheus import STEP, FakePrometheus, _client, fake_prometheus

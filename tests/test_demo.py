@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 
 from tests.support.demo_run import DemoRun
 
@@ -75,3 +77,39 @@ def test_demo_shows_early_warnings_with_trend_start_and_lead(
     # whose precursors began before the first sample is warned late (or at its failure), never after it.
     assert leads and all(lead >= 0 for (lead,) in leads), leads
     assert max(lead for (lead,) in leads) >= 1800, leads
+
+
+def test_demo_runs_the_whole_loop_and_says_each_decision_in_one_line(demo_run: DemoRun) -> None:
+    """A quota cut with its evidence, a plan where every pool fits, the default reserve's conflict as a what-if,
+    a failing GPU's node quarantined under the default guard rails, and a MIG layout that fits."""
+    out, proc = demo_run.out, demo_run.proc
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr[proc.stderr.index("What the loop decided on this fleet:"):].splitlines()
+    said = {line.split(":")[0].removeprefix("  - "): line for line in lines if line.startswith("  - ")}
+    assert said["quota cut"].startswith("  - quota cut: ClusterQueue ") and " -> " in said["quota cut"]
+    assert "evidence: demand (in use + pending) over 14.0 days" in said["quota cut"]
+    assert "11 flavor/resource pool(s)" in said[next(k for k in said if k.startswith("quota plan "))]
+    assert any("every pool fits its capacity" in line for line in said.values())
+    assert ("what if every flavor kept an n+1 reserve (the default policy): CONFLICT in 2 pool(s) "
+            "(h100-80gb/nvidia.com/gpu short ") in said["what if every flavor kept an n+1 reserve (the default policy)"]
+    assert re.search(r"quarantine gpu-h100-train-\d \(node taint: drain\); \d+ held back by the guard rails$",
+                     said["remediate (dry run, default guard rails)"])
+    assert re.match(r"  - MIG layout: fits [1-9]\d* of \d+ workload\(s\) \(gpu-", said["MIG layout"])
+    with duckdb.connect(str(out / "gpulens.duckdb"), read_only=True) as con:
+        plan = con.execute("SELECT cluster_queue, flavor, current_quota, planned_quota, capacity, drained, "
+                           "binding_constraint, conflict FROM quota_plan").fetchall()
+        taints = con.execute("SELECT count(*) FROM remediation_outcomes WHERE action = 'taint'").fetchone()
+    assert plan and all(row[6] != "conflict" and row[7] is None for row in plan)
+    by_entry = {(q, f): (current, planned, capacity, drained) for q, f, current, planned, capacity, drained, _, _
+                in plan}
+    current, planned, capacity, drained = by_entry[("llm-research", "h100-80gb")]
+    # its failing GPUs are out (at most 4 of them, so one step of 25 % reaches): cut to what the pool holds
+    assert current == 16 and 1 <= drained <= 4 and planned == capacity == 16 - drained
+    assert by_entry[("foundation", "h200-80gb")][:2] == (24, 24)
+    assert taints == (1,)
+    assert any((out / "plan").glob("clusterqueue-*.yaml")) and any((out / "remediation").iterdir())
+    policy = yaml.safe_load((out / "plan-policy.yaml").read_text(encoding="utf-8"))
+    assert policy == {"reserve": {"flavors": {"h100-80gb": 0, "h200-80gb": 0}}}  # the pools dedicated to one team
+    report = (out / "report" / "index.html").read_text(encoding="utf-8")
+    section = report[report.index('id="plan"'):]
+    assert "Quota plan " in section and "llm-research" in section and "run `gpulens plan" not in section

@@ -14,18 +14,18 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from gpulens.core.device_model import ErrorCounting
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
+from gpulens.exporter.allocations import KubeletAllocationSource
 from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.model import ErrorCounting
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.otel.setup import start_otel
 from gpulens.exporter.settings import ExporterSettings
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario_file import load_scenario
-from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
-from gpulens.exporter.tenancy.resolver import TenantResolver
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario_file import load_scenario
 from tests.fakes.kubelet import FakeKubelet, container, dra_claim, pod
 from tests.fakes.kubernetes_api import ANY, FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml, nvml_error

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.core.device_model import Allocation, GpuProcess, SharingMode
 from gpulens.exporter.cycle import CollectionCycle
 from gpulens.exporter.exposition import (
     DeviceIdentity,
@@ -19,7 +20,6 @@ from gpulens.exporter.exposition import (
     holder_gpu_equivalents,
     pod_sm_shares,
 )
-from gpulens.exporter.model import Allocation, GpuProcess, SharingMode
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
 from tests.support.exporter import http_get, render_text

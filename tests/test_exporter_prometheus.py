@@ -9,8 +9,8 @@ import pytest
 
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario_file import load_scenario
 from tests.support.exporter import http_get
 from tests.support.prometheus import promtool, require_binary, running_prometheus
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpulens.exporter.settings import Backend, ExporterSettings, parse_duration, parse_listen
+from gpulens.exporter.settings import Backend, ExporterSettings, parse_listen
 
 
 def test_defaults_match_the_documented_ones() -> None:
@@ -20,7 +20,7 @@ def test_defaults_match_the_documented_ones() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("5", 5.0), ("5s", 5.0), ("500ms", 0.5), ("1m", 60.0),
                                                ("1.5h", 5400.0), (2, 2.0)])
 def test_durations_accept_common_units(text: str | int, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+    assert ExporterSettings(interval_seconds=text).interval_seconds == seconds
 
 
 @pytest.mark.parametrize(("text", "address"), [("127.0.0.1:9400", ("127.0.0.1", 9400)), (":9400", ("0.0.0.0", 9400)),

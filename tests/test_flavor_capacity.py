@@ -170,3 +170,25 @@ def test_recommend_never_raises_a_quota_for_a_device_the_flavor_does_not_have(tm
     missing = recs[MIG3]
     assert (missing.action, missing.current, missing.next_value) == ("hold", 2, 2)
     assert any(r.startswith(f"the flavor has no {MIG3}") for r in missing.reasons), missing.reasons
+
+
+def test_recommend_never_raises_a_quota_past_the_healthy_capacity_of_its_flavor(tmp_path: Path) -> None:
+    # h200-mig has 8 GPUs x 7 x 1g.18gb = 56 units; two GPUs on the drain and warn lists leave 42.
+    path = build_fleet(tmp_path / "s.duckdb", flavors=EXACT, drained=("GPU-h200-mig-0-0",), warned=("GPU-h200-mig-0-1",))
+    resource = "nvidia.com/mig-1g.18gb"
+    with duckdb.connect(str(path)) as con:  # 40 of 40 in use, 30 more pending, for 14 days
+        steps = {"start": START, "n": 14 * 24 * 12, "resource": resource}
+        con.execute(
+            "INSERT INTO quota_snapshots (ts, object_kind, object_namespace, object_name, tenant, flavor, resource, "
+            "nominal_quota, usage, source) SELECT $start + to_minutes(5 * i), 'ClusterQueue', '', 'vision', "
+            "'vision', 'h200-mig', $resource, 40, 40, 'test' FROM range($n) t(i)", steps)
+        con.execute(
+            "INSERT INTO pending_demand (ts, tenant, cluster_queue, namespace, flavor, resource, profile, quantity, "
+            "workloads, source) SELECT $start + to_minutes(5 * i), 'vision', 'vision', 'vision', 'h200-mig', "
+            "$resource, '1g.18gb', 30, 3, 'test' FROM range($n) t(i)", steps)
+    report = recommend(path, RecommendSettings(window_end=END, targets=("kueue",), store_results=False))
+    (q,) = [q for q in report.quotas if q.key.resource == resource]
+    assert (q.action, q.current, q.next_value) == ("increase", 40, 42)
+    assert q.recommended is not None and q.recommended <= 42
+    assert q.reasons[-1] == ("raise capped at the flavor's capacity 42 (of 56 units on the flavor's nodes, 14 on the "
+                             "drain or warn list left out): next 42")

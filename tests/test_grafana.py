@@ -224,3 +224,16 @@ def test_the_dcgm_exporter_dashboard_needs_no_gpulens_exporter_and_no_generation
     records = {r.record for r in DCGM_RECORDS}
     assert read and read <= records, read - records
     assert {"device:dcgm_gr_engine:ratio", "device:dcgm_gpu_util:ratio", "gpu:dcgm_power:watts"} <= read
+
+
+def test_idle_panels_read_the_per_sample_idle_record_and_the_unused_share_has_its_own_panel() -> None:
+    """Idle in Grafana is analyze's idle; held GE x (1 - activity) is shown only under its own title."""
+    panels = {p["title"]: p for model in committed().values() for p in model.get("panels", []) if "title" in p}
+    idle = [p for title, p in panels.items() if "idle" in title.lower()]
+    assert idle
+    for panel in idle:
+        exprs = " ".join(t.get("expr", "") for t in panel.get("targets", []))
+        assert "gpulens_unused_gpu_equivalents" not in exprs, panel["title"]
+    unused = [title for title, p in panels.items()
+              if any("tenant:gpulens_unused_gpu_equivalents:sum" in t.get("expr", "") for t in p.get("targets", []))]
+    assert unused == ["Unused share of held GE"]

@@ -24,7 +24,7 @@ from gpulens.analytics.recommend import (
 )
 from gpulens.collector.inventory import CORE_LISTS, snapshot_frames
 from gpulens.collector.queue_systems import KAI_QUEUE, pending_queue
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
+from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.crd_schemas import KAI_QUEUE_SPEC
 from tests.support.rbac import role_rules, rules_used

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import (
+from gpulens.core.kube_api import (
     KubeConnection,
     KubernetesApiError,
     KubernetesClient,

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpulens.core.device_model import SharingMode
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.exporter.allocations import KubeletAllocationSource
 from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
 from gpulens.exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.exporter.kubelet.proto import api_pb2
-from gpulens.exporter.model import SharingMode
 from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
 from tests.fakes.kubelet import FakeKubelet, container, dra_claim, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml
@@ -163,3 +164,71 @@ def test_device_id_shapes() -> None:
     assert DeviceDirectory().resolve(parse_device_id("nvidia9")) is None
     assert [shared_base(i) for i in ("GPU-a::2", "nvidia0/gi1/vgpu3", "nvidia1", "MIG-b")] == [
         "GPU-a", "nvidia0/gi1", "nvidia1", "MIG-b"]
+
+
+# -- DRA 1.36: shared devices (consumed capacity, shareID) and partitions (shared counters, MIG created on demand)
+
+DRIVER = "gpu.nvidia.com"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def _claim(name: str, device: str, consumed: dict[str, str] | None = None, share_id: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": device}
+    if consumed:
+        result["consumedCapacity"] = consumed
+    if share_id:
+        result["shareID"] = share_id
+    return {"metadata": {"namespace": "ml", "name": name}, "status": {"allocation": {"devices": {"results": [result]}}}}
+
+
+def _read(tmp_path: Path, api: FakeKubernetesApi, nvml_source: NvmlDeviceSource,
+          claims: list[tuple[str, str]]) -> dict[str, tuple[str, SharingMode, float]]:
+    with FakeKubelet(tmp_path) as kubelet:
+        kubelet.pods = [pod("ml", claim, [container("c", claims=[dra_claim(claim, "ml", "node-a", device)])])
+                        for claim, device in claims]
+        source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)), directory=lambda: nvml_source.directory,
+                                         slices=ResourceSliceDirectory(KubernetesClient(api.url), "node-a"))
+        got = {a.pod: (a.device_uuid, a.sharing_mode, round(a.gpu_equivalents, 6)) for a in source.read_allocations(0.0)}
+        assert source.take_errors() == {}
+    return got
+
+
+def test_claims_sharing_one_device_hold_the_part_of_its_capacity_they_consume(
+        tmp_path: Path, nvml_source: NvmlDeviceSource) -> None:
+    with FakeKubernetesApi() as api:
+        api.objects[SLICES] = {"items": [{"spec": {"driver": DRIVER, "nodeName": "node-a", "pool": {"name": "node-a"},
+            "devices": [{"name": "gpu-1", "allowMultipleAllocations": True,
+                         "attributes": {"uuid": {"string": H100}, "type": {"string": "gpu"}},
+                         "capacity": {"memory": {"value": "80Gi"}, "multiprocessors": {"value": "132"}}}]}}]}
+        api.objects["/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/small"] = _claim(
+            "small", "gpu-1", {"memory": "20Gi"}, "a1")
+        api.objects["/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/large"] = _claim(
+            "large", "gpu-1", {"memory": "40Gi", "multiprocessors": "33"}, "b2")
+        got = _read(tmp_path, api, nvml_source, [("small", "gpu-1"), ("large", "gpu-1")])
+    # 20 of 80 GiB; 40 of 80 GiB is more than 33 of 132 multiprocessors: half the GPU stays free between them
+    assert got == {"small": (H100, SharingMode.TIME_SLICING, 0.25), "large": (H100, SharingMode.TIME_SLICING, 0.5)}
+
+
+def test_a_mig_instance_the_driver_created_on_demand_is_attributed_like_a_static_one(
+        tmp_path: Path, nvml_source: NvmlDeviceSource) -> None:
+    created = next(u for u, d in nvml_source.directory.by_uuid.items() if d.profile == "2g.35gb")
+    counters = {"name": "gpu-0-counters", "counters": {"multiprocessors": {"value": "132"}, "memory": {"value": "140Gi"}}}
+
+    def partition(name: str, profile: str, sms: str, memory: str) -> dict[str, Any]:
+        return {"name": name, "attributes": {"type": {"string": "mig"}, "parentUUID": {"string": H200},
+                                             "profile": {"string": profile}},
+                "consumesCounters": [{"counterSet": "gpu-0-counters",
+                                      "counters": {"multiprocessors": {"value": sms}, "memory": {"value": memory}}}]}
+
+    with FakeKubernetesApi() as api:
+        api.objects[SLICES] = {"items": [
+            {"spec": {"driver": DRIVER, "nodeName": "node-a", "pool": {"name": "node-a"}, "sharedCounters": [counters]}},
+            {"spec": {"driver": DRIVER, "nodeName": "node-a", "pool": {"name": "node-a"}, "devices": [
+                partition("gpu-0-mig-2g", "2g.35gb", "32", "35Gi"),
+                partition("gpu-0-mig-4g", "4g.71gb", "66", "70Gi")]}}]}
+        for name, device in (("two", "gpu-0-mig-2g"), ("four", "gpu-0-mig-4g")):
+            api.objects[f"/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/{name}"] = _claim(name, device)
+        got = _read(tmp_path, api, nvml_source, [("two", "gpu-0-mig-2g"), ("four", "gpu-0-mig-4g")])
+    # NVML lists the created 2g.35gb: its own UUID and 2/7; the 4g.71gb is not listed yet: its parent GPU with the
+    # part of the GPU's counters the partition consumes (66 of 132 multiprocessors, 70 of 140 GiB)
+    assert got == {"two": (created, SharingMode.MIG, round(2 / 7, 6)), "four": (H200, SharingMode.MIG, 0.5)}

@@ -17,8 +17,8 @@ import pytest
 from gpulens.analytics.recommend import RecommendationReport, RecommendSettings, recommend, write_dry_run
 from gpulens.collector.inventory import collect_inventory
 from gpulens.collector.store import Store
-from gpulens.exporter.kube_api import KubernetesClient
-from gpulens.exporter.tenancy.resolver import TenantResolver
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import gpulens
 from tests.support.recommend_cluster import (

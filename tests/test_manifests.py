@@ -17,10 +17,10 @@ import yaml
 from typer.testing import CliRunner
 
 from gpulens.cli import app
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
 from gpulens.dashboards.grafana.generate import DASHBOARDS
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.crd_schemas import validate_custom
 from tests.support.kustomize import (
@@ -42,7 +42,7 @@ IMAGE = f"{IMAGE_NAME}:{VERSION}"
 CLUSTER_SCOPED = frozenset(
     {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume", "StorageClass"}
 )
-CUSTOM_KINDS = frozenset({"ServiceMonitor", "PrometheusRule"})
+CUSTOM_KINDS = frozenset({"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"})
 WORKLOAD_KINDS = frozenset({"DaemonSet", "Deployment", "CronJob"})
 
 
@@ -84,6 +84,8 @@ def test_the_base_has_every_component_of_an_install() -> None:
         ("ClusterRole", "gpulens-exporter"),
         ("CustomResourceDefinition", "gpuquotarecommendations.gpulens.io"),
         ("ServiceAccount", "gpulens-recommender"),
+        ("Deployment", "gpulens-remediation"),
+        ("AlertmanagerConfig", "gpulens-remediation"),
     } <= kinds
 
 
@@ -133,7 +135,7 @@ def test_every_custom_resource_validates_against_its_upstream_crd_schema(
             if obj["kind"] in CUSTOM_KINDS:
                 validate_custom(obj)
                 checked += 1
-    assert checked == 2 * len(renderings)
+    assert checked == 4 * len(renderings), "two ServiceMonitors, the PrometheusRule, the AlertmanagerConfig"
 
 
 def test_the_schema_checks_reject_a_misspelt_field() -> None:
@@ -224,7 +226,9 @@ def exporter_api_traffic() -> list[RecordedRequest]:
                  (("a", "labelled"), ("b", "queued"), ("c", "web-7d9-x"), ("c", "train-0"))]
         assert [(i.rule, i.workload_kind) for i in infos] == [
             ("pod_label", "Pod"), ("kueue", "Pod"), ("capsule", "Deployment"), ("capsule", "JobSet")]
-        ResourceSliceDirectory(client, node).uuid("gpu.nvidia.com", node, "gpu-0")
+        slices = ResourceSliceDirectory(client, node)
+        slices.uuid("gpu.nvidia.com", node, "gpu-0")
+        slices.claim_result("c", "train-0-gpu", "gpu.nvidia.com", node, "gpu-0")
         client.close()
     return api.requests
 
@@ -437,7 +441,7 @@ def test_the_exporter_alerts_select_the_job_name_the_servicemonitor_produces() -
     assert "jobLabel" not in monitor["spec"]
     job = one("Service", "gpulens-exporter")["metadata"]["name"]
     groups = one("PrometheusRule", "gpulens")["spec"]["groups"]
-    exporter_alerts = [rule for group in groups for rule in group["rules"] if rule.get("alert", "").startswith("Gpulens")]
+    exporter_alerts = [rule for group in groups for rule in group["rules"] if rule.get("alert", "").startswith("GpulensExporter")]
     assert len(exporter_alerts) == 3
     for rule in exporter_alerts:
         if "up{" in rule["expr"]:

@@ -89,7 +89,29 @@ def test_the_plan_is_summarised_and_written_as_files(device_plugin_files: tuple[
     assert "frees 3 whole GPU(s)" in proc.stdout
     assert "node-a GPU" in proc.stdout and "whole GPU -> 1g.18gb+1g.18gb" in proc.stdout
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "mig/README.md", "mig/mig-parted.yaml", "mig/node-labels.yaml", "workloads/deployment-team-a-chat.yaml"]
+        "mig/README.md", "mig/mig-parted.rollback.yaml", "mig/mig-parted.yaml", "mig/node-labels.rollback.yaml",
+        "mig/node-labels.yaml", "workloads/deployment-team-a-chat.rollback.yaml", "workloads/deployment-team-a-chat.yaml"]
+
+
+def test_every_layout_and_workload_file_has_its_rollback_with_todays_layout_and_resources(
+    device_plugin_files: tuple[Path, Any],
+) -> None:
+    out, _ = device_plugin_files
+    config = yaml.safe_load((out / "mig" / "mig-parted.rollback.yaml").read_text())
+    jsonschema.validate(config, json.loads((FIXTURES / "mig_parted_config.schema.json").read_text()))
+    (name, entries), = config["mig-configs"].items()
+    assert entries == [{"devices": "all", "mig-enabled": False}]  # node-a's four GPUs are whole today
+    (node,) = list(yaml.safe_load_all((out / "mig" / "node-labels.rollback.yaml").read_text()))
+    assert node["metadata"] == {"name": "node-a", "labels": {"nvidia.com/mig.config": name}}
+    today = deployment("chat", "team-a", "main")
+    forward = strategic_merge(today, yaml.safe_load((out / "workloads" / "deployment-team-a-chat.yaml").read_text()))
+    back_text = (out / "workloads" / "deployment-team-a-chat.rollback.yaml").read_text()
+    assert "kubectl patch deployment chat -n team-a --type strategic" in back_text
+    back = strategic_merge(forward, yaml.safe_load(back_text))
+    kubernetes_validate.validate(back, LATEST, strict=True)
+    resources = back["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == today["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert "rollback" in (out / "mig" / "README.md").read_text()
 
 
 def test_the_mig_parted_config_has_the_operators_structure_and_a_layout_valid_for_the_gpu(

@@ -6,15 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.exporter.attribution import PidPodResolver, memory_share_by_pod, pod_uid_from_cgroup
-from gpulens.exporter.model import GpuProcess
+from gpulens.exporter.attribution import PidPodResolver, pod_uid_from_cgroup
+from gpulens.exporter.exposition import pod_sm_shares
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, load_capture
 
 UID_A = "1f6a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b"
 UID_B = "0a1b2c3d-4e5f-4061-8273-94a5b6c7d8e9"
-MIB = 1024 * 1024
 
 
 def write_cgroup(root: Path, pid: int, text: str) -> None:
@@ -36,7 +35,7 @@ def test_pids_the_exporter_cannot_see_stay_unattributed(tmp_path: Path) -> None:
     assert resolver.pod_uid(4242) is None
 
 
-def test_time_sliced_gpu_processes_are_attributed_and_split_by_memory(tmp_path: Path) -> None:
+def test_time_sliced_gpu_processes_are_attributed_and_split_by_their_sm_utilization(tmp_path: Path) -> None:
     gpu = load_capture(H100_NO_MIG, uuid="GPU-44444444-0000-0000-0000-000000000004")
     gpu.processes[0].sm_percent = 60
     fake = FakeNvml([gpu])
@@ -48,10 +47,8 @@ def test_time_sliced_gpu_processes_are_attributed_and_split_by_memory(tmp_path: 
     readings = source.read_devices(fake.now)
     by_pid = {p.pid: p for p in readings.processes}
     assert by_pid[pids[0]].pod_uid == UID_A and by_pid[pids[0]].sm_utilization_ratio == pytest.approx(0.6)
-    shares = memory_share_by_pod(readings.processes, gpu.uuid)
-    used = {p.pid: p.used_mib or 0 for p in gpu.processes}
-    assert shares[UID_A] == pytest.approx(used[pids[0]] / sum(used.values()))
-    assert sum(shares.values()) == pytest.approx(1.0)
+    shares = pod_sm_shares(readings.processes)  # what splits the shared GPU's activity between its pods
+    assert shares[(gpu.uuid, UID_A)] == pytest.approx(0.6)
 
 
 def test_attribution_is_off_by_default() -> None:
@@ -59,8 +56,3 @@ def test_attribution_is_off_by_default() -> None:
     readings = NvmlDeviceSource(fake, "n", watch_xids=False).read_devices(fake.now)
     assert readings.processes and all(p.pod_uid is None for p in readings.processes)
 
-
-def test_memory_share_ignores_unattributed_processes() -> None:
-    procs = [GpuProcess(1, "GPU-x", 3 * MIB, pod_uid="a"), GpuProcess(2, "GPU-x", 1 * MIB, pod_uid="b"),
-             GpuProcess(3, "GPU-x", 8 * MIB), GpuProcess(4, "GPU-y", 8 * MIB, pod_uid="a")]
-    assert memory_share_by_pod(procs, "GPU-x") == {"a": 0.75, "b": 0.25}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpulens.core.errors import UserError
+from gpulens.core.kube_api import KubernetesClient
 from gpulens.exporter.backends import open_nvml_backend
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.settings import Backend, ExporterSettings
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from gpulens.exporter.model import DeviceReadings, SharingMode
+from gpulens.core.device_model import DeviceReadings, SharingMode
 from gpulens.exporter.nvml.funnel import ErrorClass, NvmlFunnel, classify
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeMig, FakeNvml

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pynvml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.core.device_model import NodeSnapshot
 from gpulens.exporter.exposition import render_text
-from gpulens.exporter.model import NodeSnapshot
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.topology_exposition import topology_families
 from tests.fakes.nvml import FakeGpu, FakeNvml

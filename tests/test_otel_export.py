@@ -13,14 +13,14 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
+from gpulens.exporter.allocations import KubeletAllocationSource
 from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kube_api import KubernetesClient
 from gpulens.exporter.kubelet.client import PodResourcesClient
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 from gpulens.exporter.otel.setup import otlp_urls, start_otel
 from gpulens.exporter.settings import ExporterSettings
-from gpulens.exporter.tenancy.allocations import KubeletAllocationSource
-from gpulens.exporter.tenancy.resolver import TenantResolver
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

@@ -42,9 +42,9 @@ def test_the_wheels_only_top_level_package_is_gpulens(wheel: Path) -> None:
 
 def test_the_folders_install_under_the_gpulens_namespace(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ("core/errors.py", "cli/__init__.py", "exporter/model.py", "collector/store.py",
+    for module in ("core/errors.py", "cli/__init__.py", "core/device_model.py", "exporter/cycle.py", "collector/store.py",
                    "analytics/idle.py", "dashboards/streamlit/app.py", "analytics/default_prices.yaml",
-                   "exporter/sim/scenarios"):
+                   "sim/scenarios/bench-h200-mig.yaml", "sim/default_scenario.yaml"):
         assert any(name.startswith(f"gpulens/{module}") for name in names), module
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import gpulens
@@ -61,3 +62,25 @@ def test_apply_refuses_an_object_whose_live_value_moved_and_the_raises_its_cut_w
     assert "ClusterQueue team-b: REFUSED: h100/nvidia.com/gpu: raise refused: the cut of ClusterQueue team-a " \
         "(refused) in this flavor did not land" in proc.stdout
     assert fake.requests_to("PATCH") == []
+
+
+def test_every_dry_run_plan_file_has_its_rollback_with_todays_quotas_next_to_it(store: Path, tmp_path: Path) -> None:
+    capacity = tmp_path / "capacity.yaml"
+    capacity.write_text("flavors: {h100: {nvidia.com/gpu: 20}}\n")
+    out = tmp_path / "o"
+    proc = gpulens("plan", "--db", str(store), "--capacity", str(capacity), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def gpus(name: str) -> int:
+        body = yaml.safe_load((out / name).read_text())
+        (quota,) = [r["nominalQuota"] for g in body["spec"]["resourceGroups"] for f in g["flavors"]
+                    for r in f["resources"] if r["name"] == "nvidia.com/gpu"]
+        return int(quota)
+
+    assert sorted(p.name for p in out.glob("*.yaml")) == [
+        "clusterqueue-team-a.rollback.yaml", "clusterqueue-team-a.yaml",
+        "clusterqueue-team-b.rollback.yaml", "clusterqueue-team-b.yaml"]
+    assert (gpus("clusterqueue-team-a.yaml"), gpus("clusterqueue-team-a.rollback.yaml")) == (12, 16)
+    assert (gpus("clusterqueue-team-b.yaml"), gpus("clusterqueue-team-b.rollback.yaml")) == (5, 4)
+    again = gpulens("plan", "--db", str(store), "--capacity", str(capacity), "--out", str(out))
+    assert again.returncode == 0 and len(list(out.glob("*.yaml"))) == 4  # a new plan replaces its rollback files too

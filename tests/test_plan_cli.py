@@ -11,9 +11,10 @@ import yaml
 
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.demo_run import DemoRun
+from tests.support.recommend_cluster import gpu_nominal
 
 NO_RESERVE_FOR_THE_HELD_H200S = "reserve: {flavors: {h200-80gb: 0}}\n"
-"""The demo's foundation queue holds all 24 H200s of its flavor: without this, n+1 there is a conflict too."""
+"""The demo's foundation queue holds 22 of the 24 H200s of its flavor: without this, n+1 there is a conflict too."""
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +24,19 @@ def demo_store(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> P
     return demo_run.copy_store(tmp_path_factory.mktemp("plan-demo"))
 
 
-def test_on_the_demo_store_a_held_pool_over_capacity_is_a_conflict_and_nothing_is_written(
+def _run_id(stdout: str) -> str:
+    found = re.search(r"gpulens quota plan \(run ([0-9a-f]+)\)", stdout)
+    assert found is not None, stdout
+    return found[1]
+
+
+
+def test_on_the_demo_store_n_plus_1_on_the_full_dedicated_pools_is_a_conflict_and_only_they_keep_their_quotas(
     demo_store: Path, tmp_path: Path
 ) -> None:
-    """llm-research holds all 16 H100s of its flavor with work pending, one H100 is a drain candidate and
-    n+1 keeps a node back: the plan reports the shortfall and writes nothing (exit 3)."""
+    """The default policy keeps the largest node back on every flavor: llm-research's 16 H100s (some of them
+    drain candidates) can be cut one step to 12 at most, foundation's 24 H200s to 18, and neither fits what
+    n+1 leaves. Those two pools keep their quotas; the others are written, and the exit status is 3."""
     out = tmp_path / "plan"
     proc = gpulens("plan", "--db", str(demo_store), "--out", str(out))
     assert proc.returncode == 3, proc.stderr
@@ -36,44 +45,49 @@ def test_on_the_demo_store_a_held_pool_over_capacity_is_a_conflict_and_nothing_i
     assert pool is not None, proc.stdout
     drained, reserve, capacity = int(pool[1]), int(pool[3]), int(pool[4])
     assert drained >= 1 and capacity == 16 - drained - reserve  # the demo's degrading training GPUs
-    assert f"CONFLICT (short {16 - capacity})" in proc.stdout and "no cut while work is pending 16" in proc.stdout
-    # the 24 dedicated H200s are held whole: n+1 cannot be kept there either (the MPS node is not theirs)
+    assert f"CONFLICT (short {12 - capacity})" in proc.stdout and "cuts limited to one step 12" in proc.stdout
     assert "h200-80gb nvidia.com/gpu: 24 units (inventory) - reserve 8 [n+1 (largest node: 8)]" in proc.stdout
-    assert proc.stderr.strip() == "gpulens: error: 2 flavor/resource pool(s) in conflict: nothing written"
-    assert not out.exists() or not list(out.glob("*.yaml"))
+    assert "foundation keeps 24: one step per apply: floors add up to 18" in proc.stdout
+    assert proc.stderr.strip() == ("gpulens: error: 2 flavor/resource pool(s) in conflict keep their quotas "
+                                   "(h100-80gb/nvidia.com/gpu, h200-80gb/nvidia.com/gpu); the other pools are planned")
+    written = sorted(p.name for p in out.glob("*.yaml"))
+    assert "clusterqueue-search-ranking.yaml" in written and "clusterqueue-llm-research.yaml" not in written
+    foundation = yaml.safe_load((out / "clusterqueue-foundation.yaml").read_text())
+    assert gpu_nominal(foundation, "a100-pcie") == 6 and gpu_nominal(foundation, "h200-80gb") == 24  # the cut; as it is
     with duckdb.connect(str(demo_store), read_only=True) as con:
-        bindings = dict(con.execute("SELECT binding_constraint, count(*) FROM quota_plan GROUP BY 1").fetchall())
-    assert bindings["conflict"] == 2  # llm-research on h100-80gb, foundation on h200-80gb
+        conflicts = con.execute("SELECT cluster_queue, flavor FROM quota_plan WHERE run_id = ? AND "
+                                "binding_constraint = 'conflict' ORDER BY 1", [_run_id(proc.stdout)]).fetchall()
+    assert conflicts == [("foundation", "h200-80gb"), ("llm-research", "h100-80gb")]
 
 
 def test_on_the_demo_store_with_capacity_the_plan_writes_clusterqueue_yaml(demo_store: Path, tmp_path: Path) -> None:
     capacity = tmp_path / "capacity.yaml"
     capacity.write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
     policy = tmp_path / "policy.yaml"
-    policy.write_text("queues:\n  llm-research: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n"
+    policy.write_text("queues:\n  foundation: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n"
                       + NO_RESERVE_FOR_THE_HELD_H200S)
     out = tmp_path / "plan"
     proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(capacity), "--policy", str(policy),
                    "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "h100-80gb nvidia.com/gpu: 32 units (capacity file)" in proc.stdout
+    assert "llm-research gets 16, what recommend asks" in proc.stdout  # room for all 16 it uses
     assert "dry run: nothing applied" in proc.stdout
-    body = yaml.safe_load((out / "clusterqueue-llm-research.yaml").read_text())
+    body = yaml.safe_load((out / "clusterqueue-foundation.yaml").read_text())
     assert body["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     assert body["spec"]["fairSharing"] == {"weight": 2}
-    gpu = next(r for g in body["spec"]["resourceGroups"] for f in g["flavors"] if f["name"] == "h100-80gb"
-               for r in f["resources"])
-    assert gpu["nominalQuota"] == 20  # 16 + one step of 25%: pending work asks for more
-    assert body["metadata"]["annotations"]["gpulens.io/applied-to"] == '{"h100-80gb/nvidia.com/gpu": 20}'
+    assert gpu_nominal(body, "a100-pcie") == 6  # 8, uses 4 for 14 days: one step of 25% down
+    assert body["metadata"]["annotations"]["gpulens.io/applied-to"] == '{"a100-pcie/nvidia.com/gpu": 6}'
 
 
 def test_what_if_more_capacity_shows_who_stops_waiting_and_writes_nothing(demo_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "plan"
-    proc = gpulens("plan", "--db", str(demo_store), "--add-capacity", "h100-80gb=24", "--out", str(out))
+    proc = gpulens("plan", "--db", str(demo_store), "--add-capacity", "h200-mig/nvidia.com/mig-1g.18gb=8",
+                   "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "what if: h100-80gb/nvidia.com/gpu +24 (dry run, nothing written or stored)" in proc.stdout
-    assert "llm-research h100-80gb/nvidia.com/gpu: target 16 ->" in proc.stdout
-    assert "STOPS WAITING" in proc.stdout
+    assert "what if: h200-mig/nvidia.com/mig-1g.18gb +8 (dry run, nothing written or stored)" in proc.stdout
+    # ml-notebooks: 12 in use and 4 pending on a flavor short for every ask; 8 more slices hold them all
+    assert re.search(r"ml-notebooks h200-mig/nvidia.com/mig-1g.18gb: target 14 -> \d+ .*STOPS WAITING", proc.stdout)
     assert not out.exists()
 
 
@@ -151,4 +165,4 @@ def test_the_streamlit_page_shows_current_vs_planned_against_the_capacity_line(
     assert any(f"capacity line of {capacity:g} units" in c.value for c in at.caption)
     rows = at.dataframe[0].value
     assert list(rows["cluster_queue"]) == ["llm-research"] and list(rows["planned_quota"]) == [planned]
-    assert planned == 20  # 16 held + pending, one step of at most 25 % up
+    assert planned == 16  # all it asks: 16 in use, nothing pending, room on 32

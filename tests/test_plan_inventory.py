@@ -11,7 +11,7 @@ import duckdb
 from gpulens.analytics.plan.flavor_nodes import match_flavor_nodes
 from gpulens.collector.inventory import collect_inventory
 from gpulens.collector.store import Store
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.test_collector_inventory import NOW, serve
 

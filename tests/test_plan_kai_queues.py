@@ -134,7 +134,7 @@ def test_a_dry_run_writes_each_changed_kai_queue_and_applies_nothing(tree: Path,
     out = tmp_path / "out"
     proc = gpulens("plan", "--db", str(tree), "--out", str(out), "--no-store")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    files = sorted(p.name for p in out.iterdir())
+    files = sorted(p.name for p in out.iterdir() if not p.name.endswith(".rollback.yaml"))
     assert files == ["queue.scheduling.run.ai-dept-a.yaml", "queue.scheduling.run.ai-dept-b.yaml"]
     body = yaml.safe_load((out / "queue.scheduling.run.ai-dept-b.yaml").read_text())
     assert (body["kind"], body["spec"]) == ("Queue", {"resources": {"gpu": {"quota": 6}}})

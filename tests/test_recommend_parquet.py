@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 
 from gpulens.analytics.facts import FACT_TABLES
-from gpulens.analytics.recommend import RecommendSettings, recommend
+from gpulens.analytics.recommend import RecommendationReport, RecommendSettings
+from gpulens.analytics.recommend import recommend as run_recommend
 from gpulens.analytics.result_tables import column_names
 from gpulens.collector.parquet import export_parquet
 from tests.support.recommend_store import StoreBuilder, gib
@@ -44,6 +46,14 @@ def build(path: Path) -> Path:
 def gpulens(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True,
                           timeout=300, check=False)
+
+
+AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def recommend(store: Path, settings: RecommendSettings, parquet_dir: Path | None = None) -> RecommendationReport:
+    """``recommend`` at one fixed time: ``render()`` prints when a run was made."""
+    return run_recommend(store, settings, parquet_dir=parquet_dir, clock=lambda: AT)
 
 
 def test_recommend_reads_its_facts_from_parquet_history_and_decides_the_same(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpulens.exporter.kube_api import ConflictError, KubeConnection, KubernetesClient
+from gpulens.core.kube_api import ConflictError, KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NODE = "/api/v1/nodes/n1"

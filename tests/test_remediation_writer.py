@@ -11,7 +11,7 @@ import yaml
 
 from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.run import RemediationReport, apply_plan
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
+from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.failing_fleet import DEGRADING, FAILED, FailingStore
 from tests.support.rbac import allowing, granted, permission, role_rules
@@ -160,7 +160,7 @@ def test_a_node_changed_since_it_was_read_is_a_conflict_in_the_fake() -> None:
         with KubernetesClient(KubeConnection(fake.url, {})) as api:
             stale = api.get(node_path("n1"))["metadata"]["resourceVersion"]
             fake.put(node_path("n1"), {**fake.objects[node_path("n1")]})  # someone else wrote the Node
-            from gpulens.exporter.kube_api import ConflictError
+            from gpulens.core.kube_api import ConflictError
 
             with pytest.raises(ConflictError):
                 api.merge_patch(node_path("n1"), {"metadata": {"resourceVersion": stale}, "spec": {"taints": []}})

@@ -19,7 +19,7 @@ from gpulens.analytics.rightsizing import (
     load_workload_usage,
 )
 from gpulens.analytics.rightsizing.evidence import sample_step_seconds
-from gpulens.exporter.mig_catalog import model_by_name
+from gpulens.core.mig_catalog import model_by_name
 from tests.support.recommend_store import T0, StoreBuilder, gib
 
 WEEK = 7 * 288  # samples at a 5-minute step
@@ -59,6 +59,7 @@ def test_an_idle_serving_workload_keeps_its_memory_and_shrinks_compute(store: St
     profile = model_by_name("H200").profile(rec.recommended_profile or "")
     assert rec.recommended_profile == "1g.35gb"
     assert rec.action == "shrink"
+    assert_reasons_agree_with_action(rec)
     assert profile.memory_bytes >= rec.usage.memory_peak_bytes * 1.15
     assert profile.compute_slices == 1
     assert rec.usage.compute_p95_ge == pytest.approx(0.08, abs=0.01)
@@ -177,6 +178,8 @@ def test_a_workload_that_fits_its_shape_is_not_grown_on_headroom_alone(store: St
     recs = rightsize(store.save())
     assert (recs["tight"].recommended_profile, recs["tight"].action) == ("1g.18gb", "keep")
     assert any("not growing on headroom alone" in r for r in recs["tight"].reasons)
+    assert_reasons_agree_with_action(recs["tight"])
+    assert_reasons_agree_with_action(recs["over"])
     assert recs["over"].action == "grow"  # saturated compute: P95 = its whole slice
     assert recs["over"].recommended_profile == "2g.35gb"
 
@@ -188,7 +191,7 @@ def test_a_workload_that_fits_its_shape_is_not_grown_on_headroom_alone(store: St
     memory_gib=st.floats(0.1, 79),
     peak_extra_gib=st.floats(0, 5),
 )
-def test_a_recommended_shape_always_covers_the_observed_peak_and_p95(
+def test_a_recommended_shape_always_covers_the_observed_peak_and_p95_and_its_reasons_name_it(
     model: str, current: str, compute: float | None, memory_gib: float, peak_extra_gib: float
 ) -> None:
     gpu = model_by_name(model)
@@ -202,6 +205,7 @@ def test_a_recommended_shape_always_covers_the_observed_peak_and_p95(
     )
     rec = MigFitStrategy(MigFitSettings()).run(usage, 300)
     assert rec.recommended_profile is not None and rec.recommended_devices_per_pod is not None
+    assert_reasons_agree_with_action(rec)
     if rec.recommended_profile == "gpu":
         capacity_ge, capacity_mem = float(rec.recommended_devices_per_pod), gpu.memory_bytes * rec.recommended_devices_per_pod
     else:
@@ -219,3 +223,20 @@ def test_a_saturated_whole_gpu_workload_is_not_given_more_gpus_per_pod(store: St
     rec = rightsize(store.save())["hot"]
     assert (rec.recommended_profile, rec.recommended_devices_per_pod, rec.action) == ("gpu", 1, "keep")
     assert any("saturated at 1 GPU(s)" in r for r in rec.reasons)
+    assert_reasons_agree_with_action(rec)
+    assert not any(r.startswith("needs") for r in rec.reasons)  # it was "needs 2 whole GPU(s) per pod", then kept
+
+
+def assert_reasons_agree_with_action(rec: WorkloadRecommendation) -> None:
+    """The verdict (last reason) names the action and the shape the recommendation ends with; no earlier reason
+    states another shape as what fits (a shape the need alone would take is said in the conditional)."""
+    shape = f"{rec.recommended_profile} x{rec.recommended_devices_per_pod}"
+    verdict = rec.reasons[-1]
+    if rec.action == "keep":
+        assert verdict.endswith(f"{shape} kept"), verdict
+    else:
+        assert verdict.startswith(shape) and verdict.endswith(f": {rec.action} to {shape}"), verdict
+    for reason in rec.reasons[:-1]:
+        assert "smallest" not in reason and "whole GPUs per pod" not in reason, reason
+    if rec.action == "keep" and "would take" in verdict:
+        assert verdict.index("would take") < verdict.index(f"{shape} kept")

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpulens.analytics.remediation.service_metrics import ServiceMetrics
+from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.dcgm_records import DCGM_GROUP, DCGM_RECORDS
 from gpulens.collector.mapping import DCGM_METRICS as DCGM_COLLECTED
 from gpulens.dashboards.grafana.promql import metric_names
@@ -29,6 +31,11 @@ KUEUE_METRICS = frozenset(
     {"kueue_pending_workloads", "kueue_cluster_queue_resource_usage", "kueue_cluster_queue_nominal_quota"}
 )
 PROMETHEUS_METRICS = frozenset({"up"})
+REMEDIATION_METRICS = frozenset(
+    f"{family.name}{suffix}" for family in ServiceMetrics().registry.collect()
+    for suffix in {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}.get(family.type, ("",))
+)
+"""What the remediation service serves on its own /metrics (its alerts read them)."""
 KUBE_STATE_METRICS = frozenset({"kube_node_labels"})
 """kube-state-metrics series the topology rules join (docs/alerts.md, sources outside gpulens)."""
 DCGM_METRICS = frozenset(DCGM_COLLECTED)
@@ -160,7 +167,7 @@ def test_recording_rules_are_named_level_metric_operations() -> None:
 
 def test_rules_read_only_documented_metrics_their_own_records_kueue_dcgm_and_up() -> None:
     allowed = (documented_metrics() | recorded_names() | KUEUE_METRICS | PROMETHEUS_METRICS | KUBE_STATE_METRICS
-               | DCGM_METRICS)
+               | DCGM_METRICS | REMEDIATION_METRICS)
     unknown = {
         (rule.get("record") or rule["alert"], name)
         for rule in all_rules()
@@ -217,3 +224,20 @@ def test_the_dcgm_unit_tests_catch_a_record_that_forgets_the_unit_of_the_pre_4_9
         "DCGM_FI_DEV_GPU_UTIL_RATIO or DCGM_FI_DEV_GPU_UTIL", "dcgm_rules_test.yaml")
     assert code != 0
     assert "device:dcgm_gpu_util:ratio" in output
+
+
+def test_the_idle_record_decides_idle_with_the_activity_threshold_analyze_uses_by_default() -> None:
+    """One idle: the record counts held GE where the device's reading is below analyze's default threshold."""
+    rule = next(r for r in all_rules() if r.get("record") == "tenant:gpulens_idle_gpu_equivalents:sum")
+    thresholds = re.findall(r"gpulens_device_activity_ratio\s*(?:<|>=)\s*([0-9.]+)", rule["expr"])
+    assert len(thresholds) == 2, rule["expr"]
+    assert {float(t) for t in thresholds} == {AnalysisSettings.model_fields["activity_threshold"].default}
+    assert "gpulens_tenant_active_gpu_equivalents" not in rule["expr"], "idle is not allocated x (1 - activity)"
+
+
+def test_the_unused_share_of_held_ge_has_its_own_record_name_documented_apart_from_idle() -> None:
+    unused = next(r for r in all_rules() if r.get("record") == "tenant:gpulens_unused_gpu_equivalents:sum")
+    assert "gpulens_tenant_active_gpu_equivalents" in unused["expr"]
+    metrics_doc = METRICS_DOC.read_text(encoding="utf-8")
+    assert "tenant:gpulens_unused_gpu_equivalents:sum" in metrics_doc
+    assert "tenant:gpulens_idle_gpu_equivalents:sum" in metrics_doc

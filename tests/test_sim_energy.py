@@ -15,10 +15,10 @@ import polars as pl
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpulens.exporter.sim.faults import Schedule
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import FaultKind, Scenario
-from gpulens.exporter.sim.scenario_file import parse_scenario
+from gpulens.sim.faults import Schedule
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario import FaultKind, Scenario
+from gpulens.sim.scenario_file import parse_scenario
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0

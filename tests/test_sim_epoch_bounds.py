@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpulens.core.errors import UserError
-from gpulens.exporter.sim.scenario import DEFAULT_SCENARIO_PATH
-from gpulens.exporter.sim.scenario_file import parse_scenario
+from gpulens.sim.scenario import DEFAULT_SCENARIO_PATH
+from gpulens.sim.scenario_file import parse_scenario
 from tests.support.cli import assert_one_line_error, gpulens
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from gpulens.collector.schema import ALL_TABLES, create_schema
 from gpulens.core.errors import UserError
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.history import COLUMNS, SimulatedHistory, snapshot_rows, to_ts
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.history import COLUMNS, SimulatedHistory, snapshot_rows, to_ts
+from gpulens.sim.scenario_file import load_scenario
 from tests.support.sim_fleet import default_fleet, default_scenario
 
 DAY = 86400.0

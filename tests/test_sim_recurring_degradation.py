@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from gpulens.exporter.sim.precursors import RecurringTrend, Trend, trend_of
-from gpulens.exporter.sim.scenario import FaultSpec
+from gpulens.sim.precursors import RecurringTrend, Trend, trend_of
+from gpulens.sim.scenario import FaultSpec
 
 DAY, HOUR = 86400.0, 3600.0
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from gpulens.core.device_model import SharingMode
 from gpulens.core.errors import UserError
-from gpulens.exporter.mig_catalog import MODELS, layout_problems
-from gpulens.exporter.model import SharingMode
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import SCENARIOS_DIR, parse_duration
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.core.mig_catalog import MODELS, layout_problems
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario import SCENARIOS_DIR
+from gpulens.sim.scenario_file import load_scenario
 
 MINIMAL = """
 name: tiny
@@ -183,14 +183,6 @@ tenants: [{name: a, namespaces: [{name: a}]}]
 def test_a_missing_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot read scenario"):
         load_scenario(tmp_path / "nope.yaml")
-
-
-def test_durations_accept_seconds_and_units() -> None:
-    assert parse_duration(90) == 90.0
-    assert parse_duration("1d12h") == 129600.0
-    assert parse_duration("30m") == 1800.0
-    with pytest.raises(ValueError, match="not a duration"):
-        parse_duration("soon")
 
 
 def test_the_benchmark_scenario_has_56_mig_instances_and_60_pods() -> None:

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpulens.collector.inventory import snapshot_frames
-from gpulens.exporter.kube_api import KubernetesClient
-from gpulens.exporter.tenancy.resolver import TenantResolver
-from gpulens.exporter.tenancy.rules import Rule, RuleKind, TenancyConfig
+from gpulens.core.kube_api import KubernetesClient
+from gpulens.core.tenancy.resolver import TenantResolver
+from gpulens.core.tenancy.rules import Rule, RuleKind, TenancyConfig
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 NODE = "gpu-node-1"

@@ -17,7 +17,7 @@ from gpulens.analytics.recommend import (
     apply_recommendations,
     recommend,
 )
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient, connection_from_kubeconfig
+from gpulens.core.kube_api import KubeConnection, KubernetesClient, connection_from_kubeconfig
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.rbac import role_rules, rules_used
 from tests.support.recommend_cluster import (

@@ -14,7 +14,7 @@ from gpulens.analytics.recommend import (
     apply_recommendations,
     recommend,
 )
-from gpulens.exporter.kube_api import KubeConnection, KubernetesClient
+from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.order_fleet import H100, H200, NOW, build_order_fleet, live_queue, put_live_queues, written
 from tests.support.recommend_cluster import CQ_V1BETA2

@@ -8,6 +8,7 @@ larger or smaller MIG instance) with at least medium confidence.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,9 +16,11 @@ from datetime import datetime
 
 import duckdb
 
+from gpulens.analytics.plan.flavor_nodes import table_exists
+from gpulens.analytics.plan.inputs import unhealthy_devices
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
-from gpulens.exporter.mig_catalog import model_by_name
-from gpulens.exporter.model import WHOLE_GPU_PROFILE
+from gpulens.core.device_model import WHOLE_GPU_PROFILE
+from gpulens.core.mig_catalog import model_by_name
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class GpuState:
     """``(device id, profile)`` of MIG instances nobody holds."""
     holders: frozenset[str] = frozenset()
     """Workload keys (``namespace/kind/name``) holding any of its devices."""
+    health: str | None = None
+    """``drain``, ``warn`` or ``watch`` where the newest health run lists the GPU (or its node); None: healthy."""
 
     @property
     def mig_enabled(self) -> bool:
@@ -59,6 +64,10 @@ class InstanceDemand:
     """GPU-equivalents the workload holds today at its largest (all replicas)."""
     containers: tuple[str, ...] = ()
     """Containers that held the GPUs (the ones whose resources change)."""
+    current_per_pod: int = 1
+    """Devices of ``current_profile`` each pod holds today (what a rollback asks for again)."""
+    pending: str | None = None
+    """Why the new profile may wait: its queue already has pending work for it in the window (None: none seen)."""
 
 
 _GPUS_SQL = """
@@ -91,14 +100,17 @@ FROM allocations a WHERE a.ts BETWEEN $start AND $end GROUP BY workload
 
 
 def load_gpu_states(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> tuple[GpuState, ...]:
-    """Every GPU seen in the window with its layout and holders at the window's last allocation time."""
+    """Every GPU seen in the window with its layout and holders at the window's last allocation time, and
+    its place on the newest health run's drain or warn list (as plan capacity reads it)."""
     rows = con.execute(_GPUS_SQL, {"start": start, "end": end}).fetchall()
+    unhealthy = unhealthy_devices(con)
     out = []
     for uuid, node, index, model, layout, free, holders in rows:
         out.append(GpuState(
             gpu_uuid=uuid, node=node, index=None if index is None else int(index), model=model or "",
             layout=tuple(layout or ()), free_instances=tuple((d, p) for d, p in (free or ())),
             holders=frozenset(h for h in (holders or "").split("\n") if h),
+            health=unhealthy.gpus.get(uuid) or unhealthy.nodes.get(node),
         ))
     return tuple(out)
 
@@ -131,15 +143,46 @@ def instance_demands(
             model=model.short_name, profile=str(rec.recommended_profile),
             count=u.max_replicas * (rec.recommended_devices_per_pod or 1), current_profile=u.current_profile,
             current_ge=u.max_replicas * u.devices_per_pod * ge_now, containers=(containers or {}).get(u.key, ()),
+            current_per_pod=u.devices_per_pod,
         ))
     return tuple(sorted(out, key=lambda d: d.workload))
+
+
+_PENDING_SQL = """
+SELECT tenant, cluster_queue, profile, gpu_model, count(DISTINCT ts) AS samples, max(quantity) AS most
+FROM pending_demand WHERE ts BETWEEN $start AND $end AND profile <> 'gpu' AND coalesce(quantity, 1) > 0
+GROUP BY ALL ORDER BY ALL
+"""
+
+
+def with_pending(
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, demands: Iterable[InstanceDemand]
+) -> tuple[InstanceDemand, ...]:
+    """Each demand with the pending work its tenant's queue already has for the profile it moves to."""
+    pending: dict[tuple[str, str, str], list[str]] = {}
+    if table_exists(con, "pending_demand"):
+        for tenant, queue, profile, model_name, samples, most in con.execute(
+                _PENDING_SQL, {"start": start, "end": end}).fetchall():
+            try:
+                model = model_by_name(model_name).short_name if model_name else ""
+            except ValueError:
+                continue
+            amount = "count not measured" if most is None else f"up to {most:g}"
+            pending.setdefault((str(tenant), model, str(profile)), []).append(
+                f"queue {queue or tenant} has pending work for {profile} in {samples} sample(s) ({amount})")
+    out = []
+    for d in demands:
+        said = pending.get((d.tenant, d.model, d.profile)) or pending.get((d.tenant, "", d.profile))
+        out.append(dataclasses.replace(d, pending="; ".join(said) + ": the move competes with it") if said else d)
+    return tuple(out)
 
 
 def load_layout_inputs(
     con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, recommendations: Iterable[WorkloadRecommendation]
 ) -> tuple[tuple[GpuState, ...], tuple[InstanceDemand, ...]]:
     """GPU states and instance demands for ``plan_layout``."""
-    return load_gpu_states(con, start, end), instance_demands(recommendations, load_containers(con, start, end))
+    demands = instance_demands(recommendations, load_containers(con, start, end))
+    return load_gpu_states(con, start, end), with_pending(con, start, end, demands)
 
 
 _STORED_SQL = """
@@ -180,5 +223,6 @@ def demands_from_stored_run(
             workload=key, namespace=ns, kind=kind, name=name, tenant=tenant, model=model.short_name,
             profile=recommended, count=replicas * int(rec_n or 1), current_profile=current,
             current_ge=replicas * float(cur_n or 1) * ge_now, containers=containers.get(key, ()),
+            current_per_pod=int(cur_n or 1),
         ))
-    return tuple(out), start, end
+    return with_pending(con, start, end, out), start, end

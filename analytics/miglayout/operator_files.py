@@ -22,9 +22,10 @@ MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 _MAX_LABEL_VALUE = 63
 
 
-def node_layouts(plan: LayoutPlan) -> dict[str, list[tuple[GpuState, tuple[str, ...]]]]:
-    """Per changed node: every GPU of the node with the layout it will have (empty: MIG disabled)."""
-    new = {c.gpu.gpu_uuid: c.layout for c in plan.changes}
+def node_layouts(plan: LayoutPlan, *, rollback: bool = False) -> dict[str, list[tuple[GpuState, tuple[str, ...]]]]:
+    """Per changed node: every GPU of the node with the layout it will have (empty: MIG disabled); with
+    ``rollback``, the layout it has today (what re-applying undoes the plan with)."""
+    new = {} if rollback else {c.gpu.gpu_uuid: c.layout for c in plan.changes}
     out: dict[str, list[tuple[GpuState, tuple[str, ...]]]] = {}
     for node in plan.nodes_changed:
         gpus = sorted((g for g in plan.gpus if g.node == node),
@@ -57,11 +58,12 @@ def _config_name(entries: list[dict[str, Any]]) -> str:
     return f"gpulens-{digest}"
 
 
-def mig_parted_config(plan: LayoutPlan) -> tuple[dict[str, Any], dict[str, str]]:
-    """The mig-parted document and the config name each changed node is to be labelled with."""
+def mig_parted_config(plan: LayoutPlan, *, rollback: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    """The mig-parted document and the config name each changed node is to be labelled with; with
+    ``rollback``, the same for the layouts the changed nodes have today."""
     configs: dict[str, list[dict[str, Any]]] = {}
     node_config: dict[str, str] = {}
-    for node, gpus in node_layouts(plan).items():
+    for node, gpus in node_layouts(plan, rollback=rollback).items():
         entries = _entries(gpus)
         name = _config_name(entries)
         configs[name] = entries
@@ -97,6 +99,11 @@ def rollout_readme(plan: LayoutPlan, node_config: dict[str, str], workload_files
         f"mig\\.config\\.state}}'=success --timeout=15m` (`{MIG_CONFIG_STATE_LABEL}=failed` means stop and look).",
         "5. Uncordon the node, then apply the workload patches of the workloads placed on it "
         "(`../workloads/`, each file says how).",
+        "",
+        "To roll back, the same steps with the files of today's state next to these: `mig-parted.rollback.yaml` "
+        "(every changed node's current layout), `node-labels.rollback.yaml` and `../workloads/*.rollback.yaml` "
+        "(each workload's current resources); give the rollback config to the MIG manager first, patch the "
+        "workloads back before relabelling.",
         "",
         "| node | config | GPUs changed | new layouts |",
         "| --- | --- | --- | --- |",

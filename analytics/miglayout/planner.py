@@ -6,14 +6,16 @@ Rules, in order (docs/recommendations.md, "MIG layout plan"):
    (nothing to repartition).
 2. The rest are packed first-fit decreasing (largest instances first) into GPU layouts that are valid
    for the model at the placement level: each profile at a start slice the driver allows, no overlap
-   (:func:`gpulens.exporter.mig_catalog.place_layout`). Each layout is then filled up with more of
+   (:func:`gpulens.core.mig_catalog.place_layout`). Each layout is then filled up with more of
    its most common profile, so a repartitioned GPU has no unusable gap.
 3. Layouts go to GPUs that may change: GPUs in MIG mode held by nobody or only by workloads that move,
    then whole GPUs held only by workloads that move (they give them back). Nodes already in MIG mode come first, then the nodes
    with the most such GPUs (few nodes changed), then by name; identical layouts go to neighbouring GPUs
    so a node's GPUs stay uniform where they can. GPUs held by anything else are never touched: the
-   whole-GPU demand stays whole.
-4. An instance that finds no GPU is listed as not fitting, with the reason.
+   whole-GPU demand stays whole. A GPU on the newest health run's drain or warn list (or on a listed
+   node) is never repartitioned nor reused: it is about to lose its work.
+4. A workload moves whole or not at all: when any of its instances finds no GPU, all of them are listed
+   as not fitting, with the reason, and the others are planned without it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpulens.analytics.miglayout.fleet import GpuState, InstanceDemand
-from gpulens.exporter.mig_catalog import GpuModel, model_by_name, place_layout
+from gpulens.core.mig_catalog import GpuModel, model_by_name, place_layout
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class GpuChange:
     """``(profile, start memory slice)`` for every instance of ``layout``."""
     serves: tuple[tuple[str, str], ...]
     """``(workload, profile)`` for each instance a recommended workload will use; the rest are spare."""
+    shared: bool = False
+    """In a tenant's view: the change also serves or frees another tenant's workload (decided fleet-wide)."""
 
     @property
     def spare(self) -> int:
@@ -89,6 +93,11 @@ class LayoutPlan:
         )
 
     @property
+    def pending_moves(self) -> tuple[InstanceDemand, ...]:
+        """Placed workloads whose new profile already has pending work in their queue."""
+        return tuple(d for d in self.demands if d.pending and d.workload not in self.unplaced_workloads)
+
+    @property
     def unplaced_workloads(self) -> frozenset[str]:
         return frozenset(u.workload for u in self.unplaced)
 
@@ -122,22 +131,39 @@ def plan_layout(gpus: Sequence[GpuState], demands: Sequence[InstanceDemand]) -> 
         bad = [d for d in model_demands if not _has_profile(model, d.profile)]
         unplaced += [Unplaced(d.workload, d.model, d.profile, d.count, f"{d.model} has no MIG profile {d.profile}")
                      for d in bad]
-        wanted = _instances([d for d in model_demands if d not in bad], model)
         model_gpus = [g for g in gpus if g.model == model.short_name or g.model == model.name]
-        wanted, model_reused = _reuse_free_instances(wanted, model_gpus)
+        model_changes, model_reused, model_unplaced = _plan_model(
+            model, [d for d in model_demands if d not in bad], model_gpus)
+        changes += model_changes
         reused += model_reused
-        used_gpus = {g.gpu_uuid for g in model_gpus if any(r.device_id in dict(g.free_instances) for r in model_reused)}
-        converting = {d.workload for d in model_demands}
-        candidates = _candidates(model_gpus, converting, used_gpus)
-        bins = _pack(model, wanted)
-        for gpu, (layout, placements, serves) in zip(candidates, bins, strict=False):
-            changes.append(GpuChange(gpu, layout, placements, serves))
-        leftover = Counter((w, p) for _, _, serves in bins[len(candidates):] for w, p in serves)
-        for (workload, profile), count in sorted(leftover.items()):
-            unplaced.append(Unplaced(workload, model.short_name, profile, count,
-                                     f"no {model.short_name} GPU is free to repartition (held by other workloads)"))
+        unplaced += model_unplaced
     unplaced.sort(key=lambda u: (u.workload, u.model, u.profile))
     return LayoutPlan(tuple(gpus), tuple(demands), tuple(changes), tuple(reused), tuple(unplaced))
+
+
+def _plan_model(
+    model: GpuModel, demands: list[InstanceDemand], gpus: list[GpuState]
+) -> tuple[list[GpuChange], list[Reuse], list[Unplaced]]:
+    """One model's plan. A workload moves whole or not at all: when some of its instances find no GPU, all of
+    them are listed as not fitting and the rest is planned again without it (its pods never straddle shapes)."""
+    healthy = [g for g in gpus if g.health is None]
+    unhealthy = len(gpus) - len(healthy)
+    left_out: list[InstanceDemand] = []
+    while True:
+        placing = [d for d in demands if d not in left_out]
+        wanted, model_reused = _reuse_free_instances(_instances(placing, model), healthy)
+        used_gpus = {g.gpu_uuid for g in healthy if any(r.device_id in dict(g.free_instances) for r in model_reused)}
+        candidates = _candidates(healthy, {d.workload for d in placing}, used_gpus)
+        bins = _pack(model, wanted)
+        short = {w for _, _, serves in bins[len(candidates):] for w, _ in serves}
+        if not short:
+            break
+        left_out += [d for d in placing if d.workload in short]
+    changes = [GpuChange(gpu, layout, placements, serves)
+               for gpu, (layout, placements, serves) in zip(candidates, bins, strict=False)]
+    why = f"no {model.short_name} GPU is free to repartition for all of its instances (held by other workloads"
+    why += f"; {unhealthy} on the drain or warn list left out)" if unhealthy else ")"
+    return changes, model_reused, [Unplaced(d.workload, model.short_name, d.profile, d.count, why) for d in left_out]
 
 
 def _has_profile(model: GpuModel, profile: str) -> bool:
@@ -203,5 +229,5 @@ def _pack(
         placements = place_layout(model, layout)
         assert placements is not None  # every bin was built from valid layouts
         out.append((tuple(p for p, _ in placements), placements, tuple(b)))
-    out.sort(key=lambda x: (x[0], x[2]))  # identical layouts side by side: uniform nodes
+    out.sort(key=lambda x: (x[0], -len(x[2]), x[2]))  # identical layouts side by side (uniform nodes), fullest first
     return out

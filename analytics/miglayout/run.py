@@ -13,11 +13,11 @@ import yaml
 from gpulens.analytics.miglayout.fleet import demands_from_stored_run, load_gpu_states, load_layout_inputs
 from gpulens.analytics.miglayout.operator_files import mig_parted_config, node_label_patches, rollout_readme
 from gpulens.analytics.miglayout.planner import LayoutPlan, plan_layout
-from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, workload_patch
+from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, rollback_patch, workload_patch
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.collector.store_errors import connect_store, reading_store
-from gpulens.exporter.mig_catalog import model_by_name
+from gpulens.core.mig_catalog import model_by_name
 
 _HOURS_PER_MONTH = 730.0
 
@@ -72,6 +72,8 @@ class LayoutRun:
                          f"{before} -> {'+'.join(c.layout)} (serves {len(c.serves)}, spare {c.spare})")
         for u in p.unplaced:
             lines.append(f"  does not fit: {u.workload} {u.count} x {u.profile}: {u.reason}")
+        for d in p.pending_moves:
+            lines.append(f"  pending work: {d.workload} -> {d.profile}: {d.pending}")
         return "\n".join(lines)
 
 
@@ -96,7 +98,8 @@ def _dump(docs: Sequence[object]) -> str:
 
 
 def write_layout_files(run: LayoutRun, out_dir: Path, *, dra: bool = False) -> list[Path]:
-    """``mig/mig-parted.yaml``, ``mig/node-labels.yaml``, ``mig/README.md`` and ``workloads/*.yaml``."""
+    """``mig/mig-parted.yaml``, ``mig/node-labels.yaml``, ``mig/README.md`` and ``workloads/*.yaml``, each
+    with its rollback (``*.rollback.yaml``: today's layouts and resources, ready to re-apply)."""
     mig_dir, wl_dir = out_dir / "mig", out_dir / "workloads"
     mig_dir.mkdir(parents=True, exist_ok=True)
     wl_dir.mkdir(parents=True, exist_ok=True)
@@ -116,12 +119,22 @@ def write_layout_files(run: LayoutRun, out_dir: Path, *, dra: bool = False) -> l
             claim.write_text(yaml.safe_dump(patch.claim_template, sort_keys=False), encoding="utf-8")
             written.append(claim)
             files[patch.demand.workload].append(f"workloads/{claim.name}")
+    for patch in [rollback_patch(p.demand, dra=dra) for p in patches]:
+        path = wl_dir / f"{patch.file_stem}.yaml"
+        path.write_text(patch.header + yaml.safe_dump(patch.body, sort_keys=False), encoding="utf-8")
+        written.append(path)
     config, node_config = mig_parted_config(run.plan)
+    before, node_before = mig_parted_config(run.plan, rollback=True)
     header = ("# mig-parted config written by gpulens (dry run: review, then give it to the GPU Operator's MIG "
               "manager; see README.md)\n")
+    rollback = ("# mig-parted config of today's layouts on the nodes the plan changes, written by gpulens: "
+                "re-apply it to undo the plan (see README.md)\n")
+    none = "# no node changes\n"
     targets = {
         "mig-parted.yaml": header + yaml.safe_dump(config, sort_keys=False),
-        "node-labels.yaml": _dump(node_label_patches(node_config)) if node_config else "# no node changes\n",
+        "node-labels.yaml": _dump(node_label_patches(node_config)) if node_config else none,
+        "mig-parted.rollback.yaml": rollback + yaml.safe_dump(before, sort_keys=False),
+        "node-labels.rollback.yaml": _dump(node_label_patches(node_before)) if node_before else none,
         "README.md": rollout_readme(run.plan, node_config, files),
     }
     for name, text in targets.items():

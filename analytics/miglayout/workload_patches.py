@@ -12,6 +12,7 @@ list position, so their file holds the same container change to make in the mani
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -61,10 +62,6 @@ class WorkloadPatch:
     header: str
     body: dict[str, Any]
     claim_template: dict[str, Any] | None = None
-
-    @property
-    def is_patch(self) -> bool:
-        return self.demand.kind in POD_TEMPLATE_PATHS
 
 
 def file_stem(demand: InstanceDemand) -> str:
@@ -151,9 +148,39 @@ def workload_patch(demand: InstanceDemand, *, dra: bool = False) -> WorkloadPatc
             body["resourceClaims"] = pod_spec["resourceClaims"]
         how = f"not a kubectl patch: make this change in the manifest, under {path}"
     header = f"# {what}\n# How: {how}\n"
+    if demand.pending:
+        header += f"# Pending work: {demand.pending}.\n"
     if not demand.containers:
         header += "# The store recorded no container name: replace CONTAINER with the one that uses the GPU.\n"
     return WorkloadPatch(demand, file_stem(demand), header, body, claim)
+
+
+def rollback_patch(demand: InstanceDemand, *, dra: bool = False) -> WorkloadPatch:
+    """The patch (or manifest change) that puts one workload back on what it asks for today."""
+    back = dataclasses.replace(demand, profile=demand.current_profile, current_profile=demand.profile)
+    names = demand.containers or ("CONTAINER",)
+    containers = []
+    for i, name in enumerate(names):
+        change: dict[str, Any] = {} if dra else {mig_resource(demand.profile): None}
+        if i == 0:
+            change[current_resource(demand)] = str(demand.current_per_pod)
+        resources: dict[str, Any] = {"limits": dict(change), "requests": dict(change)}
+        if dra and i == 0:
+            resources["claims"] = None
+        containers.append({"name": name, "resources": resources})
+    spec: dict[str, Any] = {"containers": containers}
+    if dra:
+        spec["resourceClaims"] = None
+    what = (f"ROLLBACK {demand.kind} {demand.namespace}/{demand.name} [{demand.tenant}]: back to "
+            f"{current_resource(demand)}: {demand.current_per_pod} per pod, as today")
+    if demand.kind in POD_TEMPLATE_PATHS:
+        body = _nest(POD_TEMPLATE_PATHS[demand.kind], spec)
+        how = (f"kubectl patch {demand.kind.lower()} {demand.name} -n {demand.namespace} --type strategic "
+               "--patch-file FILE")
+    else:
+        body = dict(spec)
+        how = f"not a kubectl patch: make this change in the manifest, under {MANIFEST_PATHS.get(demand.kind, 'the pod template(s)')}"
+    return WorkloadPatch(back, f"{file_stem(demand)}.rollback", f"# {what}\n# How: {how}\n", body)
 
 
 def api_version(kind: str) -> str | None:

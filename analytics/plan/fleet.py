@@ -38,7 +38,7 @@ from gpulens.core.errors import UserError
 
 
 class PlanConflict(UserError):
-    """The plan's constraints conflict somewhere: nothing was written (exit status 3)."""
+    """The constraints of some pool conflict: it kept its quotas, the others were planned (exit status 3)."""
 
     exit_code = 3
 

@@ -18,7 +18,7 @@ from gpulens.analytics.writers.kai import ENTRY, KaiQueueTarget
 from gpulens.analytics.writers.order import is_cut
 from gpulens.analytics.writers.plan import ObjectPlan
 from gpulens.collector.queue_systems import KAI_QUEUE
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 
 def hold_raises_beyond_live_parents(

@@ -28,7 +28,7 @@ from gpulens.analytics.quota import QuotaEvidence
 from gpulens.analytics.writers.kai import ENTRY, KaiQueueTarget
 from gpulens.analytics.writers.live_totals import LiveTotal, read_live_totals
 from gpulens.collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE, VOLCANO_QUEUE
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 KAI_TOP = "kai"
 """The pool of the top-level KAI queues (and its name in ``--capacity``, the reserve and guarantees)."""

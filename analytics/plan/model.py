@@ -94,7 +94,7 @@ class QueuePlan:
 
 @dataclass(frozen=True)
 class Conflict:
-    """Constraints of one flavor and resource that cannot all hold: nothing is written for the plan."""
+    """Constraints of one flavor and resource that cannot all hold: its queues keep their quotas."""
 
     flavor: str
     resource: str
@@ -138,6 +138,10 @@ class FleetPlan:
         return tuple(p for p in self.pools if p.conflict is not None)
 
     @property
-    def writable(self) -> bool:
-        """Nothing is written while any constraint conflicts."""
-        return not self.conflicts
+    def conflict_line(self) -> str | None:
+        """The outcome of the conflicting pools in one line (None: no pool conflicts)."""
+        if not self.conflicts:
+            return None
+        names = ", ".join(f"{p.pool.flavor}/{p.pool.resource}" for p in self.conflicts)
+        return (f"{len(self.conflicts)} flavor/resource pool(s) in conflict keep their quotas ({names}); "
+                "the other pools are planned")

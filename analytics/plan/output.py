@@ -23,7 +23,7 @@ from gpulens.analytics.writers.order import apply_in_order
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
 from gpulens.collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE
-from gpulens.exporter.kube_api import KubernetesClient
+from gpulens.core.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"
 """First line of every file ``write_plan_yaml`` writes; only such files are replaced by the next run."""
@@ -77,9 +77,7 @@ def _hold(rec: QuotaRecommendation) -> QuotaRecommendation:
 
 
 def object_plans(plan: FleetPlan, *, record_namespace: str = "gpulens") -> list[ObjectPlan]:
-    """One writer plan per ClusterQueue the plan changes (none while constraints conflict)."""
-    if not plan.writable:
-        return []
+    """One writer plan per ClusterQueue the plan changes; a pool in conflict keeps its entries as they are."""
     p = plan.policy
     weights = None
     if p.fair_sharing_weight:
@@ -97,7 +95,8 @@ def _file_name(obj: ObjectPlan) -> str:
 
 
 def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | Path) -> list[Path]:
-    """Write the apply body of every changed ClusterQueue; files an earlier plan wrote there are removed first."""
+    """Write the apply body of every changed ClusterQueue and, next to it (``.rollback.yaml``), the body that
+    puts its quotas back to today's values; files an earlier plan wrote there are removed first."""
     out = clear_dry_run_dir(out_dir, DRY_RUN_HEADER)
     header = (f"{DRY_RUN_HEADER} (run {plan.run_id}, {plan.generated_at:%Y-%m-%dT%H:%M:%SZ}, evidence "
               f"{plan.window_start:%Y-%m-%dT%H:%MZ} .. {plan.window_end:%Y-%m-%dT%H:%MZ})\n")
@@ -107,7 +106,12 @@ def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | P
             path = out / _file_name(obj)
             path.write_text(header + obj.target.dry_run_note + dump_yaml(obj.body(plan.generated_at)),
                             encoding="utf-8")
-            written.append(path)
+            today = [dataclasses.replace(r, next_value=r.current) for r in obj.applicable if r.current is not None]
+            back = path.with_suffix(".rollback.yaml")
+            back.write_text(header + "# ROLLBACK: the quotas this plan changes, at today's values; apply it the same "
+                            "way to undo the plan\n" + dump_yaml(obj.body(plan.generated_at, recommendations=today)),
+                            encoding="utf-8")
+            written += [path, back]
     return written
 
 

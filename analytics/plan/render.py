@@ -25,8 +25,8 @@ def render_plan(plan: FleetPlan) -> str:
     lines += [f"note: {n}" for n in plan.notes]
     for pool in plan.pools:
         lines += [""] + _pool_lines(pool)
-    if plan.conflicts:
-        lines += ["", f"CONFLICT in {len(plan.conflicts)} flavor/resource pool(s): nothing is written"]
+    if plan.conflict_line:
+        lines += ["", f"CONFLICT: {plan.conflict_line}"]
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ Per queue the bounds are: floor = max(min(guarantee, in use + pending), current 
 or too little evidence to cut); ceiling = min(recommend's demand, budget share). The target fills the
 capacity left after drains and the reserve by weighted max-min fairness within those bounds; the
 planned value (the next apply) does the same within one step of the current value. Floors that do
-not fit are a conflict: reported with the amounts, nothing planned for that flavor and resource.
+not fit are a conflict: reported with the amounts; that flavor and resource keeps its quotas as they are,
+and the other pools are planned as usual.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def solve_pool(
     if conflict is not None:
         held = tuple(
             QueuePlan(d, policy.queue(d.queue).weight, d.current or 0, d.current or 0, b.lo, b.hi, "conflict",
-                      "nothing planned: " + conflict.lines[0])
+                      f"{d.queue} keeps {d.current or 0}: {conflict.lines[0]}")
             for d, b in zip(demands, target_b, strict=True)
         )
         return PoolPlan(pool, reserve, rule, available, held, conflict)

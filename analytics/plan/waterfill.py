@@ -11,7 +11,6 @@ capacity never lowers anyone's share (no Alabama paradox), and the same input gi
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,8 +78,3 @@ def water_fill(claims: Sequence[Claim], capacity: int) -> list[int]:
         if x[i] < hi[i]:
             heapq.heappush(heap, ((x[i] + 1) / w[i], r, i))
     return [int(v) for v in x]
-
-
-def level_of(share: int, weight: float) -> float:
-    """The water level at which a claimant holds ``share`` units (for explanations)."""
-    return share / weight if weight > 0 else math.inf

@@ -26,7 +26,7 @@ from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINT_KEY
 from gpulens.analytics.remediation.scope import ScopeChoice
 from gpulens.analytics.remediation.taints import our_taint, quarantine_notes, taint_patch, untaint_patch
 from gpulens.analytics.writers.base import RbacRule
-from gpulens.exporter.kube_api import (
+from gpulens.core.kube_api import (
     ConflictError,
     ForbiddenError,
     KubernetesApiError,

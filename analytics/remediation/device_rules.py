@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulens.analytics.remediation.policy import MANAGED_BY, NODE_ANNOTATION, TAINT_KEY
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads, NotFoundError, segment
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, NotFoundError, segment
 
 GROUP = "resource.k8s.io"
 RULES = "devicetaintrules"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpulens.analytics.remediation.device_rules import describe_error
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 TAS_LABEL = "kueue.x-k8s.io/tas"
 WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"

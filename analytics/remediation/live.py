@@ -9,7 +9,7 @@ from typing import Any
 from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINT_KEY, TAINTED_AT
 from gpulens.analytics.remediation.taints import live_taints, our_taint
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 NODES = "/api/v1/nodes"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")

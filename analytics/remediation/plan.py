@@ -19,6 +19,10 @@ from gpulens.collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
 
+class NoHealthRun(UserError):
+    """The store has no health run yet (``gpulens analyze`` has not run on it)."""
+
+
 @dataclass(frozen=True)
 class NodeEvidence:
     """Why a node is (or is not) a candidate: its state, the signal that names the taint and the reasons."""
@@ -53,7 +57,7 @@ def load_inputs(db: Path) -> RemediationInputs:
         raise UserError(f"--db {db}: no such store (run `gpulens demo` or `gpulens collect` and `gpulens analyze`)")
     with connect_store(db, read_only=True) as con, reading_store(db):
         if not _has_health_tables(con):
-            raise UserError(f"--db {db}: no health results (run `gpulens analyze` first)")
+            raise NoHealthRun(f"--db {db}: no health results (run `gpulens analyze` first)")
         return _load(con, db)
 
 
@@ -75,7 +79,7 @@ def _load(con: duckdb.DuckDBPyConnection, db: Path) -> RemediationInputs:
         """
     ).fetchone()
     if run is None:
-        raise UserError(f"--db {db}: no health results (run `gpulens analyze` first)")
+        raise NoHealthRun(f"--db {db}: no health results (run `gpulens analyze` first)")
     run_id, start, end = run
     rows = con.execute(
         """

@@ -40,7 +40,11 @@ def outcome_columns(report: RemediationReport, decided_at: datetime) -> dict[str
 
 def record_outcomes(db: Path, report: RemediationReport, decided_at: datetime) -> int:
     """Append the report's rows to ``remediation_outcomes`` in one transaction; returns how many."""
-    cols = outcome_columns(report, decided_at)
+    return record_columns(db, outcome_columns(report, decided_at))
+
+
+def record_columns(db: Path, cols: dict[str, list[object]]) -> int:
+    """Append rows given column-wise (:func:`outcome_columns`) to ``remediation_outcomes`` in one transaction."""
     with connect_store(db, read_only=False) as con, reading_store(db):
         ensure_table(con, "remediation_outcomes")
         con.execute("BEGIN")

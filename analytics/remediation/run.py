@@ -26,7 +26,7 @@ from gpulens.analytics.remediation.policy import RemediationPolicy
 from gpulens.analytics.remediation.scope import ScopeChoice, dry_run_scope, live_scope
 from gpulens.analytics.remediation.taints import kubectl_commands, quarantine_notes, taint
 from gpulens.core.errors import UserError
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient
+from gpulens.core.kube_api import KubernetesApiError, KubernetesClient
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,11 @@ def _decide(inputs: RemediationInputs, policy: RemediationPolicy, now: datetime,
 
 def plan(db: Path, policy: RemediationPolicy, now: datetime) -> RemediationReport:
     """The dry-run decisions for the latest health run (no cluster read)."""
-    inputs = load_inputs(db)
+    return plan_inputs(load_inputs(db), policy, now)
+
+
+def plan_inputs(inputs: RemediationInputs, policy: RemediationPolicy, now: datetime) -> RemediationReport:
+    """The dry-run decisions for ``inputs`` (no cluster read)."""
     scopes = {c.node: dry_run_scope(policy.scope) for c in inputs.cases if c.candidate}
     return RemediationReport(inputs, policy, tuple(_decide(inputs, policy, now, _cases(inputs, None, scopes))),
                              scopes=scopes)
@@ -177,7 +181,12 @@ def _files(report: RemediationReport, d: Decision, now: datetime) -> list[tuple[
 def apply_plan(db: Path, policy: RemediationPolicy, api: KubernetesClient, clock: Callable[[], datetime],
                sleep: Callable[[float], None] | None = None) -> RemediationReport:
     """Read the live cluster, decide, and apply each quarantine / release (one outcome per node)."""
-    inputs = load_inputs(db)
+    return apply_inputs(load_inputs(db), policy, api, clock, sleep)
+
+
+def apply_inputs(inputs: RemediationInputs, policy: RemediationPolicy, api: KubernetesClient,
+                 clock: Callable[[], datetime], sleep: Callable[[float], None] | None = None) -> RemediationReport:
+    """Read the live cluster, decide on ``inputs``, and apply each quarantine / release (one outcome per node)."""
     try:
         dra = discover(api)
     except KubernetesApiError:

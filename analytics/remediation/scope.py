@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.analytics.remediation.device_rules import DraApi, DraDevice, describe_error, node_devices
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesReads
+from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import duckdb
 import polars as pl
 
 from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
+from gpulens.analytics.report.evidence_text import evidence_line
 from gpulens.analytics.run_parameters import RunDescription, describe_run
 from gpulens.collector.store_errors import connect_store
 from gpulens.core.errors import UserError
@@ -77,18 +78,24 @@ class StoreReader:
     def __init__(
         self, con: duckdb.DuckDBPyConnection | None, db_path: str | Path, run_id: str | None = None,
         *, connect: Callable[[str], duckdb.DuckDBPyConnection] = open_store,
+        layout_view: Callable[[LayoutRun], LayoutRun] | None = None,
     ) -> None:
         self._con = con
         self.db_path = str(db_path)
         self.run_id = run_id
         """The analysis run to show; None: the newest."""
         self._connect = connect
+        self._layout_view = layout_view
 
-    def reconnected(self, connect: Callable[[str], duckdb.DuckDBPyConnection]) -> StoreReader:
+    def reconnected(
+        self, connect: Callable[[str], duckdb.DuckDBPyConnection],
+        layout_view: Callable[[LayoutRun], LayoutRun] | None = None,
+    ) -> StoreReader:
         """A reader of the same kind (held or per query) on the same file whose connections come from
-        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants)."""
+        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants), showing
+        the fleet's MIG layout plan through ``layout_view``."""
         return StoreReader(None if self._con is None else connect(self.db_path), self.db_path, self.run_id,
-                           connect=connect)
+                           connect=connect, layout_view=layout_view)
 
     @classmethod
     def open(cls, db_path: str | Path, run_id: str | None = None) -> StoreReader:
@@ -115,7 +122,8 @@ class StoreReader:
             raise ValueError(f"unknown store query {query_name!r} (known: {', '.join(sorted(self.QUERIES))})")
         if self._con is not None:
             return getattr(self, query_name)(**params)
-        held = StoreReader(self._connect(self.db_path), self.db_path, self.run_id, connect=self._connect)
+        held = StoreReader(self._connect(self.db_path), self.db_path, self.run_id, connect=self._connect,
+                           layout_view=self._layout_view)
         try:
             return getattr(held, query_name)(**params)
         finally:
@@ -274,15 +282,6 @@ class StoreReader:
             raise AnalysisMissing(table, self.db_path, skipped)
         return str(run["run_id"][0])
 
-    def has_rows(self, table: str) -> bool:
-        """Whether the run shown wrote any row into ``table`` (one of the result tables)."""
-        run_id = self._run_id(table)
-        with self._cursor() as cur:
-            row = cur.execute(
-                f'SELECT count(*) FROM (SELECT 1 FROM "{table}" WHERE run_id = ? LIMIT 1)', [run_id]  # noqa: S608
-            ).fetchone()
-        return bool(row and row[0])
-
     def capacity_states(self, max_points: int | None = None) -> pl.DataFrame:
         """Average GPU-equivalents per state in each time bucket, fleet-wide (from ``idle_capacity``).
 
@@ -368,6 +367,68 @@ class StoreReader:
             [run_id],
         )
 
+    def chargeback_index(self, grid_gco2_per_kwh: float) -> pl.DataFrame:
+        """Per account over the window: billed cost, its share of the fleet cost, energy and CO2e.
+
+        Columns: ``account, tenant`` (NULL for ``__unallocated__`` / ``__unknown__``), ``billed_usd, share,
+        idle_usd, shared_unallocated_usd, ge_hours, energy_kwh, energy_coverage, co2e_kg``; tenants by cost,
+        then the fleet's own accounts. Money is the chargeback's cents (they add up to the fleet total);
+        energy is :func:`~gpulens.analytics.tenant_energy.tenant_energy` over the run's window (NULL where not
+        measured; the unallocated energy only where the chargeback has an unallocated account).
+        """
+        from gpulens.analytics.tenant_energy import tenant_energy
+
+        run_id = self._run_id("chargeback")
+        money = self.frame(
+            """
+            SELECT SubAccountName AS account, any_value(x_Tenant) AS tenant,
+                   CAST(sum(BilledCost) AS DOUBLE) AS billed_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'idle'), 0) AS DOUBLE) AS idle_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'shared-unallocated'), 0) AS DOUBLE)
+                       AS shared_unallocated_usd,
+                   sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ? GROUP BY SubAccountName
+            """,
+            [run_id],
+        )
+        run = self.describe_run()
+        with self._cursor() as cur:
+            energy = tenant_energy(cur, run.window_start, run.window_end, grid_gco2_per_kwh)
+        energy_frame = pl.DataFrame(
+            [(e.account, e.energy_kwh, e.energy_coverage, e.co2e_kg) for e in energy],
+            schema={"account": pl.Utf8, "energy_kwh": pl.Float64, "energy_coverage": pl.Float64,
+                    "co2e_kg": pl.Float64},
+            orient="row",
+        )
+        total = float(money["billed_usd"].sum() or 0.0)
+        return (
+            money.join(energy_frame, on="account", how="left")
+            .with_columns(share=pl.col("billed_usd") / total if total else pl.lit(None, dtype=pl.Float64))
+            .sort([pl.col("tenant").is_null(), pl.col("billed_usd"), pl.col("account")], descending=[False, True, False])
+            .select("account", "tenant", "billed_usd", "share", "idle_usd", "shared_unallocated_usd", "ge_hours",
+                    "energy_kwh", "energy_coverage", "co2e_kg")
+        )
+
+    def chargeback_by_workload(self, limit: int) -> pl.DataFrame:
+        """The ``limit`` workloads charged most: ``tenant, namespace, workload_kind, workload, billed_usd,
+        idle_usd, ge_hours`` (the chargeback's held lines; empty for a store analysed before workload lines)."""
+        run_id = self._run_id("chargeback")
+        if "x_Workload" not in self.columns("chargeback"):
+            return pl.DataFrame(schema={"tenant": pl.Utf8, "namespace": pl.Utf8, "workload_kind": pl.Utf8,
+                                        "workload": pl.Utf8, "billed_usd": pl.Float64, "idle_usd": pl.Float64,
+                                        "ge_hours": pl.Float64})
+        return self.frame(
+            """
+            SELECT x_Tenant AS tenant, x_Namespace AS namespace, x_WorkloadKind AS workload_kind,
+                   x_Workload AS workload, CAST(sum(BilledCost) AS DOUBLE) AS billed_usd,
+                   CAST(coalesce(sum(BilledCost) FILTER (WHERE x_CostState = 'idle'), 0) AS DOUBLE) AS idle_usd,
+                   sum(x_GeHours) AS ge_hours
+            FROM chargeback WHERE run_id = ? AND x_Tenant IS NOT NULL AND x_Namespace IS NOT NULL
+            GROUP BY ALL ORDER BY billed_usd DESC, tenant, namespace, workload_kind, workload LIMIT ?
+            """,
+            [run_id, limit],
+        )
+
     def cost_split(self) -> pl.DataFrame:
         """Fleet cost by state over the window: ``state, billed_usd, ge_hours`` (largest first)."""
         run_id = self._run_id("chargeback")
@@ -436,23 +497,22 @@ class StoreReader:
         """GPU and node health: ``scope, node, gpu_uuid, state, drain_candidate, evidence`` (worst first), and the
         early warning: ``trend_start_ts, warning_ts, failure_ts, lead_hours`` (NULL where there is none).
 
-        ``evidence`` is a readable string: ``signal: reason`` items joined by '; '.
+        ``evidence`` is a readable string: ``signal: reason`` items joined by '; ', what was found first
+        (:func:`~gpulens.analytics.report.evidence_text.evidence_line`).
         """
         run_id = self._run_id("health")
-        return self.frame(
+        rows = self.frame(
             """
             SELECT scope, node, gpu_uuid, state, drain_candidate, first_evidence_ts, last_evidence_ts,
                    trend_start_ts, warning_ts, failure_ts, lead_seconds / 3600.0 AS lead_hours,
-                   coalesce((SELECT string_agg(e.signal || ': ' || e.reason, '; ')
-                             FROM (SELECT unnest(from_json(evidence,
-                                     '[{"signal": "VARCHAR", "severity": "VARCHAR", "reason": "VARCHAR"}]')) AS e)),
-                            '') AS evidence
+                   CAST(evidence AS VARCHAR) AS evidence
             FROM health WHERE run_id = ?
             ORDER BY CASE state WHEN 'drain' THEN 0 WHEN 'warn' THEN 1 WHEN 'watch' THEN 2 ELSE 3 END, scope DESC, node,
                      gpu_uuid
             """,
             [run_id],
         )
+        return rows.with_columns(pl.col("evidence").map_elements(evidence_line, return_dtype=pl.String))
 
     def fragmentation_by_node(self) -> pl.DataFrame:
         """Per node over the window: ``node, gpu_model, stranded_ge_hours, avg_free_ge, why, why_share``.
@@ -486,10 +546,15 @@ class StoreReader:
     # -- recommendations ----------------------------------------------------------------------------------
 
     def mig_layout(self) -> LayoutRun | None:
-        """The MIG layout plan of the newest recommendation run, computed on demand over the store."""
+        """The fleet's MIG layout plan of the newest recommendation run, decided over the whole store (never
+        over a scoped view of it); a scoped reader shows its tenants' part of it."""
         self.require("recommendations")
-        with self._cursor() as cur:
-            return layout_from_store(cur)
+        if self._layout_view is None:
+            with self._cursor() as cur:
+                return layout_from_store(cur)
+        with open_store(self.db_path) as fleet:
+            run = layout_from_store(fleet)
+        return None if run is None else self._layout_view(run)
 
     def placement_worse(self) -> pl.DataFrame:
         """Workload x level rows of the run shown spread over more domains than needed, most GE-hours affected first."""

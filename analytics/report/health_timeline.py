@@ -35,6 +35,9 @@ _WORDS = {
     "trend_clock_drop_minutes_per_hour": "SM clock drops under load",
     "trend_hardware_xids_per_hour": "warn-class hardware XIDs",
 }
+_COVERAGE = {"samples_stopped": "samples stopped (exporter silent or metrics vanished)",
+             "samples_thinned": "samples thinned out (scrapes failing or series dropped)"}
+"""The monitoring's own gaps (``sample_coverage.py``): evidence with the time they began."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ def _signals(evidence: list[dict[str, Any]], row: dict[str, Any], xids: list[tup
     out = []
     xid_severity = {e["signal"]: e["severity"] for e in evidence if str(e["signal"]).startswith("xid_")}
     for e in evidence:
+        if e["signal"] in _COVERAGE and e.get("since"):
+            out.append(TimelineEvent(_ts(e["since"]), e.get("gpu_uuid", ""), "signal", _COVERAGE[e["signal"]]))
         if e["severity"] != "watch":
             continue
         what = _WORDS.get(e["signal"], e["signal"])
@@ -127,6 +132,8 @@ def _state_changes(signals: list[TimelineEvent], evidence: list[dict[str, Any]])
                 steps.append((ev.ts, _RANK[severity], severity, ev.text.split(":", 1)[0]))
         elif ev.text.startswith("hard failure") and ev.ts is not None:
             steps.append((ev.ts, 3, "drain", "hard failure"))
+        elif ev.text in _COVERAGE.values() and ev.ts is not None:
+            steps.append((ev.ts, 2, "warn", ev.text.split(" (", 1)[0]))
     out, state = [], "ok"
     for ts, rank, new, why in sorted(steps, key=lambda s: (s[0], s[1])):
         if rank > _RANK[state]:

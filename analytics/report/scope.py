@@ -7,6 +7,9 @@ Every query of the reader (and the FOCUS export, which reads through the same co
 honours the scope without knowing about it. Fleet figures become the tenant's share: the fleet size is
 what the tenant held, the cost split is its own cost.
 
+Decisions are the fleet's, shown filtered, never decided again on the scoped rows: the MIG layout plan is
+made over the whole store and narrowed by :func:`~gpulens.analytics.miglayout.tenant_view.tenant_view`.
+
 Other tenants never appear by name: in free text (risk reasons, health evidence, recommendation
 reasons, event details) every name, namespace, pod, workload and queue of another tenant becomes
 "another tenant". A table this module does not know is shown filtered by its ``tenant`` column, or
@@ -26,6 +29,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from gpulens.analytics.miglayout.tenant_view import tenant_view
 from gpulens.analytics.report.data import StoreReader, open_store
 from gpulens.core.errors import UserError
 
@@ -240,7 +244,8 @@ def scope_reader(reader: StoreReader, scope: TenantScope, directory: TenantDirec
     directory = directory or TenantDirectory.read(reader)
     plan = _Plan(tuple(sorted(scope.tenants or ())), tuple(sorted(directory.scoped_devices(scope))),
                  directory.redactor(scope))
-    return reader.reconnected(partial(_connect_scoped, plan=plan))
+    return reader.reconnected(partial(_connect_scoped, plan=plan),
+                              partial(tenant_view, tenants=plan.tenants, other=ANOTHER_TENANT))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
 from gpulens.analytics.report.scope import TenantDirectory, TenantScope
 from gpulens.analytics.report.writer import INDEX, run_header_line, write_report
+from gpulens.analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
 from gpulens.core.errors import UserError
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -47,17 +48,20 @@ def known_tenants(db_path: str | Path) -> TenantDirectory:
 
 
 def write_tenant_report(
-    db_path: str | Path, out_dir: str | Path, tenant: str, *, now: datetime | None = None, run_id: str | None = None
+    db_path: str | Path, out_dir: str | Path, tenant: str, *, now: datetime | None = None, run_id: str | None = None,
+    grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH,
 ) -> Path:
     """The report of one tenant into ``out_dir``; an unknown tenant is a ``UserError``."""
     directory = known_tenants(db_path)
     if tenant not in directory.names:
         raise UserError(f"--tenant {tenant!r}: no such tenant in the store {db_path} (see `gpulens report --per-tenant`)")
-    return write_report(db_path, out_dir, now=now, run_id=run_id, scope=TenantScope.of([tenant]), directory=directory)
+    return write_report(db_path, out_dir, now=now, run_id=run_id, scope=TenantScope.of([tenant]), directory=directory,
+                        grid_gco2_per_kwh=grid_gco2_per_kwh)
 
 
 def write_per_tenant_reports(
-    db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None, run_id: str | None = None
+    db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None, run_id: str | None = None,
+    grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH,
 ) -> tuple[Path, list[TenantReport]]:
     """``out_dir/<tenant>/index.html`` (with its CSV and Parquet) for every tenant, and ``out_dir/index.html``
     listing them with their figures for the platform team. Returns the index and the reports."""
@@ -71,7 +75,8 @@ def write_per_tenant_reports(
         raise UserError(f"tenants whose report folders would clash (names differ only in case): {sorted(clashes)}")
     reports = [
         TenantReport(tenant, write_report(db_path, out / name, now=now, run_id=run_id,
-                                          scope=TenantScope.of([tenant]), directory=directory))
+                                          scope=TenantScope.of([tenant]), directory=directory,
+                                          grid_gco2_per_kwh=grid_gco2_per_kwh))
         for tenant, name in zip(directory.tenants, names, strict=True)
     ]
     index = out / INDEX

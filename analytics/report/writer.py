@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpulens.analytics.chargeback import TENANT_COST_STATES
+from gpulens.analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
 from gpulens.analytics.csv_cells import safe_frame
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
@@ -25,6 +25,7 @@ from gpulens.analytics.report.health_timeline import section as health_timeline_
 from gpulens.analytics.report.mig_layout_section import mig_layout_section
 from gpulens.analytics.report.placement_section import placement_section
 from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
+from gpulens.analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
 from gpulens.core.errors import UserError
 from gpulens.core.states import HealthState
 
@@ -48,6 +49,8 @@ class _Build:
 
     reader: StoreReader
     out_dir: Path
+    grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH
+    """Grid carbon intensity the CO2e figures use (gCO2e/kWh)."""
     files: list[tuple[str, str]] = field(default_factory=list)
     """(file name, description) of every data file written."""
 
@@ -55,6 +58,7 @@ class _Build:
 def write_report(
     db_path: str | Path, out_dir: str | Path, *, now: datetime | None = None, run_id: str | None = None,
     scope: TenantScope | None = None, directory: TenantDirectory | None = None,
+    grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH,
 ) -> Path:
     """Write ``index.html`` (charts inline, no network needed), the FOCUS chargeback as CSV and Parquet,
     and a per-tenant CSV into ``out_dir`` for analysis run ``run_id`` (default the newest); return the
@@ -77,7 +81,7 @@ def write_report(
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"cannot create {out}: {exc.strerror or exc}") from exc
-        build = _Build(reader, out)
+        build = _Build(reader, out, grid_gco2_per_kwh)
         sections = [(anchor, title, _guarded_section(anchor, title, fn, build)) for anchor, title, fn in _SECTIONS]
         sections.append(("files", "Data files", _files_section(build)))
         overview = reader.overview().row(0, named=True)
@@ -246,6 +250,53 @@ def _cost_split(b: _Build) -> str:
         "and capacity nobody held (its own account, __unallocated__)."
     )
     return h.section("cost", "Cost split: active, idle, unallocated", totals + per_account + table, intro=intro)
+
+
+def _chargeback_index(b: _Build) -> str:
+    """Per tenant: what it is charged, its share of the fleet cost, its energy and CO2e; the money no tenant
+    is charged (unallocated, no data) on its own rows, and the totals."""
+    index = b.reader.chargeback_index(b.grid_gco2_per_kwh)
+    measured = index["energy_kwh"].drop_nulls()
+    totals = pl.DataFrame([{
+        "account": "total", "billed_usd": float(index["billed_usd"].sum() or 0.0),
+        "share": 1.0 if index.height else None, "idle_usd": float(index["idle_usd"].sum() or 0.0),
+        "shared_unallocated_usd": float(index["shared_unallocated_usd"].sum() or 0.0),
+        "energy_kwh": float(measured.sum()) if measured.len() else None,
+        "co2e_kg": float(index["co2e_kg"].drop_nulls().sum()) if measured.len() else None,
+    }])
+    rows = pl.concat([index, totals], how="diagonal_relaxed")
+    table = h.table(rows, [
+        h.Col("account", "tenant / account", h.text, numeric=False),
+        h.Col("billed_usd", "charged (billed)", h.fmt_usd),
+        h.Col("share", "share of fleet cost", h.fmt_percent),
+        h.Col("idle_usd", "of which idle", h.fmt_usd),
+        h.Col("shared_unallocated_usd", "its part of shared unallocated", h.fmt_usd),
+        h.Col("energy_kwh", "energy (kWh)", lambda v: h.fmt_number(v, 1)),
+        h.Col("energy_coverage", "energy measured, share of held time", h.fmt_percent),
+        h.Col("co2e_kg", "CO2e (kg)", lambda v: h.fmt_number(v, 1)),
+    ])
+    total = float(index["billed_usd"].sum() or 0.0)
+    nobody = float(index.filter(pl.col("account").is_in([UNALLOCATED, UNKNOWN]))["billed_usd"].sum() or 0.0)
+    note = (f"Charged to no tenant (unallocated capacity and time without data): {h.fmt_usd(nobody)} = "
+            f"{h.fmt_percent(nobody / total if total else None)} of the fleet cost {h.fmt_usd(total)}.")
+    intro = (
+        "Each tenant's chargeback over the window (FOCUS BilledCost; the cents add up to the fleet total), "
+        "its energy from each GPU's energy counter (power x time only where a GPU has no counter; – where "
+        "neither was read, never 0), shared by the GPU-equivalents held, and its CO2e at a grid intensity of "
+        f"{b.grid_gco2_per_kwh:g} gCO2e/kWh (--grid-gco2-per-kwh). Energy totals add up the measured rows only."
+    )
+    workloads = b.reader.chargeback_by_workload(MAX_ROWS)
+    by_workload = "" if workloads.is_empty() else "<h3>By namespace and workload</h3>" + h.table(workloads, [
+        h.Col("tenant", "tenant", h.text, numeric=False),
+        h.Col("namespace", "namespace", h.text, numeric=False),
+        h.Col("workload_kind", "kind", h.text, numeric=False),
+        h.Col("workload", "workload", h.text, numeric=False),
+        h.Col("billed_usd", "charged (billed)", h.fmt_usd),
+        h.Col("idle_usd", "of which idle", h.fmt_usd),
+        h.Col("ge_hours", "GE-h", lambda v: h.fmt_number(v, 1)),
+    ]) + f'<p class="note">The {MAX_ROWS} workloads charged most; every line is in chargeback_focus.csv.</p>'
+    body = f'<p class="note">{h.esc(note)}</p>' + table + by_workload
+    return h.section("chargeback", "Chargeback by tenant, namespace and workload", body, intro=intro)
 
 
 RISK_TABLE_SUBJECTS = {"tenant": MAX_ROWS, "device": 5}
@@ -417,6 +468,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[_Build], str]], ...] = (
     ("capacity", "Capacity over time", _capacity),
     ("idle", "Idle by tenant", _idle_by_tenant),
     ("cost", "Cost split", _cost_split),
+    ("chargeback", "Chargeback by tenant", _chargeback_index),
     ("risk", "Isolation risk", _risk),
     ("recommendations", "Recommendations", _recommendations),
     ("mig-layout", "MIG layout", lambda b: mig_layout_section(b.reader)),

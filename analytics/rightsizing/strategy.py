@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
 from gpulens.analytics.rightsizing.evidence import WorkloadUsage
-from gpulens.exporter.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
-from gpulens.exporter.model import WHOLE_GPU_PROFILE
+from gpulens.core.device_model import WHOLE_GPU_PROFILE
+from gpulens.core.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
 
 GIB = 1024**3
 
@@ -142,50 +142,56 @@ class MigFitStrategy(RightsizingStrategy[MigFitSettings]):
             f"memory P{s.memory_percentile * 100:g} is {usage.memory_p99_bytes / GIB:.1f} GiB, "
             f"peak {usage.memory_peak_bytes / GIB:.1f} GiB, need {memory_need / GIB:.1f} GiB"
         )
-        name, per_pod = self._smallest_shape(model, usage, compute_need, memory_need, reasons)
+        name, per_pod, shape = self._smallest_shape(model, usage, compute_need, memory_need)
         current = _capacity(model, usage.current_profile, usage.devices_per_pod)
         proposed = _capacity(model, name, per_pod)
         same = name == usage.current_profile and per_pod == usage.devices_per_pod
         action = "keep" if same else _compare(current, proposed)
+        kept = f"{usage.current_profile} x{usage.devices_per_pod} kept"
         if action == "grow" and current is not None and _holds(current, usage, s.saturation):
             reasons.append(
-                f"the current {usage.current_profile} x{usage.devices_per_pod} holds the observed peak memory and "
-                f"P{s.compute_percentile * 100:g} compute below {s.saturation:.0%}: not growing on headroom alone"
+                f"the need with headroom alone would take {shape}; the current {usage.current_profile} "
+                f"x{usage.devices_per_pod} holds the observed peak memory and P{s.compute_percentile * 100:g} "
+                f"compute below {s.saturation:.0%}: not growing on headroom alone, {kept}"
             )
             return result("keep", usage.current_profile, usage.devices_per_pod)
         if name == usage.current_profile == WHOLE_GPU_PROFILE and per_pod > usage.devices_per_pod:
             reasons.append(
-                f"saturated at {usage.devices_per_pod} GPU(s) per pod; more GPUs per pod only help a workload "
-                "that shards across them: kept (consider more replicas)"
+                f"the need would take {shape}, but the workload is saturated at {usage.devices_per_pod} GPU(s) "
+                "per pod; more GPUs per pod only help a workload that shards across them (consider more "
+                f"replicas): {kept}"
             )
             return result("keep", usage.current_profile, usage.devices_per_pod)
+        if action == "keep":  # the same shape, or another of the same capacity: nothing to change
+            reasons.append(f"{shape}: {kept}")
+            return result("keep", usage.current_profile, usage.devices_per_pod)
+        reasons.append(f"{shape}: {action} to {name} x{per_pod}")
         return result(action, name, per_pod)
 
     def _smallest_shape(
         self, model: GpuModel, usage: WorkloadUsage, compute_need: float | None, memory_need: float,
-        reasons: list[str],
-    ) -> tuple[str, int]:
-        """(profile or ``gpu``, devices per pod) of the smallest shape covering the need."""
+    ) -> tuple[str, int, str]:
+        """(profile or ``gpu``, devices per pod, that shape in words) of the smallest shape covering the need."""
         gpus = max(
             math.ceil(compute_need - 1e-9) if compute_need is not None else 1,
             math.ceil(memory_need / model.memory_bytes - 1e-9),
             1,
         )
         if gpus > 1:
-            reasons.append(f"needs {gpus} whole GPU(s) per pod")
-            return WHOLE_GPU_PROFILE, gpus
+            return WHOLE_GPU_PROFILE, gpus, f"gpu x{gpus} ({gpus} whole GPUs per pod)"
         profile = _smallest_fit(model, compute_need, memory_need) if self.settings.allow_mig else None
         if profile is None or profile.compute_slices == COMPUTE_SLICES:
             if usage.devices_per_pod > 1:
-                reasons.append(f"one whole GPU per pod covers the need instead of {usage.devices_per_pod}")
+                why = f"one whole GPU per pod instead of {usage.devices_per_pod}"
             elif self.settings.allow_mig:
-                reasons.append("no MIG profile smaller than a whole GPU covers the need")
-            return WHOLE_GPU_PROFILE, 1
-        reasons.append(
-            f"{profile.name} ({profile.compute_slices}/{COMPUTE_SLICES} compute, "
-            f"{profile.memory_bytes / GIB:.1f} GiB) is the smallest {model.short_name} profile that fits"
+                why = "no MIG profile smaller than a whole GPU covers the need"
+            else:
+                why = "whole GPUs only"
+            return WHOLE_GPU_PROFILE, 1, f"gpu x1 ({why})"
+        return profile.name, 1, (
+            f"{profile.name} x1 ({profile.compute_slices}/{COMPUTE_SLICES} compute, "
+            f"{profile.memory_bytes / GIB:.1f} GiB: the smallest {model.short_name} profile that covers the need)"
         )
-        return profile.name, 1
 
 
 def _smallest_fit(model: GpuModel, compute_need: float | None, memory_need: float) -> MigProfile | None:

@@ -25,7 +25,7 @@ from gpulens.analytics.writers.crd import (
     recommendation_path,
 )
 from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
-from gpulens.exporter.kube_api import (
+from gpulens.core.kube_api import (
     ConflictError,
     ForbiddenError,
     KubernetesApiError,

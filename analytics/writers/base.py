@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpulens.analytics.quota import QuotaEvidence
-from gpulens.exporter.kube_api import KubernetesReads
+from gpulens.core.kube_api import KubernetesReads
 
 EntryKey = tuple[str, str]
 """(flavor, resource); flavor is '' where the object has none (ResourceQuota)."""

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from gpulens.analytics.quota import MigConversion, QuotaRecommendation
-from gpulens.exporter.kube_api import segment
+from gpulens.core.kube_api import segment
 
 CRD_GROUP = "gpulens.io"
 CRD_VERSION = "v1alpha1"

@@ -26,9 +26,9 @@ from gpulens.analytics.writers.base import (
     register_target,
 )
 from gpulens.collector.kai_queues import GPU_RESOURCE, UNLIMITED
-from gpulens.collector.quantity import parse_quantity
 from gpulens.collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION
-from gpulens.exporter.kube_api import segment
+from gpulens.core.kube_api import segment
+from gpulens.core.quantity import parse_quantity
 
 ENTRY: EntryKey = ("", GPU_RESOURCE)
 NOTES = ("parentQueue", "priority", "overQuotaWeight", "limit", "quota")

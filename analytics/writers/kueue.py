@@ -31,7 +31,7 @@ from gpulens.analytics.writers.base import (
     register_target,
 )
 from gpulens.collector.kueue_api import effective_quotas, served_kueue
-from gpulens.exporter.kube_api import KubernetesReads, segment
+from gpulens.core.kube_api import KubernetesReads, segment
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")

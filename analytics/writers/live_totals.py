@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpulens.analytics.writers.base import QuotaTarget, printable
-from gpulens.exporter.kube_api import KubernetesApiError, KubernetesClient
+from gpulens.core.kube_api import KubernetesApiError, KubernetesClient
 
 QueueRef = tuple[QuotaTarget, str, str]
 """(target, namespace, name) of one quota object."""

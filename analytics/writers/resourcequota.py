@@ -19,7 +19,7 @@ from gpulens.analytics.writers.base import (
     parse_quantity,
     register_target,
 )
-from gpulens.exporter.kube_api import segment
+from gpulens.core.kube_api import segment
 
 REQUESTS_PREFIX = "requests."
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gpulens.analytics.writers.base import QuotaTarget
 from gpulens.analytics.writers.plan import ObjectPlan
-from gpulens.exporter.kube_api import KubernetesReads
+from gpulens.core.kube_api import KubernetesReads
 
 
 def at_served_versions(api: KubernetesReads, plans: Sequence[ObjectPlan]) -> tuple[list[ObjectPlan], list[str]]:

@@ -24,11 +24,14 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from gpulens.analytics.settings import DEFAULT_ACTIVITY_THRESHOLD
 from gpulens.core import metric_catalog as M
 
 TAG = "gpulens"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 GE_UNIT = "suffix: GE"  # Grafana custom unit: GPU-equivalents
+IDLE_THRESHOLD = DEFAULT_ACTIVITY_THRESHOLD
+"""The activity below which the idle record counts held GE (analyze's default threshold)."""
 
 
 def new_dashboard(uid: str, title: str, description: str) -> dashboard.Dashboard:

@@ -7,6 +7,7 @@ from grafana_foundation_sdk.builders import dashboard
 from gpulens.core import metric_catalog as M
 from gpulens.dashboards.grafana.builders import (
     GE_UNIT,
+    IDLE_THRESHOLD,
     bargauge_panel,
     new_dashboard,
     query,
@@ -53,7 +54,7 @@ def build() -> dashboard.Dashboard:
             query(f"sum(cluster:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum)", "unmeasured", instant=True),
         ))
         .with_panel(stat_panel(
-            "Idle (allocated)", "Allocated GE with no measured activity: allocated - active - unmeasured.",
+            "Idle (allocated)", f"Allocated GE on devices whose activity is below {IDLE_THRESHOLD:g} (as analyze decides idle).",
             GE_UNIT,
             query("sum(tenant:gpulens_idle_gpu_equivalents:sum)", "idle", instant=True),
         ))
@@ -66,7 +67,7 @@ def build() -> dashboard.Dashboard:
             query(f"sum(cluster:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum)", "unmeasured"),
         ))
         .with_panel(timeseries_panel(
-            "Idle GE by tenant", "Allocated but measurably idle GE, stacked by tenant.", GE_UNIT,
+            "Idle GE by tenant", f"Allocated GE on devices whose activity is below {IDLE_THRESHOLD:g}, stacked by tenant.", GE_UNIT,
             query("sort_desc(tenant:gpulens_idle_gpu_equivalents:sum)", "{{tenant}}"),
             stacked=True,
         ))

@@ -7,6 +7,7 @@ from grafana_foundation_sdk.builders import dashboard
 from gpulens.core import metric_catalog as M
 from gpulens.dashboards.grafana.builders import (
     GE_UNIT,
+    IDLE_THRESHOLD,
     new_dashboard,
     node_variable,
     query,
@@ -44,7 +45,8 @@ def build() -> dashboard.Dashboard:
             query(f"sum(tenant:{M.TENANT_UNMEASURED_GPU_EQUIVALENTS.name}:sum{{{T}}})", "unmeasured", instant=True),
         ))
         .with_panel(stat_panel(
-            "Idle", "Allocated GE with no measured activity.", GE_UNIT,
+            "Idle", f"Allocated GE on devices whose activity is below {IDLE_THRESHOLD:g} (as analyze decides idle).",
+            GE_UNIT,
             query(f"sum(tenant:gpulens_idle_gpu_equivalents:sum{{{T}}})", "idle", instant=True),
         ))
         .with_panel(stat_panel(
@@ -67,8 +69,13 @@ def build() -> dashboard.Dashboard:
             query(f"tenant:{M.TENANT_ACTIVE_GPU_EQUIVALENTS.name}:sum{{{T}}}", "{{tenant}}"),
         ))
         .with_panel(timeseries_panel(
-            "Idle GE", "Allocated - active - unmeasured, per tenant.", GE_UNIT,
+            "Idle GE", f"Allocated GE on devices whose activity is below {IDLE_THRESHOLD:g}, per tenant.", GE_UNIT,
             query(f"tenant:gpulens_idle_gpu_equivalents:sum{{{T}}}", "{{tenant}}"),
+        ))
+        .with_panel(timeseries_panel(
+            "Unused share of held GE", "Allocated - active - unmeasured (held GE x (1 - activity)): an "
+            "efficiency view, not idle.", GE_UNIT,
+            query(f"tenant:gpulens_unused_gpu_equivalents:sum{{{T}}}", "{{tenant}}"),
         ))
         .with_panel(timeseries_panel(
             "Activity of the measured allocation", "Active / (allocated - unmeasured) per tenant.", "percentunit",

@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from gpulens.dashboards.streamlit.launch import PAGES
-from gpulens.dashboards.streamlit.support import caller, no_access, run_picker
+from gpulens.dashboards.streamlit.support import caller, no_access, run_picker, time_range_picker
 
 HERE = Path(__file__).parent
 
@@ -24,4 +24,5 @@ navigation = st.navigation(
     [st.Page(str(HERE / path), title=title, icon=icon, default=i == 0) for i, (path, title, icon) in enumerate(PAGES)]
 )
 run_picker()
+time_range_picker()
 navigation.run()

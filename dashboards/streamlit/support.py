@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,76 @@ def overview() -> dict[str, Any]:
     """Fleet size and window (cached like queries)."""
     frame = load("overview")
     return frame.row(0, named=True)
+
+
+TIME_RANGES: dict[str, timedelta | None] = {
+    "whole window": None, "last 24 h": timedelta(hours=24), "last 7 d": timedelta(days=7),
+    "last 14 d": timedelta(days=14), "custom": None,
+}
+"""The sidebar's time ranges; a range ends at the newest point of what a page draws."""
+
+
+def time_range_picker() -> None:
+    """The sidebar's time range, next to the run picker (app.py draws it once per script run)."""
+    picked = st.sidebar.selectbox("Time range", list(TIME_RANGES), key="time_range")
+    if picked == "custom":
+        st.sidebar.date_input("From, to (UTC days)", value=[], key="time_custom")
+
+
+def in_time_range(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """``frame``'s rows whose ``column`` lies in the sidebar's time range (all of them for the whole window)."""
+    picked = st.session_state.get("time_range") or "whole window"
+    if frame.height == 0 or column not in frame.columns:
+        return frame
+    if picked == "custom":
+        days = tuple(st.session_state.get("time_custom") or ())
+        if len(days) != 2:
+            return frame
+        start = datetime.combine(days[0], datetime.min.time())
+        end = datetime.combine(days[1], datetime.min.time()) + timedelta(days=1)
+        return frame.filter((pl.col(column) >= start) & (pl.col(column) < end))
+    span = TIME_RANGES.get(str(picked))
+    if span is None:
+        return frame
+    newest = frame[column].max()
+    return frame.filter(pl.col(column) > newest - span)  # type: ignore[operator]
+
+
+_WORDS = {"ge": "GE", "gpu": "GPU", "gpus": "GPUs", "usd": "(USD)", "ts": "", "uuid": "", "xid": "XID",
+          "p95": "P95", "p50": "P50", "id": "ID", "mig": "MIG"}
+
+
+def human_name(column: str) -> str:
+    """A column's name for people: words, not snake case (``idle_ge_hours`` -> ``idle GE-hours``)."""
+    name = column.replace("ge_hours", "GE-hours")
+    words = [_WORDS.get(w, w) for w in name.split("_")]
+    return " ".join(w for w in words if w).strip() or column
+
+
+def column_config(frame: pl.DataFrame, **given: Any) -> dict[str, Any]:
+    """Human names and units for every column of ``frame``: thousands separators, 2 decimals for GE and scores,
+    dollars, percentages, times to the minute; ``given`` entries win."""
+    out: dict[str, Any] = {}
+    for column, dtype in frame.schema.items():
+        label = human_name(column)
+        if dtype.is_temporal():
+            out[column] = st.column_config.DatetimeColumn(label, format="YYYY-MM-DD HH:mm")
+        elif dtype.is_float():
+            if column.endswith("_usd"):
+                out[column] = st.column_config.NumberColumn(label, format="dollar")
+            elif column.endswith(("_share", "_ratio")):
+                out[column] = st.column_config.NumberColumn(label, format="percent")
+            elif column.endswith(("_hours", "_bytes", "_seconds")):
+                out[column] = st.column_config.NumberColumn(label, format="localized")
+            else:
+                out[column] = st.column_config.NumberColumn(label, format="%.2f")
+        elif dtype.is_integer():
+            out[column] = st.column_config.NumberColumn(label, format="localized")
+        else:
+            out[column] = st.column_config.Column(label)
+    return {**out, **given}
+
+
+def table(frame: pl.DataFrame, **given: Any) -> None:
+    """``frame`` as a table people read at a glance (see :func:`column_config`)."""
+    st.dataframe(frame, hide_index=True, width="stretch", column_config=column_config(frame, **given))

@@ -2,7 +2,7 @@
 
 Shapes (see docs/real-nodes.md): ``GPU-<uuid>``, ``MIG-<uuid>``, time-slicing replicas ``<id>::<n>``,
 GKE ``nvidia0`` / ``nvidia0/gi0`` / ``nvidia0/gi0/vgpu0``, old-driver ``MIG-GPU-<uuid>/<gi>/<ci>``,
-and plain indexes (``--device-id-strategy=index``).
+HAMi's vGPU ids ``<uuid>-<n>`` and plain indexes (``--device-id-strategy=index``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpulens.exporter.model import DeviceReadings
+from gpulens.core.device_model import DeviceReadings
 
 GPU_RESOURCES = ("nvidia.com/gpu",)
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -86,6 +86,7 @@ class DeviceInfo:
     parent_uuid: str
     gpu_equivalents: float
     profile: str
+    memory_total_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,10 @@ class DeviceDirectory:
         by_parent: dict[tuple[str, int, int], str] = {}
         for gpu in readings.gpus:
             gpu_by_index[gpu.index] = gpu.uuid
-            by_uuid[gpu.uuid] = DeviceInfo(gpu.uuid, gpu.uuid, 1.0, "gpu")
+            by_uuid[gpu.uuid] = DeviceInfo(gpu.uuid, gpu.uuid, 1.0, "gpu", gpu.memory_total_bytes)
             for mig in gpu.mig_instances:
-                by_uuid[mig.uuid] = DeviceInfo(mig.uuid, gpu.uuid, mig.gpu_equivalents, mig.profile)
+                by_uuid[mig.uuid] = DeviceInfo(mig.uuid, gpu.uuid, mig.gpu_equivalents, mig.profile,
+                                               mig.memory_total_bytes)
                 by_index_gi.setdefault((gpu.index, mig.gpu_instance_id), mig.uuid)
                 by_parent[(gpu.uuid, mig.gpu_instance_id, mig.compute_instance_id)] = mig.uuid
         return cls(by_uuid, gpu_by_index, by_index_gi, by_parent)
@@ -115,6 +117,9 @@ class DeviceDirectory:
     def resolve(self, ref: DeviceRef) -> str | None:
         """The GPU or MIG UUID a parsed id stands for (``None`` when this node has no such device)."""
         if ref.uuid is not None:
+            base, _, split = ref.uuid.rpartition("-")
+            if ref.uuid not in self.by_uuid and split.isdigit() and base in self.by_uuid:
+                return base  # HAMi's vGPU ids: <uuid>-<n>, one per split of the GPU
             return ref.uuid
         if ref.parent_uuid is not None and ref.gpu_instance_id is not None:
             return self.mig_by_parent_gi_ci.get((ref.parent_uuid, ref.gpu_instance_id, ref.compute_instance_id or 0))

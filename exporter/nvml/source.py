@@ -16,16 +16,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpulens.core.device_model import (
+    DeviceReadings,
+    Gpu,
+    GpuProcess,
+    HealthReadings,
+    MigInstance,
+    SharingMode,
+)
+from gpulens.core.gpu_topology import GpuTopology, nvlink_domains
+from gpulens.core.mig_catalog import profile_slices
 from gpulens.core.vocabulary import NVML_THROTTLE_BITS
 from gpulens.exporter.attribution import PidPodResolver
 from gpulens.exporter.kubelet.device_ids import DeviceDirectory
-from gpulens.exporter.mig_catalog import profile_slices
-from gpulens.exporter.model import DeviceReadings, Gpu, GpuProcess, HealthReadings, MigInstance, SharingMode
 from gpulens.exporter.nvml.funnel import ErrorClass, GpuLifecycleError, NvmlFunnel
 from gpulens.exporter.nvml.gpm import GpmSampler
 from gpulens.exporter.nvml.topology import read_topology
 from gpulens.exporter.nvml.xid import XidEvent, XidWatcher
-from gpulens.exporter.topology import GpuTopology, nvlink_domains
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +74,7 @@ class _MigIdentity:
 
 
 class NvmlDeviceSource:
-    """A :class:`exporter.model.DeviceSource` on NVML (``pynvml`` or a fake with the same names)."""
+    """A :class:`gpulens.core.device_model.DeviceSource` on NVML (``pynvml`` or a fake with the same names)."""
 
     def __init__(
         self,
@@ -150,7 +157,7 @@ class NvmlDeviceSource:
     def take_errors(self) -> dict[str, int]:
         """Unexpected NVML answers (neither a value, absent, benign nor a lost GPU: ``Unknown``,
         ``InvalidArgument``...) since the previous call, readings and the XID watch alike, under ``nvml``
-        (:class:`~gpulens.exporter.model.ErrorCounting`). A lost GPU is ``gpulens_gpu_up`` 0, not counted here."""
+        (:class:`~gpulens.core.device_model.ErrorCounting`). A lost GPU is ``gpulens_gpu_up`` 0, not counted here."""
         seen = self.funnel.errors_of(ErrorClass.OTHER)
         new, self._unexpected_taken = seen - self._unexpected_taken, seen
         return {NVML_SOURCE: new} if new else {}

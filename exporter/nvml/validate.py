@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from gpulens.exporter.model import DeviceReadings, Gpu
+from gpulens.core.device_model import DeviceReadings, Gpu
 from gpulens.exporter.nvml.funnel import NvmlFunnel
 from gpulens.exporter.nvml.source import NvmlDeviceSource
 

@@ -15,8 +15,8 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from gpulens.core import metric_catalog as M
+from gpulens.core.device_model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot, allocatable_devices
 from gpulens.core.metric_catalog import MetricSpec, OtelKind
-from gpulens.exporter.model import WHOLE_GPU_PROFILE, Gpu, NodeSnapshot, allocatable_devices
 
 SnapshotProvider = Callable[[], NodeSnapshot | None]
 

@@ -10,7 +10,7 @@ Spans: the cycle creates them through the global OpenTelemetry API; this install
 ``TracerProvider`` globally (or, when one is already installed, adds a span processor to it).
 
 Failed exports (the endpoint refuses, is unreachable after the SDK's retries) are counted under ``otlp``:
-the handle is :class:`~gpulens.exporter.model.ErrorCounting` and the cycle adds it to ``errors_total``.
+the handle is :class:`~gpulens.core.device_model.ErrorCounting` and the cycle adds it to ``errors_total``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from gpulens.core import __version__
-from gpulens.exporter.model import ErrorCounter, ErrorCounting, NodeSnapshot
+from gpulens.core.device_model import ErrorCounter, ErrorCounting, NodeSnapshot
 from gpulens.exporter.otel.metrics import register_instruments
 from gpulens.exporter.settings import ExporterSettings, OtlpProtocol
 
@@ -111,7 +111,7 @@ class OtelHandle:
     _done: bool = False
 
     def take_errors(self) -> dict[str, int]:
-        """Failed exports since the previous call, under ``otlp`` (:class:`~gpulens.exporter.model.ErrorCounting`)."""
+        """Failed exports since the previous call, under ``otlp`` (:class:`~gpulens.core.device_model.ErrorCounting`)."""
         return self.errors.take_errors()
 
     def force_flush(self, timeout_millis: int = 10_000) -> None:

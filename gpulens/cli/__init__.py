@@ -1,4 +1,4 @@
-"""The ``gpulens`` command line. Each sub-command lives in ``gpulens/commands/`` and registers itself."""
+"""The ``gpulens`` command line. Each sub-command lives in ``gpulens/cli/commands/`` and registers itself."""
 
 from __future__ import annotations
 

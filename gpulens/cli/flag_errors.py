@@ -3,7 +3,7 @@
 Commands build pydantic settings from their flags; pydantic reports field names and internal units
 (``window_seconds: Value error``, ``percentile: less than or equal to 1`` for a flag given in %).
 Each command declares once which flag feeds which field (``Flag``); ``describe_flag_errors`` then
-says ``--window: not a duration (use 15s, 5m, 2h, 14d)`` and ``--percentile: must be at most 100 %``.
+says ``--window: not a duration (use 90s, 5m, 1.5h, 1h30m, 14d, 2w)`` and ``--percentile: must be at most 100 %``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import typer
 from pydantic import ValidationError
 
 from gpulens.core.errors import UserError
+from gpulens.core.timeparse import DURATION_EXAMPLES, is_duration
 
-DURATION_EXAMPLES = "15s, 5m, 2h, 14d"
-_DURATION_TEXT = re.compile(r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|h|d|w)?\s*$")
 _WITHIN = {"gt": operator.gt, "ge": operator.ge, "lt": operator.lt, "le": operator.le}
 _BOUNDS = {"gt": "must be more than", "ge": "must be at least", "lt": "must be less than", "le": "must be at most"}
 
@@ -36,7 +35,7 @@ class Flag:
     scale: float = 1.0
     """field value = flag value x scale (a flag in % feeds a ratio: 0.01)."""
     duration: str | None = None
-    """Examples when the flag takes a duration (``15s, 5m, 2h, 14d``); None otherwise."""
+    """Examples when the flag takes a duration (``90s, 5m, 1.5h, 1h30m, 14d, 2w``); None otherwise."""
 
     def number(self, field_value: Any) -> str:
         """A field value (or bound) in the flag's terms."""
@@ -85,7 +84,7 @@ def _describe(err: Any, flag: Flag | None, flags: Mapping[str, Flag]) -> str:
         where = ".".join(str(p) for p in err["loc"])
         return f"{where}: {message}" if where else _in_flag_names(message, flags)
     given = err.get("input")
-    if flag.duration is not None and isinstance(given, str) and not _DURATION_TEXT.match(given):
+    if flag.duration is not None and isinstance(given, str) and not is_duration(given):
         return f"{flag.name}: not a duration (use {flag.duration})"
     ctx = err.get("ctx") or {}
     bound = next(((k, v) for k, v in ctx.items() if k in _BOUNDS), None)

@@ -159,8 +159,8 @@ class FakeKubernetesApi:
 
     def add_pod(self, namespace: str, name: str, node: str, *, labels: dict[str, str] | None = None,
                 uid: str = "", owner: tuple[str, str] | None = None, phase: str = "Running",
-                annotations: dict[str, str] | None = None) -> None:
-        """Append a pod to the cluster-wide pod list ``/api/v1/pods``."""
+                annotations: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> None:
+        """Append a pod to the cluster-wide pod list ``/api/v1/pods`` (``limits``: its one container's)."""
         pods = self.objects.setdefault("/api/v1/pods", {"kind": "PodList", "items": []})
         meta: dict[str, Any] = {"namespace": namespace, "name": name, "uid": uid or f"uid-{name}",
                                 "labels": labels or {}}
@@ -168,7 +168,10 @@ class FakeKubernetesApi:
             meta["annotations"] = annotations
         if owner:
             meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
-        pods["items"].append({"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}})
+        spec: dict[str, Any] = {"nodeName": node}
+        if limits:
+            spec["containers"] = [{"name": "main", "resources": {"limits": limits}}]
+        pods["items"].append({"metadata": meta, "spec": spec, "status": {"phase": phase}})
 
     def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         self.objects[f"/api/v1/namespaces/{name}"] = {"metadata": {"name": name, "labels": labels or {}}}

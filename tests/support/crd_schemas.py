@@ -5,8 +5,8 @@ types, patterns and enums upstream declares; every other field is refused, as th
 field validation (kubectl's default) refuses a field its CRD does not know. A new field or kind in
 deploy/ is added here from the upstream CRD of the version named:
 
-- ServiceMonitor, PrometheusRule: prometheus-operator v0.93.0
-  (example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml).
+- ServiceMonitor, PrometheusRule, AlertmanagerConfig (v1alpha1): prometheus-operator v0.93.0
+  (example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules,alertmanagerconfigs}.yaml).
 
 Objects gpulens writes to other systems' CRDs are checked against a trimmed copy of the published schema,
 stored with its source commit in ``tests/fixtures``:
@@ -68,6 +68,35 @@ PROMETHEUS_RULE_SPEC = closed({
     }, ("name",))},
 })
 
+MATCHER = closed({
+    "name": {"type": "string", "minLength": 1},
+    "matchType": {"type": "string", "enum": ["!=", "=", "=~", "!~"]},
+    "value": {"type": "string"},
+    "regex": {"type": "boolean"},
+}, ("name",))
+
+ROUTE: dict[str, Any] = closed({
+    "receiver": {"type": "string"},
+    "groupBy": {"type": "array", "items": {"type": "string"}},
+    "groupWait": {"type": "string"},
+    "groupInterval": {"type": "string"},
+    "repeatInterval": {"type": "string"},
+    "matchers": {"type": "array", "items": MATCHER},
+    "continue": {"type": "boolean"},
+})
+
+ALERTMANAGER_CONFIG_SPEC = closed({
+    "route": ROUTE,
+    "receivers": {"type": "array", "items": closed({
+        "name": {"type": "string", "minLength": 1},
+        "webhookConfigs": {"type": "array", "items": closed({
+            "url": {"type": "string"},
+            "sendResolved": {"type": "boolean"},
+            "maxAlerts": {"type": "integer", "minimum": 0},
+        })},
+    }, ("name",))},
+})
+
 KAI_QUEUE_SPEC: dict[str, Any] = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "kai_queue_spec.schema.json").read_text(encoding="utf-8"))
 """``spec`` of KAI Scheduler's Queue as published (descriptions dropped, every object closed)."""
@@ -75,6 +104,7 @@ KAI_QUEUE_SPEC: dict[str, Any] = json.loads(
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR_SPEC,
     ("monitoring.coreos.com/v1", "PrometheusRule"): PROMETHEUS_RULE_SPEC,
+    ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"): ALERTMANAGER_CONFIG_SPEC,
 }
 
 

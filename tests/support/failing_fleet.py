@@ -8,9 +8,9 @@ from pathlib import Path
 from gpulens.analytics.run import analyze
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.backfill import backfill_simulated
-from gpulens.exporter.sim.fault_fleet import fault_fleet
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import Scenario
+from gpulens.sim.fault_fleet import fault_fleet
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario import Scenario
 
 DAY = 86400.0
 FAILED = ("train-h100-3", 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from gpulens.exporter.model import (
+from gpulens.core.device_model import (
     Allocation,
     DeviceReadings,
     Gpu,
@@ -146,7 +146,7 @@ def with_topology(gpu: Gpu, peer: Gpu) -> Gpu:
     """``gpu`` with every topology reading: NUMA, NVLink links, a peer, and a completed fabric registration."""
     from dataclasses import replace
 
-    from gpulens.exporter.topology import FabricInfo, GpuTopology, PeerLink
+    from gpulens.core.gpu_topology import FabricInfo, GpuTopology, PeerLink
 
     topology = GpuTopology(
         numa_node=1, cpu_affinity="56-111,168-223", nvlink_active=18, nvlink_inactive=0,

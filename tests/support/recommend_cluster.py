@@ -70,3 +70,9 @@ def live_resource_quota() -> dict[str, Any]:
         "metadata": {"name": "gpu-quota", "namespace": "ns-c"},
         "spec": {"hard": {"requests.nvidia.com/gpu": "8", "requests.cpu": "64", "pods": "100"}},
     }
+
+
+def gpu_nominal(body: dict[str, Any], flavor: str) -> int:
+    """The ``nvidia.com/gpu`` nominalQuota of ``flavor`` in a ClusterQueue body."""
+    return next(r["nominalQuota"] for g in body["spec"]["resourceGroups"] for f in g["flavors"] if f["name"] == flavor
+                for r in f["resources"] if r["name"] == "nvidia.com/gpu")

@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from gpulens.collector.schema import create_schema
-from gpulens.exporter.mig_catalog import MIB, model_by_name
+from gpulens.core.mig_catalog import MIB, model_by_name
 
 GIB = 1024**3
 T0 = datetime(2026, 11, 1)

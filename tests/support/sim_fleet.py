@@ -7,9 +7,9 @@ from functools import cache
 
 from gpulens.exporter.server import serve_in_thread
 from gpulens.exporter.settings import ExporterSettings
-from gpulens.exporter.sim.fleet import SimulatedFleet
-from gpulens.exporter.sim.scenario import Scenario
-from gpulens.exporter.sim.scenario_file import load_scenario
+from gpulens.sim.fleet import SimulatedFleet
+from gpulens.sim.scenario import Scenario
+from gpulens.sim.scenario_file import load_scenario
 
 
 @cache

@@ -1,6 +1,6 @@
 """A small deterministic fleet as store frames, for benchmarks and round-trip tests of the collector.
 
-Unlike the simulator (``exporter/sim``) it models nothing realistic: it is a fast, seedable table of
+Unlike the simulator (``gpulens/sim``) it models nothing realistic: it is a fast, seedable table of
 known values (numpy), so that "what went in" is exactly known when checking what the collector
 stored. Each node has one H200 in MIG mode (a ``3g.71gb`` and two ``1g.18gb`` instances, one of them
 unallocated) and ``whole_gpus`` whole H100s; tenant strings can be made hostile on purpose.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import IDLE_RULE, load, overview, run_header
+from gpulens.dashboards.streamlit.support import IDLE_RULE, in_time_range, load, overview, run_header, table
 
 CHART_POINTS = 1000  # most time buckets drawn; longer windows average neighbouring buckets
 
@@ -18,14 +18,14 @@ cols[1].metric("GPUs", info["gpus"])
 cols[2].metric("devices (GPUs + MIG)", info["devices"])
 cols[3].metric("tenants", info["tenants"])
 cols[4].metric("GPU-equivalents", f"{info['total_ge'] or 0:.1f}")
-st.caption(f"Samples from {info['first_sample']} to {info['last_sample']} (UTC).")
+st.caption(f"Samples from {info['first_sample']:%Y-%m-%d %H:%M} to {info['last_sample']:%Y-%m-%d %H:%M} (UTC).")
 
-states = load("capacity_states", max_points=CHART_POINTS)
+states = in_time_range(load("capacity_states", max_points=CHART_POINTS), "bucket")
 st.subheader("Capacity states over time")
 st.caption("Average GPU-equivalents (1 per GPU, g/7 per MIG slice) per state in each bucket. " + IDLE_RULE)
 st.altair_chart(charts.capacity_area(states), width="stretch")
 totals = states.drop("bucket").mean()
-st.dataframe(totals, hide_index=True)
+table(totals)
 
 st.subheader("Stranded capacity by node")
 st.caption("Free GPU-equivalents that no pending request shape could use (fragmentation).")
@@ -33,11 +33,10 @@ stranded = load("fragmentation_by_node")
 if stranded.height == 0 or stranded["stranded_ge_hours"].sum() == 0:
     st.text("Nothing stranded in this window.")
 if stranded.height:
-    st.dataframe(
-        stranded, hide_index=True, width="stretch",
-        column_config={
-            "stranded_ge_hours": st.column_config.NumberColumn("stranded GE-hours", format="%.2f"),
-            "avg_free_ge": st.column_config.NumberColumn("avg free GE (buckets with free capacity)", format="%.3f"),
+    table(
+        stranded, **{
+            "stranded_ge_hours": st.column_config.NumberColumn("stranded GE-hours", format="localized"),
+            "avg_free_ge": st.column_config.NumberColumn("avg free GE (buckets with free capacity)", format="%.2f"),
             "why": st.column_config.TextColumn("why (reason holding most of the node's stranded GE-hours)"),
             "why_share": st.column_config.NumberColumn("that reason, share of the node's stranded GE-hours",
                                                        format="percent"),

@@ -6,15 +6,15 @@ import polars as pl
 import streamlit as st
 
 from gpulens.core.states import HealthState
-from gpulens.dashboards.streamlit.support import load, run_header, try_load
+from gpulens.dashboards.streamlit.support import in_time_range, load, run_header, table, try_load
 
 st.title("Health and drain list")
 run_header()
-xids = load("recent_xids")
+xids = in_time_range(load("recent_xids"), "ts")
 health = try_load("health")
 if health is None:
     st.subheader("Latest XID events")
-    st.dataframe(xids, hide_index=True, width="stretch")
+    table(xids)
     st.stop()
 assert health is not None
 drain = health.filter(pl.col("drain_candidate"))
@@ -37,19 +37,17 @@ CONFIG = {
 
 st.subheader("Drain list")
 if drain.height:
-    st.dataframe(drain.select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG)
+    table(drain.select(COLUMNS), **CONFIG)
 else:
     st.success("No GPU needs draining.")
 st.subheader("Early warnings")
 if early.height:
     st.caption("Trends that precede hard failures: when each began, when it was raised, and the lead before "
                "the failure where one followed (empty: not failed in the window).")
-    st.dataframe(early.select(EARLY), hide_index=True, width="stretch", column_config=CONFIG)
+    table(early.select(EARLY), **CONFIG)
 else:
     st.success("No early-warning trend in the window.")
 st.subheader("Warnings")
-st.dataframe(
-    health.filter(pl.col("state") == HealthState.WARN.value).select(COLUMNS), hide_index=True, width="stretch", column_config=CONFIG
-)
+table(health.filter(pl.col("state") == HealthState.WARN.value).select(COLUMNS), **CONFIG)
 st.subheader("Latest XID events")
-st.dataframe(xids, hide_index=True, width="stretch")
+table(xids)

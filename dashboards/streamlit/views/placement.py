@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit.support import run_header, try_load
+from gpulens.dashboards.streamlit.support import run_header, table, try_load
 
 st.title("Placement by topology")
 run_header()
@@ -23,11 +23,11 @@ if worse is not None:
             workloads=pl.struct("namespace", "workload_kind", "workload").n_unique(),
             ge_hours_affected=pl.col("ge_hours_affected").max(),
         ).sort("ge_hours_affected", "tenant", descending=[True, False])
-        st.dataframe(by_tenant, hide_index=True, width="stretch")
+        table(by_tenant)
         tenants = sorted(worse["tenant"].unique().to_list())
         picked = st.selectbox("Tenant", ["all", *tenants], key="placement_tenant")
         shown = worse if picked == "all" else worse.filter(pl.col("tenant") == picked)
-        st.dataframe(shown, hide_index=True, width="stretch")
+        table(shown)
 stranded = try_load("placement_stranded")
 if stranded is not None:
     st.subheader("Free GPUs stranded by topology, per domain")
@@ -37,4 +37,4 @@ if stranded is not None:
         st.text("No domain with free GPUs in this scope.")
     else:
         st.metric("GPUs stranded by topology", int(stranded["stranded_gpus"].sum()))
-        st.dataframe(stranded, hide_index=True, width="stretch")
+        table(stranded)

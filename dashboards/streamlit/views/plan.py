@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit.support import try_load
+from gpulens.dashboards.streamlit.support import table, try_load
 
 st.title("Quota plan")
 plan = try_load("quota_plan")
@@ -30,7 +30,7 @@ cols[1].metric("On drain candidates", pool["drained"])
 cols[2].metric("Reserve", pool["reserve"])
 cols[3].metric("Capacity for quotas", pool["capacity"])
 if pool["conflict"]:
-    st.error("Conflict, nothing written: " + str(pool["conflict"]))
+    st.error("Conflict: these queues keep their quotas: " + str(pool["conflict"]))
 long = rows.select(
     "cluster_queue", pl.col("current_quota").alias("current"), pl.col("planned_quota").cast(pl.Float64).alias("planned"),
 ).unpivot(index="cluster_queue", variable_name="quota", value_name="units")
@@ -41,9 +41,8 @@ bars = alt.Chart(long.to_pandas()).mark_bar().encode(
 )
 st.altair_chart(bars, width="stretch")
 st.caption(f"Sum planned {int(rows['planned_quota'].sum())} of a capacity line of {pool['capacity']} units.")
-st.dataframe(
+table(
     rows.select("cluster_queue", "tenant", "weight", "current_quota", "planned_quota", "target_quota", "demand_p95",
                 "pending_share", "binding_constraint", "explanation"),
-    hide_index=True, width="stretch",
-    column_config={"explanation": st.column_config.TextColumn("why", width="large")},
+    explanation=st.column_config.TextColumn("why", width="large"),
 )

@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import load
+from gpulens.dashboards.streamlit.support import in_time_range, load, table
 
 
 def _readable(key: str, value: object) -> str:
@@ -27,9 +27,11 @@ recs = load("recommendations")
 scope = st.radio("Kind", ["workload", "quota", "mig_conversion"], horizontal=True, key="kind")
 shown = recs.filter(pl.col("scope") == scope)
 st.caption(f"{shown.height} of {recs.height} recommendations of the newest `gpulens recommend` run.")
-st.dataframe(
+table(
     shown.select("tenant", "target", "flavor", "change", "action", "confidence_label", "history_days", "reasons"),
-    hide_index=True, width="stretch",
+    confidence_label=st.column_config.TextColumn("confidence"),
+    history_days=st.column_config.NumberColumn("history (days)", format="%.1f"),
+    reasons=st.column_config.TextColumn("why", width="large"),
 )
 
 workloads = recs.filter(pl.col("scope") == "workload")
@@ -47,8 +49,8 @@ if scope == "workload" and workloads.height:
                 pl.DataFrame({"figure": list(figures), "value": [_readable(k, v) for k, v in figures.items()]}),
                 hide_index=True,
             )
-        series = load("workload_series", namespace=row["target_namespace"], kind=row["target_kind"],
-                      name=row["target_name"])
+        series = in_time_range(load("workload_series", namespace=row["target_namespace"], kind=row["target_kind"],
+                      name=row["target_name"]), "bucket")
         left, right = st.columns(2)
         left.altair_chart(charts.evidence_lines(series), width="stretch")
         right.altair_chart(charts.memory_line(series), width="stretch")

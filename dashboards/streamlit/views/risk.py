@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import load, run_header
+from gpulens.dashboards.streamlit.support import load, run_header, table
 
 st.title("Isolation risk")
 run_header()
@@ -18,6 +18,6 @@ if terms.height:
 else:
     st.text("No risk term applies to any subject in this scope.")
 st.subheader("Scores")
-st.dataframe(scores, hide_index=True, width="stretch")
+table(scores)
 st.subheader("Terms and reasons")
-st.dataframe(terms, hide_index=True, width="stretch")
+table(terms)

@@ -6,7 +6,7 @@ import polars as pl
 import streamlit as st
 
 from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import IDLE_RULE, load, run_header
+from gpulens.dashboards.streamlit.support import IDLE_RULE, load, run_header, table
 
 st.title("Tenants")
 run_header()
@@ -20,13 +20,11 @@ long = usage.unpivot(
     variable_name="state", value_name="ge_hours",
 ).with_columns(pl.col("state").str.replace("_ge_hours", ""))
 st.altair_chart(charts.stacked_bars(long, "tenant", "state", "ge_hours", "GE-hours"), width="stretch")
-st.dataframe(
-    usage, hide_index=True, width="stretch",
-    column_config={
-        "idle_share": st.column_config.NumberColumn("idle, share of its held GE-hours", format="percent"),
-        "idle_cost_usd": st.column_config.NumberColumn("idle cost (billed, USD)", format="%.2f"),
-        "held_cost_usd": st.column_config.NumberColumn("held cost (billed, USD)", format="%.2f"),
-    },
+table(
+    usage,
+    idle_share=st.column_config.NumberColumn("idle, share of its held GE-hours", format="percent"),
+    idle_cost_usd=st.column_config.NumberColumn("idle cost (billed, USD)", format="dollar"),
+    held_cost_usd=st.column_config.NumberColumn("held cost (billed, USD)", format="dollar"),
 )
 
 accounts = load("chargeback_by_account")
@@ -37,4 +35,4 @@ st.altair_chart(charts.stacked_bars(accounts, "account", "state", "billed_usd", 
 tenant = st.selectbox("Tenant detail", usage["tenant"].to_list(), key="tenant")
 if tenant is not None:
     st.text(f"Tenant: {tenant}")
-    st.dataframe(accounts.filter(pl.col("account") == tenant), hide_index=True, width="stretch")
+    table(accounts.filter(pl.col("account") == tenant))

@@ -13,6 +13,7 @@ from gpulens.cli.commands import (
     plan_cmd,
     recommend_cmd,
     remediate_cmd,
+    remediate_serve_cmd,
     report_cmd,
 )
 
@@ -24,6 +25,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     recommend_cmd,
     plan_cmd,
     remediate_cmd,
+    remediate_serve_cmd,
     report_cmd,
     dashboard_cmd,
 )

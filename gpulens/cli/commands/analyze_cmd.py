@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("analyze")
     def analyze(
+        ctx: typer.Context,
         db: Annotated[Path, typer.Option("--db", help="The store (DuckDB file) to analyse.")] = Path("gpulens.duckdb"),
         window: Annotated[str, typer.Option(help="Length of the analysed window, e.g. 7d, 24h.")] = "14d",
         bucket: Annotated[str, typer.Option(help=(
@@ -38,7 +39,7 @@ def register(app: typer.Typer) -> None:
             "divide a day (1m, 5m, 15m, 1h). Idle is decided per sample, so the bucket moves no idle figure; "
             "finer buckets give finer detail and cost more (5m: about 1.8x the CPU of 1h)."))] = "1h",
         end: Annotated[
-            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
+            str | None, typer.Option(help="Window end (ISO 8601, UTC if no offset; Unix seconds; now-1h); default: the last complete bucket of the data (never after the newest sample's interval, never in the future).")
         ] = None,
         activity_threshold: Annotated[
             float, typer.Option(callback=finite, help="Allocated devices below this activity ratio (0..1) count as allocated-idle.")
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Write the FOCUS chargeback as CSV and Parquet into this folder.")
         ] = None,
         config: Annotated[
-            Path | None, typer.Option(help="YAML with further settings (risk weights, health rules); flags override it.")
+            Path | None, typer.Option(help="YAML with any analysis setting (window_seconds, risk weights, health rules); a flag typed overrides it.")
         ] = None,
         parts_from: Annotated[
             list[Path] | None,
@@ -100,25 +101,22 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.run import analyze as run_analysis
         from gpulens.analytics.settings import AnalysisSettings
         from gpulens.cli.flag_errors import describe_flag_errors
+        from gpulens.cli.given_flags import given_flags
         from gpulens.collector.store_errors import storage_failures
         from gpulens.core.config import load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
-        try:
-            end_ts = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else None
-        except ValueError as exc:
-            raise UserError(f"--end {end!r} is not an ISO 8601 time") from exc
-        flags = {
+        flags = given_flags(ctx, {
             "window_seconds": window,
             "bucket_seconds": bucket,
-            "end": end_ts,
+            "end": end,
             "activity_threshold": activity_threshold,
             "prices_path": prices,
             "mig_proration": mig_proration,
             "unallocated": unallocated,
             "parquet_dir": parquet,
             "out_dir": out,
-        }
+        }, FLAGS)
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
         except ValidationError as exc:

@@ -11,9 +11,9 @@ import typer
 
 from gpulens.cli.flag_errors import days as days_flag
 from gpulens.collector.store_errors import storage_failures
-from gpulens.collector.timeparse import format_time
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact
+from gpulens.core.timeparse import format_time
 
 COLLECT_HELP = (
     "Fill the DuckDB store (--db) from exactly one source; every window is written in one transaction, "
@@ -37,7 +37,7 @@ COLLECT_HELP = (
     "NetworkPolicies (in-cluster config, else --kubeconfig / ~/.kube/config); tenants follow "
     "--tenancy-config, the exporter's rules, so a pod has the same tenant in both.\n\n"
     "--simulate: backfill --days of simulated history at --step (default 60s) in virtual time.\n\n"
-    "Times: Unix seconds, RFC 3339 (2026-11-28T00:00:00Z), now or now-6h. Durations: 15s, 5m, 2h, 14d.\n\n"
+    "Times: Unix seconds, RFC 3339 (2026-11-28T00:00:00Z), now or now-6h. Durations: 90s, 5m, 1.5h, 1h30m, 14d, 2w.\n\n"
     "Example: gpulens collect --prometheus http://prometheus:9090 --start now-1d --end now --step 60s "
     "--db gpulens.duckdb"
 )
@@ -68,7 +68,7 @@ def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, 
                 schema: str, max_body_size: str) -> None:
     from gpulens.collector.scrape import ScrapeSummary, scrape_loop
     from gpulens.collector.sizeparse import parse_size
-    from gpulens.collector.timeparse import parse_duration
+    from gpulens.core.timeparse import parse_duration
 
     if not urls:
         raise UserError("--scrape needs at least one URL")
@@ -128,7 +128,7 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
     from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range, source_of
     from gpulens.collector.prometheus_rollups import ROLLUP_INTERVAL_SECONDS
     from gpulens.collector.store import Store, WindowResult
-    from gpulens.collector.timeparse import parse_duration, parse_time
+    from gpulens.core.timeparse import parse_duration, parse_time
 
     _require_http_url(url, "--prometheus")
     step_s = parse_duration(step, what="--step")
@@ -182,9 +182,9 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
 def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | None, timeout: str) -> None:
     from gpulens.collector.inventory import collect_inventory
     from gpulens.collector.store import Store
-    from gpulens.collector.timeparse import parse_duration
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
-    from gpulens.exporter.tenancy.rules import load_tenancy_config
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.tenancy.rules import load_tenancy_config
+    from gpulens.core.timeparse import parse_duration
 
     config = load_tenancy_config(tenancy_config)
     timeout_s = parse_duration(timeout, what="--timeout")
@@ -197,7 +197,7 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | No
 
 def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: str | None) -> None:
     from gpulens.collector.backfill import ChunkProgress, backfill_simulated
-    from gpulens.collector.timeparse import parse_duration, parse_time
+    from gpulens.core.timeparse import parse_duration, parse_time
 
     step_s = parse_duration(step, what="--step")
     end_s = parse_time(end, what="--end") if end else time.time()

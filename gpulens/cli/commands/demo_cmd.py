@@ -14,17 +14,21 @@ from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
     from gpulens.exporter.server import ExporterHandle
-    from gpulens.exporter.sim.fleet import SimulatedFleet
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario import Scenario
 
 DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster needed).
 
 Steps: start one live exporter per simulated node on loopback; scrape them once into
 DIR/gpulens.duckdb and print who holds what; backfill --days of history in virtual time; analyze
 idle capacity, fragmentation, isolation risk, health, placement by topology and chargeback; recommend
-quotas and a MIG layout (dry-run YAML in DIR/recommendations/); write the HTML report to
-DIR/report/index.html.
+quotas and a MIG layout (dry-run YAML in DIR/recommendations/); plan every ClusterQueue's quota together
+under DIR/plan-policy.yaml (dry-run YAML in DIR/plan/) and show what the default n+1 reserve would do;
+decide the quarantine of failing GPUs (dry run, DIR/remediation/); write the HTML report to
+DIR/report/index.html; end with one line per decision.
 
-The store, report and recommendations in DIR are replaced on every run; nothing else there is touched.
+The store, report, policy and dry-run YAML in DIR are replaced on every run (DIR/remediation/ gets this run's
+files); nothing else there is touched.
 """
 
 _OUTPUTS = ("gpulens.duckdb", "gpulens.duckdb.wal")
@@ -62,11 +66,11 @@ def register(app: typer.Typer) -> None:
 
 def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, serve: bool) -> None:
     """Run every stage of the pipeline, printing progress and the headline results."""
-    from gpulens.collector.timeparse import parse_duration
+    from gpulens.core.timeparse import parse_duration
 
     step_seconds = parse_duration(step, what="--step")
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     scenario = load_scenario(scenario_path)
     fleet = SimulatedFleet(scenario)
@@ -77,7 +81,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
     db = out / "gpulens.duckdb"
     for name in _OUTPUTS:
         (out / name).unlink(missing_ok=True)
-    total = 6
+    total = 8
     began = time.perf_counter()
 
     _step(1, total, f"starting {len(fleet.node_names())} simulated exporters on loopback")
@@ -95,12 +99,21 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         _analyze(db, out)
 
         _step(5, total, "recommending quotas (dry run)")
-        _recommend(db, out / "recommendations")
+        decided = _recommend(db, out / "recommendations")
 
-        _step(6, total, "writing the report")
+        _step(6, total, "planning every ClusterQueue's quota together (dry run)")
+        decided[1:1] = _plan(db, out, scenario)
+
+        _step(7, total, "deciding the quarantine of failing GPUs (dry run)")
+        decided.insert(3, _quarantine(db, out / "remediation"))
+
+        _step(8, total, "writing the report")
         from gpulens.analytics.report.writer import write_report
 
         report = write_report(db, out / "report")
+        _say("\nWhat the loop decided on this fleet:")
+        for line in decided:
+            _say(f"  - {line}")
         _say(f"\nDone in {time.perf_counter() - began:.0f} s.")
         _say(f"  report:     {report.resolve()}  (open it in a browser)")
         _say(f"  store:      {db.resolve()}")
@@ -196,9 +209,11 @@ def _analyze(db: Path, out: Path) -> None:
     print("\n" + render_placement(db), flush=True)
 
 
-def _recommend(db: Path, out_dir: Path) -> None:
+def _recommend(db: Path, out_dir: Path) -> list[str]:
+    """Recommend quotas and a MIG layout; the lines of the quota cut and of the layout."""
     from gpulens.analytics.miglayout.run import layout_for_recommendations, write_layout_files
     from gpulens.analytics.recommend import recommend, write_dry_run
+    from gpulens.cli.demo_loop import cut_line, layout_line
 
     report = recommend(db)
     print(report.render(), flush=True)
@@ -209,3 +224,35 @@ def _recommend(db: Path, out_dir: Path) -> None:
     files = write_layout_files(layout, out_dir)
     _say(f"  {len(files)} MIG layout and workload files in {out_dir}/mig and {out_dir}/workloads (never applied: "
          "see mig/README.md)")
+    return [cut_line(report), layout_line(layout)]
+
+
+def _plan(db: Path, out: Path, scenario: Scenario) -> list[str]:
+    """The quota plan under the demo's policy, recorded for the report, and its what-if; their lines."""
+    from gpulens.analytics.plan.render import render_plan
+    from gpulens.cli.demo_loop import (
+        demo_policy,
+        plan_line,
+        plan_quotas,
+        what_if_default_reserve,
+        what_if_line,
+    )
+    from gpulens.cli.demo_loop import write_policy as write_plan_policy
+
+    policy = demo_policy(scenario)
+    policy_file = write_plan_policy(policy, out)
+    plan, written = plan_quotas(db, policy, out / "plan")
+    print(render_plan(plan), flush=True)
+    _say(f"  policy: {policy_file}; again with `gpulens plan --db {db} --policy {policy_file}`")
+    what_if = what_if_default_reserve(db)
+    return [plan_line(plan, written, out / "plan"), what_if_line(what_if)]
+
+
+def _quarantine(db: Path, out_dir: Path) -> str:
+    """`remediate` as a dry run; its line."""
+    from gpulens.cli.demo_loop import quarantine, quarantine_line
+
+    report, written = quarantine(db, out_dir)
+    print(report.render(), flush=True)
+    _say(f"  {len(written)} file(s) in {out_dir} (apply with `gpulens remediate --db ... --apply`)")
+    return quarantine_line(report)

@@ -135,8 +135,8 @@ def _list_nodes(settings: ExporterSettings) -> None:
 
     if settings.backend is not Backend.SIM:
         raise UserError("--list-nodes lists the nodes of a simulator scenario: use it with --backend sim")
-    from gpulens.exporter.sim.fleet import SimulatedFleet
-    from gpulens.exporter.sim.scenario_file import load_scenario
+    from gpulens.sim.fleet import SimulatedFleet
+    from gpulens.sim.scenario_file import load_scenario
 
     for name in SimulatedFleet(load_scenario(settings.scenario)).node_names():
         typer.echo(name)

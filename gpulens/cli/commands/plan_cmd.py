@@ -25,8 +25,9 @@ PLAN_HELP = (
     "budgets and one step per apply (--policy FILE). Demand per queue is what `gpulens recommend` asks; no "
     "queue with pending work is cut. Method: weighted max-min fairness by water-filling, in whole units; "
     "the same store and policy give the same plan.\n\n"
-    "Explains the binding constraint per queue and what relaxing it gives. When guarantees and holds "
-    "exceed capacity, the conflict is reported with amounts and nothing is written.\n\n"
+    "Explains the binding constraint per queue and what relaxing it gives. When the guarantees and holds of a "
+    "flavor and resource exceed its capacity, the conflict is reported with amounts and its queues keep their "
+    "quotas; the other pools are planned and written, and the exit status (3) says there was a conflict.\n\n"
     "Dry run by default: writes the ClusterQueue YAML it would apply to --out. --apply sends it with "
     "server-side apply (field manager gpulens) with the guard rails of `recommend`, one outcome per object: "
     "every cut first, then the raises of each flavor only if all its cuts landed, so no flavor goes over "
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.plan.render import render_plan, render_what_if
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import unsettled_line
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         extra = parse_add_capacity(add_capacity or [])
         if extra and apply:
@@ -121,8 +122,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(render_what_if(base, what_if, extra))
             return
         typer.echo(render_plan(base))
-        if not base.writable:
-            raise PlanConflict(f"{len(base.conflicts)} flavor/resource pool(s) in conflict: nothing written")
         objects = object_plans(base)
         try:
             written = write_plan_yaml(base, objects, out)
@@ -151,7 +150,9 @@ def register(app: typer.Typer) -> None:
             except UserError as exc:
                 problem = "; ".join(filter(None, [problem, f"outcomes not recorded in quota_plan: {exc}"]))
         if problem:
-            raise UserError(problem)
+            raise UserError("; ".join(filter(None, [problem, base.conflict_line])))
+        if base.conflict_line:
+            raise PlanConflict(base.conflict_line)
 
 
 def _echo_outcomes(outcomes: list[ApplyOutcome], totals: list[LiveTotal]) -> None:
@@ -174,7 +175,7 @@ def _apply(
     """Every object's outcome, cuts first; after a partial apply, each planned flavor's live total."""
     from gpulens.analytics.plan.output import apply_plan, live_totals
     from gpulens.analytics.writers.order import partial
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:

@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
         workloads_target = target == "workloads"
         if target is not None and not workloads_target and target not in TARGETS:
@@ -188,7 +188,7 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
 def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
     """Every object gets an outcome (a failing API server fails objects, not the run)."""
     from gpulens.analytics.recommend import apply_recommendations
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:

@@ -43,6 +43,49 @@ FLAGS = {
     "scope": Flag("--scope"),
 }
 
+ScopeOption = Annotated[str, typer.Option("--scope", help="auto, device (DRA DeviceTaintRule) or node.")]
+MaxShareOption = Annotated[
+    float, typer.Option("--max-share", callback=finite, help="Most of a flavor's nodes quarantined at once, in % (at least one).")
+]
+MaxNodesOption = Annotated[
+    int | None, typer.Option("--max-nodes", help="Most nodes of a flavor quarantined at once (default: no count cap).")
+]
+BreakerShareOption = Annotated[
+    float, typer.Option("--breaker-share", callback=finite, help="Hold all new quarantines above this % of a flavor turned unhealthy.")
+]
+BreakerWindowOption = Annotated[
+    str, typer.Option("--breaker-window", help="The breaker's window, before the analysed window's end.")
+]
+HealthyHoursOption = Annotated[
+    float, typer.Option("--healthy-hours", callback=finite, help="Lift the quarantine after this many hours without a signal.")
+]
+NoExecuteOption = Annotated[
+    bool, typer.Option("--no-execute-on-drain", help="Use NoExecute (evicts pods) for drain-state nodes.")
+]
+KubeconfigOption = Annotated[
+    Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
+]
+
+
+def build_policy(max_share: float, max_nodes: int | None, breaker_share: float, breaker_window: str,
+                 healthy_hours: float, scope: str, no_execute: bool) -> RemediationPolicy:
+    """The guard rails from the flags (``UserError`` naming the flag of a bad value)."""
+    from pydantic import ValidationError
+
+    from gpulens.analytics.remediation.policy import RemediationPolicy
+    from gpulens.core.timeparse import parse_duration
+
+    try:
+        return RemediationPolicy(
+            max_share=max_share / 100, max_nodes=max_nodes, healthy_seconds=healthy_hours * 3600,
+            breaker_share=breaker_share / 100,
+            breaker_seconds=parse_duration(breaker_window, what="--breaker-window"),
+            scope=scope,  # type: ignore[arg-type]
+            no_execute_states=frozenset({"drain"}) if no_execute else frozenset(),
+        )
+    except ValidationError as exc:
+        raise UserError(describe_flag_errors(exc, FLAGS)) from exc
+
 
 def register(app: typer.Typer) -> None:
     """Add the `remediate` command to `app`."""
@@ -54,48 +97,22 @@ def register(app: typer.Typer) -> None:
             "gpulens-remediation"
         ),
         apply: Annotated[bool, typer.Option("--apply", help="Change the cluster (default: dry run).")] = False,
-        kubeconfig: Annotated[
-            Path | None, typer.Option("--kubeconfig", help="Kubeconfig for --apply (default: $KUBECONFIG, ~/.kube/config).")
-        ] = None,
-        scope: Annotated[str, typer.Option("--scope", help="auto, device (DRA DeviceTaintRule) or node.")] = "auto",
-        max_share: Annotated[
-            float, typer.Option("--max-share", callback=finite, help="Most of a flavor's nodes quarantined at once, in % (at least one).")
-        ] = 10.0,
-        max_nodes: Annotated[
-            int | None, typer.Option("--max-nodes", help="Most nodes of a flavor quarantined at once (default: no count cap).")
-        ] = None,
-        breaker_share: Annotated[
-            float, typer.Option("--breaker-share", callback=finite, help="Hold all new quarantines above this % of a flavor turned unhealthy.")
-        ] = 50.0,
-        breaker_window: Annotated[
-            str, typer.Option("--breaker-window", help="The breaker's window, before the analysed window's end.")
-        ] = "1h",
-        healthy_hours: Annotated[
-            float, typer.Option("--healthy-hours", callback=finite, help="Lift the quarantine after this many hours without a signal.")
-        ] = 24.0,
-        no_execute: Annotated[
-            bool, typer.Option("--no-execute-on-drain", help="Use NoExecute (evicts pods) for drain-state nodes.")
-        ] = False,
+        kubeconfig: KubeconfigOption = None,
+        scope: ScopeOption = "auto",
+        max_share: MaxShareOption = 10.0,
+        max_nodes: MaxNodesOption = None,
+        breaker_share: BreakerShareOption = 50.0,
+        breaker_window: BreakerWindowOption = "1h",
+        healthy_hours: HealthyHoursOption = 24.0,
+        no_execute: NoExecuteOption = False,
         request_timeout: Annotated[
             str, typer.Option("--request-timeout", help="--apply: how long to wait for each API request.")
         ] = "30s",
     ) -> None:
-        from pydantic import ValidationError
-
-        from gpulens.analytics.remediation.policy import RemediationPolicy
         from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
-        from gpulens.collector.timeparse import parse_duration
+        from gpulens.core.timeparse import parse_duration
 
-        try:
-            policy = RemediationPolicy(
-                max_share=max_share / 100, max_nodes=max_nodes, healthy_seconds=healthy_hours * 3600,
-                breaker_share=breaker_share / 100,
-                breaker_seconds=parse_duration(breaker_window, what="--breaker-window"),
-                scope=scope,  # type: ignore[arg-type]
-                no_execute_states=frozenset({"drain"}) if no_execute else frozenset(),
-            )
-        except ValidationError as exc:
-            raise UserError(describe_flag_errors(exc, FLAGS)) from exc
+        policy = build_policy(max_share, max_nodes, breaker_share, breaker_window, healthy_hours, scope, no_execute)
         timeout_s = parse_duration(request_timeout, what="--request-timeout")
         check_out(out)
         now = datetime.now(UTC).replace(tzinfo=None)
@@ -133,7 +150,7 @@ def _record(db: Path, report: RemediationReport, now: datetime) -> str:
 
 def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None, timeout_s: float) -> RemediationReport:
     from gpulens.analytics.remediation.run import apply_plan
-    from gpulens.exporter.kube_api import KubernetesClient, connection_from_kubeconfig
+    from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     with KubernetesClient(connection_from_kubeconfig(kubeconfig), timeout_s=timeout_s) as api:
         return apply_plan(db, policy, api, clock=lambda: datetime.now(UTC).replace(tzinfo=None))

@@ -29,6 +29,12 @@ def register(app: typer.Typer) -> None:
             typer.Option("--per-tenant", help="Write OUT/<tenant>/ (report, CSV, Parquet) for every tenant, and "
                                               "OUT/index.html listing them for the platform team."),
         ] = False,
+        grid_gco2_per_kwh: Annotated[
+            float,
+            typer.Option("--grid-gco2-per-kwh", min=0.0,
+                         help="Grid carbon intensity for the CO2e of each tenant's energy, in gCO2e per kWh "
+                              "(default: 480, the world average of 2023; use your region's or supplier's)."),
+        ] = 480.0,
     ) -> None:
         """Write a self-contained HTML report (charts inline, works offline), the FOCUS chargeback as CSV
         and Parquet, and a per-tenant CSV into OUT. Sections whose analysis has not run yet say which
@@ -42,25 +48,25 @@ def register(app: typer.Typer) -> None:
         if tenant is not None and per_tenant:
             raise UserError("--tenant and --per-tenant cannot be used together: pick one")
         with storage_failures(db):  # a damaged block of the store: one line naming it
-            _write(db, out, run_id, tenant, per_tenant)
+            _write(db, out, run_id, tenant, per_tenant, grid_gco2_per_kwh)
 
 
-def _write(db: Path, out: Path, run_id: str | None, tenant: str | None, per_tenant: bool) -> None:
+def _write(db: Path, out: Path, run_id: str | None, tenant: str | None, per_tenant: bool, grid: float) -> None:
     """Write the fleet report, one tenant's, or every tenant's with their index, and say where."""
     if per_tenant:
         from gpulens.analytics.report.tenant_reports import write_per_tenant_reports
 
-        index, reports = write_per_tenant_reports(db, out, run_id=run_id)
+        index, reports = write_per_tenant_reports(db, out, run_id=run_id, grid_gco2_per_kwh=grid)
         typer.echo(f"{len(reports)} tenant reports written under {out}; the platform team's index: {index}")
         typer.echo(f"open it in a browser: file://{index.resolve()}")
         return
     if tenant is not None:
         from gpulens.analytics.report.tenant_reports import write_tenant_report
 
-        index = write_tenant_report(db, out, tenant, run_id=run_id)
+        index = write_tenant_report(db, out, tenant, run_id=run_id, grid_gco2_per_kwh=grid)
     else:
         from gpulens.analytics.report import write_report
 
-        index = write_report(db, out, run_id=run_id)
+        index = write_report(db, out, run_id=run_id, grid_gco2_per_kwh=grid)
     typer.echo(f"report written: {index}")
     typer.echo(f"open it in a browser: file://{index.resolve()}")

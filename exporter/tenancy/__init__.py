@@ -1,1 +1,0 @@
-"""Tenant resolution from the Kubernetes API and the kubelet-backed allocation source."""

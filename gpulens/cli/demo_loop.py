@@ -1,0 +1,120 @@
+"""The decisions of `gpulens demo` (quota plan, its what-if, quarantine), each said in one line at the end."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+if TYPE_CHECKING:
+    from gpulens.analytics.miglayout.run import LayoutRun
+    from gpulens.analytics.plan.model import FleetPlan
+    from gpulens.analytics.plan.policy import PlanPolicy
+    from gpulens.analytics.recommend import RecommendationReport
+    from gpulens.analytics.remediation.run import RemediationReport
+    from gpulens.sim.scenario import Scenario
+
+POLICY_FILE = "plan-policy.yaml"
+POLICY_HEADER = (
+    "# The demo's quota plan policy (gpulens plan --policy): every other flavor keeps the default n+1\n"
+    "# reserve; a pool dedicated to one team keeps none, since that team alone takes the loss of a node.\n"
+)
+
+
+def demo_policy(scenario: Scenario) -> PlanPolicy:
+    """The default policy, except that the flavors of pools dedicated to one tenant keep no reserve."""
+    from gpulens.analytics.plan.policy import PlanPolicy, ReservePolicy
+
+    dedicated = sorted({p.flavor for p in scenario.pools if p.dedicated_tenant is not None and p.flavor})
+    return PlanPolicy(reserve=ReservePolicy(flavors=dict.fromkeys(dedicated, 0)))
+
+
+def write_policy(policy: PlanPolicy, out: Path) -> Path:
+    """``out/plan-policy.yaml``: what differs from the default policy, for `gpulens plan --policy`."""
+    path = out / POLICY_FILE
+    body = yaml.safe_dump(policy.model_dump(mode="json", exclude_defaults=True), sort_keys=True)
+    path.write_text(POLICY_HEADER + body, encoding="utf-8")
+    return path
+
+
+def plan_quotas(db: Path, policy: PlanPolicy, out_dir: Path) -> tuple[FleetPlan, list[Path]]:
+    """Plan and record the fleet's quotas; write the dry-run ClusterQueue YAML of the pools that fit."""
+    from gpulens.analytics.plan.fleet import plan_store
+    from gpulens.analytics.plan.output import object_plans, write_plan_yaml
+
+    plan = plan_store(db, policy)
+    return plan, write_plan_yaml(plan, object_plans(plan), out_dir)
+
+
+def what_if_default_reserve(db: Path) -> FleetPlan:
+    """The same plan under the default policy (n+1 on every flavor); nothing is written or stored."""
+    from gpulens.analytics.plan.fleet import plan_store
+    from gpulens.analytics.plan.policy import PlanPolicy
+
+    return plan_store(db, PlanPolicy(), store=False)
+
+
+def quarantine(db: Path, out_dir: Path) -> tuple[RemediationReport, list[Path]]:
+    """`gpulens remediate` as a dry run under its default guard rails; the decisions are recorded in the store."""
+    from gpulens.analytics.remediation.policy import RemediationPolicy
+    from gpulens.analytics.remediation.record import record_outcomes
+    from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
+
+    check_out(out_dir)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    report = plan(db, RemediationPolicy(), now)
+    record_outcomes(db, report, now)
+    return report, write_dry_run(report, out_dir, now)
+
+
+def cut_line(report: RecommendationReport) -> str:
+    """The first quota cut `recommend` proposes, with its evidence."""
+    cuts = [q for q in report.quotas if q.action == "decrease" and q.changes]
+    if not cuts:
+        return "quota cut: none (no quota is above what its evidence asks)"
+    q = cuts[0]
+    more = f" (and {len(cuts) - 1} more)" if len(cuts) > 1 else ""
+    return f"quota cut: {q.key} {q.current} -> {q.next_value}{more}; evidence: {q.reasons[0]}"
+
+
+def plan_line(plan: FleetPlan, written: list[Path], out_dir: Path) -> str:
+    """Whether the plan holds, what it changes and where its YAML is."""
+    changed = sum(1 for p in plan.pools for q in p.queues if p.conflict is None and q.change)
+    head = f"quota plan {plan.run_id}: {len(plan.pools)} flavor/resource pool(s), {changed} quota(s) change"
+    where = f"{len(written)} ClusterQueue file(s) in {out_dir} (dry run)"
+    if plan.conflict_line:
+        return f"{head}; {plan.conflict_line}; {where}"
+    return f"{head}, every pool fits its capacity; {where}"
+
+
+def what_if_line(what_if: FleetPlan) -> str:
+    """What the default n+1 reserve on every flavor would do to the plan."""
+    if not what_if.conflicts:
+        return "what if every flavor kept an n+1 reserve: the plan still fits"
+    shorts = ", ".join(f"{p.pool.flavor}/{p.pool.resource} short {p.conflict.shortfall}"
+                       for p in what_if.conflicts if p.conflict is not None)
+    return (f"what if every flavor kept an n+1 reserve (the default policy): CONFLICT in "
+            f"{len(what_if.conflicts)} pool(s) ({shorts}): those would keep their quotas")
+
+
+def quarantine_line(report: RemediationReport) -> str:
+    """The quarantines `remediate` would make, and what its guard rails hold back."""
+    taints = [d for d in report.decisions if d.action == "taint"]
+    held = [d for d in report.decisions if d.action in ("refuse", "hold")]
+    if not taints:
+        return f"remediate (dry run): no quarantine ({len(held)} held back by the guard rails)"
+    shown = "; ".join(f"{d.node} ({d.scope} taint: {d.reason})" for d in taints)
+    return f"remediate (dry run, default guard rails): quarantine {shown}; {len(held)} held back by the guard rails"
+
+
+def layout_line(layout: LayoutRun) -> str:
+    """Which MIG layout changes fit, and what does not."""
+    p = layout.plan
+    if not p.changes and not p.reused:
+        return "MIG layout: no change fits"
+    gpus = ", ".join(f"{c.gpu.node} GPU {c.gpu.index}: {'+'.join(c.layout)}" for c in p.changes)
+    unfit = f"; {len(p.unplaced)} workload(s) do not fit" if p.unplaced else ""
+    return (f"MIG layout: fits {len(p.demands) - len(p.unplaced_workloads)} of {len(p.demands)} workload(s) "
+            f"({gpus or 'on existing free MIG devices'}){unfit}")
