@@ -19,11 +19,20 @@ from gpulens.analytics.plan.inputs import (
     latest_time,
     queue_demands,
 )
+from gpulens.analytics.plan.kai_pools import (
+    SYSTEM_KINDS,
+    is_system_pool,
+    plan_queue_systems,
+    pool_of,
+    price_pools,
+    system_capacity,
+)
 from gpulens.analytics.plan.model import FleetPlan, PoolCapacity, PoolPlan, QueueDemand
 from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
 from gpulens.analytics.plan.record import store_plan
 from gpulens.analytics.plan.solve import budget_caps, solve_pool
 from gpulens.analytics.quota import QuotaSettings
+from gpulens.collector.queue_systems import CLUSTER_QUEUE
 from gpulens.collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
@@ -35,10 +44,12 @@ class PlanConflict(UserError):
 
 
 def plan_pools(
-    pools: Mapping[tuple[str, str], PoolCapacity], demands: Sequence[QueueDemand], policy: PlanPolicy
+    pools: Mapping[tuple[str, str], PoolCapacity], demands: Sequence[QueueDemand], policy: PlanPolicy,
+    budgets: tuple[Mapping[tuple[str, str, str], int | None], Sequence[str]] | None = None,
 ) -> tuple[tuple[PoolPlan, ...], tuple[QueueDemand, ...], tuple[str, ...]]:
-    """Decide every pool that has queues; entries whose flavor and resource have no known capacity stay unplanned."""
-    caps, notes = budget_caps([d for d in demands if (d.flavor, d.resource) in pools], pools, policy)
+    """Decide every pool that has queues; entries whose flavor and resource have no known capacity stay unplanned.
+    ``budgets``: the budget caps and notes, where they were split over more queues than ``demands``."""
+    caps, notes = budgets or budget_caps([d for d in demands if (d.flavor, d.resource) in pools], pools, policy)
     per_pool: dict[tuple[str, str], list[QueueDemand]] = defaultdict(list)
     unplanned = []
     for d in demands:
@@ -84,25 +95,37 @@ def make_plan(
     start = end - timedelta(days=policy.window_days)
     settings = QuotaSettings(max_step=policy.max_step, min_step_units=policy.min_step_units,
                              min_cut_days=policy.min_evidence_days_to_cut)  # one cut rule: recommend's
-    demands = queue_demands(con, start, end, settings)
-    if not demands:
-        raise UserError("the store holds no Kueue ClusterQueue quotas in the window: nothing to plan")
+    everything = queue_demands(con, start, end, settings, (CLUSTER_QUEUE, *SYSTEM_KINDS), pool_of)
+    if not everything:
+        raise UserError("the store holds no Kueue ClusterQueue, KAI or Volcano queue quotas in the window: "
+                        "nothing to plan")
+    demands = [d for d in everything if d.kind == CLUSTER_QUEUE]
+    systems = [d for d in everything if d.kind != CLUSTER_QUEUE]
     flavors = {d.flavor for d in demands}
     fleet = inventory_capacity(con, flavors, start, policy.hours_per_month)
     pools, notes = dict(fleet.pools), list(fleet.notes)
+    cluster, cluster_notes = system_capacity(con, systems, start, policy.hours_per_month, kueue=bool(demands))
+    notes += cluster_notes
     if capacity is not None:
         pools = apply_capacity_file(pools, capacity)
+        cluster = {k: v for k, v in apply_capacity_file(cluster, capacity).items() if is_system_pool(k[0])}
+        pools = {k: v for k, v in pools.items() if not is_system_pool(k[0])}
     if extra:
+        known = flavors | {d.flavor for d in systems}
         for flavor, resource in extra:
-            if (flavor, resource) not in pools and flavor not in flavors:
+            if (flavor, resource) not in pools and (flavor, resource) not in cluster and flavor not in known:
                 raise UserError(f"invalid --add-capacity: no queue uses flavor {flavor!r}")
-        pools = add_capacity(pools, dict(extra))
-    plans, unplanned, budget_notes = plan_pools(pools, demands, policy)
+        pools = add_capacity(pools, {k: n for k, n in extra.items() if not is_system_pool(k[0])})
+        cluster = add_capacity(cluster, {k: n for k, n in extra.items() if is_system_pool(k[0])})
+    priced = {**pools, **price_pools(systems, cluster)}
+    caps = budget_caps([d for d in everything if (d.flavor, d.resource) in priced], priced, policy)
+    plans, unplanned, budget_notes = plan_pools(pools, demands, policy, caps)
     for d in unplanned:
         why = fleet.lacks(d.flavor, d.resource) or "capacity unknown: no devices on the flavor's nodes"
         notes.append(f"{d.queue} {d.flavor}/{d.resource}: {why} and it is not in --capacity: not planned")
-    return FleetPlan(run_id_of(start, end, policy, pools), generated_at, start, end, policy, plans, unplanned,
-                     tuple(notes) + budget_notes)
+    system = plan_queue_systems(systems, cluster, policy, caps[0])
+    return FleetPlan(run_id_of(start, end, policy, {**pools, **cluster}), generated_at, start, end, policy,
+                     plans + system.pools, unplanned + system.unplanned, tuple(notes) + budget_notes + system.notes)
 
 
 def plan_store(

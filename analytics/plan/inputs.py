@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -13,8 +13,9 @@ from gpulens.analytics.inventory import short_model
 from gpulens.analytics.plan.flavor_nodes import FlavorNodes, match_flavor_nodes, table_exists
 from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
 from gpulens.analytics.plan.policy import CapacityFile
-from gpulens.analytics.prices import run_price_book
-from gpulens.analytics.quota import QuotaSettings, load_quota_evidence, recommend_quota
+from gpulens.analytics.prices import PriceBook, run_price_book
+from gpulens.analytics.quota import QuotaEvidence, QuotaSettings, load_quota_evidence, recommend_quota
+from gpulens.collector.queue_systems import CLUSTER_QUEUE
 
 _UNITS_SQL = """
 WITH dev AS (
@@ -119,20 +120,40 @@ def inventory_capacity(
     out = {}
     for flavor, node_names in sorted(matched.members.items()):
         mine = set(node_names)
-        per_res: dict[str, list[DeviceUnits]] = defaultdict(list)
-        for u in units:
-            if u.node in mine:
-                per_res[u.resource].append(u)
-        for resource, rows in sorted(per_res.items()):
-            pool = _pool(flavor, resource, rows, unhealthy, prices.list_for, hours_per_month)
-            out[(flavor, resource)] = pool
-            unpriced = prices.unpriced(u.gpu_model for u in rows)
-            if unpriced:
-                notes.append(f"{flavor} {resource}: unpriced ({', '.join(unpriced)} has no price in the book): "
-                             "no unit price, so no budget is checked for it")
-            if pool.drained:
-                notes.append(_left_out_note(pool, rows, unhealthy))
+        out.update(_pools_of(flavor, [u for u in units if u.node in mine], unhealthy, prices, hours_per_month, notes))
     return FleetCapacity(out, matched, tuple(notes))
+
+
+def cluster_capacity(
+    con: duckdb.DuckDBPyConnection, name: str, window_start: datetime, hours_per_month: float
+) -> tuple[dict[tuple[str, str], PoolCapacity], list[str]]:
+    """Capacity per resource of every node in the store, as one pool called ``name`` (for queues that share the
+    whole cluster, as KAI's top-level queues and Volcano's queues do); the same drain and warn lists taken out."""
+    units = [DeviceUnits(*r) for r in con.execute(_UNITS_SQL, {"start": window_start}).fetchall()]
+    notes: list[str] = []
+    pools = _pools_of(name, units, unhealthy_devices(con), run_price_book(con), hours_per_month, notes)
+    return pools, notes
+
+
+def _pools_of(
+    flavor: str, units: list[DeviceUnits], unhealthy: Unhealthy, prices: PriceBook, hours_per_month: float,
+    notes: list[str],
+) -> dict[tuple[str, str], PoolCapacity]:
+    """One pool per resource of ``units``; a note in ``notes`` for every pool with units left out or unpriced."""
+    per_res: dict[str, list[DeviceUnits]] = defaultdict(list)
+    for u in units:
+        per_res[u.resource].append(u)
+    out = {}
+    for resource, rows in sorted(per_res.items()):
+        pool = _pool(flavor, resource, rows, unhealthy, prices.list_for, hours_per_month)
+        out[(flavor, resource)] = pool
+        unpriced = prices.unpriced(u.gpu_model for u in rows)
+        if unpriced:
+            notes.append(f"{flavor} {resource}: unpriced ({', '.join(unpriced)} has no price in the book): "
+                         "no unit price, so no budget is checked for it")
+        if pool.drained:
+            notes.append(_left_out_note(pool, rows, unhealthy))
+    return out
 
 
 def _pool(
@@ -203,21 +224,25 @@ def add_capacity(
 
 
 def queue_demands(
-    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, settings: QuotaSettings
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, settings: QuotaSettings,
+    kinds: Collection[str] = (CLUSTER_QUEUE,), pool_of: Callable[[QuotaEvidence], str] | None = None,
 ) -> list[QueueDemand]:
-    """Per ClusterQueue entry: current quota and demand as ``recommend`` decides it (its rules included)."""
+    """Per queue entry of ``kinds``: current quota and demand as ``recommend`` decides it (its rules included);
+    ``pool_of`` names the pool of an entry (default: its flavor)."""
     out = []
     for ev in load_quota_evidence(con, start, end, settings):
-        if ev.key.object_kind != "ClusterQueue":
+        if ev.key.object_kind not in kinds:
             continue
         rec = recommend_quota(ev, settings)
         out.append(QueueDemand(
-            queue=ev.key.name, tenant=ev.tenant, flavor=ev.key.flavor, resource=ev.key.resource,
+            queue=ev.key.name, tenant=ev.tenant, flavor=pool_of(ev) if pool_of else ev.key.flavor,
+            resource=ev.key.resource,
             current=rec.current, demand=rec.recommended, demand_p50=ev.demand_lower, demand_p95=ev.demand_target,
             in_use=ev.usage_now, pending_now=ev.pending_now,
             pending_share=ev.pending_buckets / ev.buckets if ev.buckets else 0.0,
             evidence_days=rec.confidence.history_days,
             evidence_step_seconds=settings.bucket_seconds, borrowing_limit=ev.borrowing_limit,
-            lending_limit=ev.lending_limit, source=rec,
+            lending_limit=ev.lending_limit, source=rec, kind=ev.key.object_kind,
+            parent=ev.annotations.get("parentQueue") or None,
         ))
     return out

@@ -14,7 +14,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QueueDemand:
-    """One ClusterQueue's entry for a flavor and resource: quota now and demand over the evidence window."""
+    """One queue's entry for a pool and resource: quota now and demand over the evidence window.
+
+    ``flavor`` names the pool: a ClusterQueue's ResourceFlavor, or a KAI/Volcano pool
+    (:mod:`gpulens.analytics.plan.kai_pools`)."""
 
     queue: str
     tenant: str
@@ -37,6 +40,10 @@ class QueueDemand:
     lending_limit: float | None = None
     source: QuotaRecommendation | None = field(default=None, compare=False, repr=False)
     """The ``recommend`` result behind this entry (its evidence and confidence feed the writers)."""
+    kind: str = "ClusterQueue"
+    """The quota object's stored kind (``ClusterQueue``, ``Queue.scheduling.run.ai``, ...)."""
+    parent: str | None = None
+    """A KAI queue's ``spec.parentQueue`` (None: a top-level queue, or not a KAI queue)."""
 
     @property
     def pending_work(self) -> bool:
@@ -75,7 +82,7 @@ class QueuePlan:
     lower: int
     upper: int
     binding: str
-    """capacity | reserve | budget | step | demand | guarantee | pending | evidence | conflict."""
+    """capacity | reserve | budget | step | demand | guarantee | pending | evidence | parent (KAI) | conflict."""
     explanation: str
     relax_gain: int = 0
     """Units this queue would gain if its binding constraint were relaxed (where that is computed)."""

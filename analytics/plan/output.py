@@ -1,5 +1,5 @@
-"""Write a fleet plan through the Kueue writers: dry-run YAML per ClusterQueue, or guarded server-side apply
-(cuts first, raises only where every cut of their flavor landed), and read the flavors' live totals back."""
+"""Write a fleet plan through the Kueue and KAI writers: dry-run YAML per ClusterQueue or KAI Queue, or guarded
+server-side apply (cuts first, raises only where every cut of their pool landed), and read live totals back."""
 
 from __future__ import annotations
 
@@ -10,15 +10,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpulens.analytics.plan.kai_parents import hold_raises_beyond_live_parents, with_held
+from gpulens.analytics.plan.kai_pools import kai_live_totals
 from gpulens.analytics.plan.model import FleetPlan
 from gpulens.analytics.quota import QuotaRecommendation
 from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import clear_dry_run_dir, format_quantity
+from gpulens.analytics.writers.kai import KaiQueueTarget
 from gpulens.analytics.writers.kueue import ClusterQueueTarget
 from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
 from gpulens.analytics.writers.order import apply_in_order
 from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
 from gpulens.analytics.writers.served import at_served_versions
+from gpulens.collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE
 from gpulens.core.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"
@@ -80,12 +84,14 @@ def object_plans(plan: FleetPlan, *, record_namespace: str = "gpulens") -> list[
         weights = {q.demand.queue: q.weight for pool in plan.pools for q in pool.queues}
     target = PlanClusterQueueTarget(p.kueue_version, weights=weights, borrowing_limit_ratio=p.borrowing_limit_ratio,
                                     lending_limit_ratio=p.lending_limit_ratio)
-    return build_plans(planned_recommendations(plan), [], {target.object_kind: target},
+    targets = {target.object_kind: target, KAI_QUEUE: KaiQueueTarget()}  # Volcano queues: no writer
+    return build_plans(planned_recommendations(plan), [], targets,
                        record_namespace=record_namespace, run_id=plan.run_id)
 
 
 def _file_name(obj: ObjectPlan) -> str:
-    return "clusterqueue-" + re.sub(r"[^a-z0-9.-]+", "-", obj.name.lower()) + ".yaml"
+    kind = "clusterqueue" if obj.target.object_kind == CLUSTER_QUEUE else obj.target.object_kind.lower()
+    return f"{kind}-" + re.sub(r"[^a-z0-9.-]+", "-", obj.name.lower()) + ".yaml"
 
 
 def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | Path) -> list[Path]:
@@ -112,16 +118,21 @@ def write_plan_yaml(plan: FleetPlan, objects: list[ObjectPlan], out_dir: str | P
 def apply_plan(
     objects: list[ObjectPlan], api: KubernetesClient, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sleep: Callable[[float], None] | None = None, say: Callable[[str], None] = lambda line: None,
+    plan: FleetPlan | None = None,
 ) -> list[ApplyOutcome]:
     """Server-side apply of every object with ``recommend``'s guard rails, at the Kueue version the cluster
-    serves (``say`` hears which), cuts first; one outcome per object."""
+    serves (``say`` hears which), cuts first; one outcome per object. With ``plan``, a KAI child's raise is
+    held where its parent's live quota no longer holds its children's plan."""
     kwargs: dict[str, Any] = {"clock": clock}
     if sleep is not None:
         kwargs["sleep"] = sleep
+    held: dict[str, str] = {}
+    if plan is not None:
+        objects, held = hold_raises_beyond_live_parents(plan, objects, api)
     served, lines = at_served_versions(api, objects)
     for line in lines:
         say(line)
-    return apply_in_order(QuotaApplier(api, **kwargs), served)
+    return with_held(apply_in_order(QuotaApplier(api, **kwargs), served), held)
 
 
 def live_totals(plan: FleetPlan, api: KubernetesClient) -> list[LiveTotal]:
@@ -131,6 +142,8 @@ def live_totals(plan: FleetPlan, api: KubernetesClient) -> list[LiveTotal]:
     capacity = {}
     for pool in plan.pools:
         key = (pool.pool.flavor, pool.pool.resource)
+        if pool.queues and pool.queues[0].demand.kind != CLUSTER_QUEUE:
+            continue
         members[key] = [(target, "", q.demand.queue) for q in pool.queues]
         capacity[key] = pool.available
-    return read_live_totals(api, members, capacity)
+    return read_live_totals(api, members, capacity) + kai_live_totals(plan.pools, api)

@@ -33,6 +33,9 @@ PLAN_HELP = (
     "every cut first, then the raises of each flavor only if all its cuts landed, so no flavor goes over "
     "capacity; after a partial apply each flavor's live total is read back and shown against its capacity. "
     "--add-capacity FLAVOR=N (what-if) shows which queues gain and which stop waiting; it writes nothing.\n\n"
+    "KAI Scheduler queues are planned too: the top-level queues share the cluster's GPUs (pool kai in "
+    "--capacity), the children of a queue share its quota (a raise beyond it is refused); they are written "
+    "through the KAI writer. Volcano queues are planned and shown, never written.\n\n"
     "Example: gpulens plan --db gpulens.duckdb --capacity capacity.yaml --policy policy.yaml --out plan/"
 )
 
@@ -176,5 +179,5 @@ def _apply(
 
     connection = connection_from_kubeconfig(kubeconfig)
     with KubernetesClient(connection, timeout_s=timeout_s) as api:
-        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC), say=typer.echo)
+        outcomes = apply_plan(objects, api, clock=lambda: datetime.now(UTC), say=typer.echo, plan=plan)
         return outcomes, live_totals(plan, api) if partial(outcomes) else []
