@@ -19,10 +19,15 @@ if worse is not None:
     if worse.height == 0:
         st.text("Every multi-GPU workload sat in as few domains as its size allows.")
     else:
-        by_tenant = worse.group_by("tenant").agg(
-            workloads=pl.struct("namespace", "workload_kind", "workload").n_unique(),
-            ge_hours_affected=pl.col("ge_hours_affected").max(),
-        ).sort("ge_hours_affected", "tenant", descending=[True, False])
+        # A workload's GE-hours in a worse placement count once (its worst level), then add up per tenant, as
+        # the report's placement section sums them.
+        by_tenant = (
+            worse.group_by("tenant", "namespace", "workload_kind", "workload")
+            .agg(pl.col("ge_hours_affected").max())
+            .group_by("tenant")
+            .agg(workloads=pl.len(), ge_hours_affected=pl.col("ge_hours_affected").sum())
+            .sort("ge_hours_affected", "tenant", descending=[True, False])
+        )
         table(by_tenant)
         tenants = sorted(worse["tenant"].unique().to_list())
         picked = st.selectbox("Tenant", ["all", *tenants], key="placement_tenant")
