@@ -41,9 +41,7 @@ SESSION_BUILD_SECONDS = {"demo_run": 600, "placement_store": 300, "failing_store
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test that uses a session fixture its build time on top of its timeout (pytest-timeout
-    counts fixture setup in the test that triggers it, whichever test of a ``-k`` selection that is), and
-    group the tests for parallel workers (``pytest -n``)."""
-    _group_for_workers(items)
+    counts fixture setup in the test that triggers it, whichever test of a ``-k`` selection that is)."""
     for item in items:
         extra = sum(s for name, s in SESSION_BUILD_SECONDS.items() if name in getattr(item, "fixturenames", ()))
         marker = item.get_closest_marker("timeout")
@@ -51,24 +49,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         base = float(marker.args[0]) if marker and marker.args else float(default)
         if extra and base > 0:
             item.add_marker(pytest.mark.timeout(base + extra))
-
-
-def _group_for_workers(items: list[pytest.Item]) -> None:
-    """Keep each module on one worker (its module fixtures are built once), and every module that reads a
-    session fixture on the same worker as the others that read it (the fixture is built once per worker).
-
-    Used by ``pytest -n N --dist loadgroup`` (``make test``); without xdist the groups are inert marks.
-    """
-    modules_of: dict[str, str] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        fixtures = set(getattr(item, "fixturenames", ()))
-        shared = sorted(name for name in SESSION_BUILD_SECONDS if name in fixtures)
-        if shared and module not in modules_of:
-            modules_of[module] = f"session-{shared[0]}"
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(modules_of.get(module, module)))
 
 
 @pytest.fixture

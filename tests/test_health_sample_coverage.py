@@ -65,7 +65,10 @@ def test_a_gpu_whose_samples_thinned_out_warns_and_a_fully_sampled_one_stays_ok(
     assert health["FINE-1"][0] == "ok" and flagged(health["FINE-1"][1]) == []
 
 
-def test_the_silent_gpus_node_is_in_the_health_timeline_from_the_time_its_samples_stopped(store: Path) -> None:
+def test_the_silent_gpus_node_is_in_the_health_timeline_from_the_time_its_samples_stopped(
+    store: Path, health: dict[str, tuple[str, list[dict[str, object]]]],
+) -> None:
+    assert health, "the store is analysed"
     reader = StoreReader.open(store)
     try:
         timelines = {t.node: t for t in node_timelines(reader)}

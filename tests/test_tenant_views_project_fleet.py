@@ -12,6 +12,7 @@ import pytest
 
 from gpulens.analytics.miglayout import GpuState, InstanceDemand, LayoutRun, plan_layout
 from gpulens.analytics.miglayout.tenant_view import SHARED_DEVICE, tenant_view
+from gpulens.analytics.prices import Price, PriceBook
 from gpulens.analytics.report.data import StoreReader
 from gpulens.analytics.report.mig_layout_section import layout_run_section, mig_layout_section
 from gpulens.analytics.report.scope import (
@@ -98,7 +99,8 @@ def _sharing_plan() -> LayoutRun:
                               1.0, ("main",)),
                InstanceDemand("b/Deployment/embed", "b", "Deployment", "embed", "team-b", "H200", "1g.18gb", 2, "gpu",
                               1.0, ("main",))]
-    return LayoutRun(plan_layout(gpus, demands), datetime(2026, 1, 1), datetime(2026, 1, 15), {"H200": 4.0}, "test")
+    book = PriceBook({"H200": Price("H200", 4.0, None, "test")}, "test")
+    return LayoutRun(plan_layout(gpus, demands), datetime(2026, 1, 1), datetime(2026, 1, 15), book)
 
 
 def test_a_change_that_serves_another_tenant_is_shown_as_shared_and_decided_fleet_wide_without_its_name() -> None:
@@ -110,7 +112,9 @@ def test_a_change_that_serves_another_tenant_is_shown_as_shared_and_decided_flee
     assert seen.shared and (seen.layout, seen.placements, seen.spare) == (change.layout, change.placements, change.spare)
     assert sorted(seen.serves) == sorted([("a/Deployment/chat", "1g.18gb")] * 2 + [(ANOTHER_TENANT, "1g.18gb")] * 2)
     assert [d.workload for d in view.plan.demands] == ["a/Deployment/chat"]
-    assert view.usd_per_month_freed == pytest.approx(run.usd_per_month_freed / 2)  # its own part of the money
+    fleet_freed = run.usd_per_month_freed
+    assert fleet_freed is not None  # H200 is priced in the book
+    assert view.usd_per_month_freed == pytest.approx(fleet_freed / 2)  # its own part of the money
     html = layout_run_section(view)
     assert SHARED_DEVICE in html and "embed" not in html and "team-b" not in html
     assert SHARED_DEVICE not in layout_run_section(run)

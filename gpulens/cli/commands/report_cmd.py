@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from gpulens.cli.flag_errors import number
+
 
 def register(app: typer.Typer) -> None:
     """Add the `report` command to `app`."""
@@ -31,7 +33,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         grid_gco2_per_kwh: Annotated[
             float,
-            typer.Option("--grid-gco2-per-kwh", min=0.0,
+            typer.Option("--grid-gco2-per-kwh", callback=number(ge=0),
                          help="Grid carbon intensity for the CO2e of each tenant's energy, in gCO2e per kWh "
                               "(default: 480, the world average of 2023; use your region's or supplier's)."),
         ] = 480.0,
