@@ -7,8 +7,6 @@ Clustering is off (``--cluster.listen-address=``): one instance, no gossip port.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.prometheus import _http_get, free_port, missing
+from tests.support.prometheus import free_port, missing, ready_process
 
 BINARIES = ("prometheus-alertmanager", "alertmanager")
 
@@ -52,27 +50,5 @@ def running_alertmanager(config: dict[str, Any], data_dir: Path, startup_timeout
     log_path = data_dir / "alertmanager.log"
     args = [exe, f"--config.file={config_path}", f"--storage.path={data_dir / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603 - a test binary
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"alertmanager exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if _http_get(f"{url}/-/ready", timeout=1.0)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"alertmanager not ready after {startup_timeout}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.1)
+    with ready_process("alertmanager", args, url, log_path, startup_timeout):
         yield url
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)

@@ -182,32 +182,8 @@ def running_prometheus(
         "--web.enable-lifecycle",
         *extra_args,
     ]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
-    server = PrometheusServer(url, proc, data_dir, log_path)
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"prometheus exited with {proc.returncode}:\n{server.log()[-3000:]}")
-            try:
-                status, _ = _http_get(f"{url}/-/ready", timeout=1.0)
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"prometheus not ready after {startup_timeout}s:\n{server.log()[-3000:]}")
-            time.sleep(0.1)
-        yield server
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+    with ready_process("prometheus", args, url, log_path, startup_timeout) as proc:
+        yield PrometheusServer(url, proc, data_dir, log_path)
 
 
 @contextmanager
@@ -222,3 +198,35 @@ def serving_openmetrics(text: str, work_dir: Path) -> Iterator[PrometheusServer]
     args = ["--query.lookback-delta=30s", "--storage.tsdb.retention.time=100y"]
     with running_prometheus(data_dir=work_dir / "prom", storage_path=work_dir / "tsdb", extra_args=args) as prom:
         yield prom
+
+
+@contextmanager
+def ready_process(
+    name: str, args: Sequence[str], url: str, log_path: Path, startup_timeout: float,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``args`` (a Prometheus-family server logging to ``log_path``), wait until ``url/-/ready`` answers 200,
+    yield the process, and stop it on exit (terminate, then kill)."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT)  # noqa: S603 - a test binary
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if _http_get(f"{url}/-/ready", timeout=1.0)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} not ready after {startup_timeout}s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
