@@ -211,7 +211,7 @@ def _ensure_parts(
             con.execute("INSERT OR REPLACE INTO analysis_spacings VALUES (?, ?)",
                         [span.spacing_key, spacing[span.spacing_key]])
             guess = _interval(list(spacing.values()), state.window)
-            state.values["value:interval"] = guess
+            state.values.interval = guess
             guessed = _part_parameters(state, guess)
             pid = span.part_id(guessed)
             if _stored(con, pid):
@@ -219,7 +219,7 @@ def _ensure_parts(
             else:
                 _write_part(state, span, pid, guessed, notes)
     interval = fixed if fixed is not None else _interval([spacing.get(s.spacing_key) for s in span_list], state.window)
-    state.values["value:interval"] = interval
+    state.values.interval = interval
     parameters = _part_parameters(state, interval)
     ids = []
     for span in span_list:
@@ -290,10 +290,6 @@ def _day_of(relative: str) -> date | None:
 def _drop(con: duckdb.DuckDBPyConnection) -> None:
     for t in SAMPLE_TABLES:
         con.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - constant names
-
-
-PART_NOTES = "value:part_notes"
-"""Run value: the day (ISO date) -> why its part was computed in this run (the days not named were reused)."""
 
 
 def why_computed(con: duckdb.DuckDBPyConnection, span: Span, parameters: dict[str, object]) -> str:
@@ -384,11 +380,11 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
        "value:interval value:parts value:part_notes an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
        "part_placements part_health part_trend_buckets part_trend_quiet part_trend_gpus")
-def _parts(s: RunState) -> dict[str, object]:
+def _parts(s: RunState) -> None:
     notes: dict[str, str] = {}
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir), notes)
     merge_parts(s.con, ids)
-    return {"value:interval": interval, "value:parts": ids, PART_NOTES: notes}
+    s.values.interval, s.values.parts, s.values.part_notes = interval, ids, notes
 
 
 PARTS: Stage = _parts

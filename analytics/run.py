@@ -25,13 +25,13 @@ import duckdb
 
 from gpulens.analytics import chargeback
 from gpulens.analytics.checkpoint import background_checkpoint
-from gpulens.analytics.day_parts import PART_NOTES
 from gpulens.analytics.facts import Window, bind_facts, resolve_window
 from gpulens.analytics.inventory import build_inventory, register_catalog
 from gpulens.analytics.pipeline import PARTS, WINDOW, WRITE
 from gpulens.analytics.prices import load_price_book
 from gpulens.analytics.queue_use import has_queue_data, queue_use
 from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
+from gpulens.analytics.run_values import ModelPrices, RunValues
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.analytics.stages import RunState, run_stages
 from gpulens.analytics.summary import AnalysisSummary, build_summary
@@ -100,17 +100,19 @@ def _analyze(
             raise UserError("the store lists no devices and no quota or pending data in the window: nothing to analyse")
         return _analyze_queues_only(con, settings, source, window, prices.origin, clock)
     clock.done("inventory")
-    model_prices: dict[str, tuple[float, float, float | None]] = {}
+    model_prices: ModelPrices = {}
     for m, lp, cp in con.execute(
         "SELECT DISTINCT coalesce(gpu_model, ''), list_price, contracted_price FROM an_dev WHERE list_price IS NOT NULL"
     ).fetchall():
         priced = prices.price_of(str(m))
         model_prices[str(m)] = (float(lp), float(cp), None if priced is None else priced.committed_share)
-    state = RunState(con, settings, window, values={"value:model_prices": model_prices}, done=clock.done)
+    values = RunValues()
+    values.model_prices = model_prices
+    state = RunState(con, settings, window, values=values, done=clock.done)
     run_stages(state, (PARTS,))
     with background_checkpoint(con):  # the new parts reach the file while the window-level stages run
         run_stages(state, WINDOW)
-    interval = float(state.value("interval"))  # type: ignore[arg-type]
+    interval = values.interval
     parameters = {
         **settings.parameters(),
         "sample_interval_seconds": interval,
@@ -120,7 +122,7 @@ def _analyze(
         "price_book": prices.as_json(),
     }
     state.run_id = run_id = _run_id(window.start, window.end, source, parameters)
-    notes: dict[str, str] = state.values.get(PART_NOTES, {})  # type: ignore[assignment]
+    notes = values.part_notes
     con.execute("BEGIN TRANSACTION")
     try:
         delete_run(con, run_id)
@@ -128,9 +130,7 @@ def _analyze(
         run_stages(state, WRITE)
         summary = build_summary(
             con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
-            state.value("fleet"),  # type: ignore[arg-type]
-            phase_seconds=clock.seconds, prices=prices,
-            days_reused=len(state.value("parts")) - len(notes),  # type: ignore[arg-type]
+            values.fleet, phase_seconds=clock.seconds, prices=prices, days_reused=len(values.parts) - len(notes),
             days_computed=notes,
         )
         con.execute(
@@ -148,7 +148,7 @@ def _analyze(
         raise
     drop_unused_parts(con)
     if settings.out_dir is not None:
-        chargeback.write_focus(con, run_id, settings.out_dir)
+        chargeback.write_focus(con, run_id, settings.out_dir, settings.focus_formats)
     return summary
 
 

@@ -1,7 +1,8 @@
 """The stages of ``analyze``, in order, each declaring the tables it reads and the tables it writes.
 
 A stage hands the next ones temp tables (``an_*``, dropped with the connection), stored day-part
-tables (``*_parts``, ``part_*``) or Python values (``value:<name>``, kept in :class:`RunState`);
+tables (``*_parts``, ``part_*``) or Python values (``value:<name>``: the typed attribute ``<name>`` of
+:class:`~gpulens.analytics.run_values.RunValues`, which a stage reads or sets only as it declares);
 facts are read only through the ``f_*`` views of :mod:`gpulens.analytics.facts`, dimensions and
 bookkeeping straight from the store. Three groups: a day part's stages (``PART_READ``, then
 ``PART_WRITE``; :mod:`gpulens.analytics.day_parts` runs them per UTC day of the window), the
@@ -22,6 +23,7 @@ from gpulens.analytics.facts import FACT_TABLES, Window
 from gpulens.analytics.placement_run import assess as assess_placement
 from gpulens.analytics.placement_run import insert_placement, insert_seen
 from gpulens.analytics.result_tables import PART_TABLES
+from gpulens.analytics.run_values import PREFIX, RunValues
 from gpulens.analytics.settings import AnalysisSettings
 from gpulens.collector.schema import BOOKKEEPING, DIMENSIONS
 
@@ -40,12 +42,9 @@ class RunState:
     settings: AnalysisSettings
     window: Window
     run_id: str = ""
-    values: dict[str, object] = field(default_factory=dict)
+    values: RunValues = field(default_factory=RunValues)
     done: Callable[[str], None] = field(default=lambda _name: None)
     """The phase clock: called with a stage's name when it ends."""
-
-    def value(self, name: str) -> object:
-        return self.values[f"value:{name}"]
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,14 @@ class Stage:
     name: str
     reads: frozenset[str]
     writes: frozenset[str]
-    run: Callable[[RunState], dict[str, object] | None]
+    run: Callable[[RunState], None]
 
 
-def stage(name: str, reads: str, writes: str) -> Callable[[Callable[[RunState], dict[str, object] | None]], Stage]:
-    """Declare a stage: ``reads`` and ``writes`` are space-separated table names (``value:x`` for values)."""
+def stage(name: str, reads: str, writes: str) -> Callable[[Callable[[RunState], None]], Stage]:
+    """Declare a stage: ``reads`` and ``writes`` are space-separated table names (``value:x`` for the value
+    ``RunState.values.x``)."""
 
-    def wrap(fn: Callable[[RunState], dict[str, object] | None]) -> Stage:
+    def wrap(fn: Callable[[RunState], None]) -> Stage:
         return Stage(name, frozenset(reads.split()), frozenset(writes.split()), fn)
 
     return wrap
@@ -79,12 +79,12 @@ PART_READ: tuple[Stage, ...] = (_samples,)
 
 @stage("device buckets", "an_kb an_dev value:interval", "an_life an_db an_gpub")
 def _device_buckets(s: RunState) -> None:
-    idle.build_device_buckets(s.con, s.window, float(s.value("interval")))  # type: ignore[arg-type]
+    idle.build_device_buckets(s.con, s.window, s.values.interval)
 
 
 @stage("write idle_capacity", "an_hold an_alloc an_db an_dev an_gpub value:interval", "idle_capacity_parts")
 def _write_idle(s: RunState) -> None:
-    idle.insert_idle(s.con, s.run_id, s.window, float(s.value("interval")))  # type: ignore[arg-type]
+    idle.insert_idle(s.con, s.run_id, s.window, s.values.interval)
 
 
 @stage("write fragmentation", "f_pending_demand f_quota_snapshots f_pod_snapshots an_models an_dev an_addable an_db an_gpub",
@@ -121,25 +121,23 @@ PART_WRITE: tuple[Stage, ...] = (
 @stage("health", "an_dev an_health part_trend_buckets part_trend_quiet part_trend_gpus value:parts f_events "
        "f_gpu_samples",
        "value:health")
-def _health(s: RunState) -> dict[str, object]:
-    parts: list[str] = s.value("parts")  # type: ignore[assignment]
-    return {"value:health": health.assess(s.con, s.window, s.settings.health, parts)}
+def _health(s: RunState) -> None:
+    s.values.health = health.assess(s.con, s.window, s.settings.health, s.values.parts)
 
 
 @stage("isolation risk",
        "an_alloc an_dev an_known f_events f_namespace_snapshots nodes tenants ingest_batches",
        "value:risks")
-def _isolation(s: RunState) -> dict[str, object]:
-    return {"value:risks": isolation.assess(s.con, s.window, s.settings.risk, s.settings.health)}
+def _isolation(s: RunState) -> None:
+    s.values.risks = isolation.assess(s.con, s.window, s.settings.risk, s.settings.health)
 
 
 @stage("placement",
        "an_placements f_allocations f_gpu_samples f_pending_demand gpus gpu_topology nodes an_models value:interval",
        "value:placement value:topology_stranded")
-def _placement(s: RunState) -> dict[str, object]:
-    placement, stranded = assess_placement(s.con, s.window, float(s.value("interval")),  # type: ignore[arg-type]
-                                           s.settings.topology)
-    return {"value:placement": placement, "value:topology_stranded": stranded}
+def _placement(s: RunState) -> None:
+    s.values.placement, s.values.topology_stranded = assess_placement(s.con, s.window, s.values.interval,
+                                                                      s.settings.topology)
 
 
 WINDOW: tuple[Stage, ...] = (_health, _isolation, _placement)
@@ -150,7 +148,7 @@ WINDOW: tuple[Stage, ...] = (_health, _isolation, _placement)
 def _write_parts(s: RunState) -> None:
     s.con.execute(
         "INSERT INTO analysis_run_parts SELECT $run, $start, $end, unnest($ids)",
-        {"run": s.run_id, "start": s.window.start, "end": s.window.end, "ids": s.value("parts")},
+        {"run": s.run_id, "start": s.window.start, "end": s.window.end, "ids": s.values.parts},
     )
 
 
@@ -158,20 +156,18 @@ def _write_parts(s: RunState) -> None:
        "value:risks value:health value:placement value:topology_stranded",
        "isolation_risk health placement topology_stranded")
 def _write_findings(s: RunState) -> None:
-    isolation.insert_risk(s.con, s.run_id, s.window, s.value("risks"))  # type: ignore[arg-type]
-    health.insert_health(s.con, s.run_id, s.window, s.value("health"))  # type: ignore[arg-type]
-    insert_placement(s.con, s.run_id, s.window, s.value("placement"),  # type: ignore[arg-type]
-                     s.value("topology_stranded"))  # type: ignore[arg-type]
+    isolation.insert_risk(s.con, s.run_id, s.window, s.values.risks)
+    health.insert_health(s.con, s.run_id, s.window, s.values.health)
+    insert_placement(s.con, s.run_id, s.window, s.values.placement, s.values.topology_stranded)
 
 
 @stage("write chargeback", "an_lines an_fleet an_dev f_namespace_snapshots f_allocations f_device_samples "
        "value:model_prices", "chargeback value:fleet")
-def _write_chargeback(s: RunState) -> dict[str, object]:
-    fleet = chargeback.insert_chargeback(
-        s.con, s.run_id, s.window, s.value("model_prices"),  # type: ignore[arg-type]
+def _write_chargeback(s: RunState) -> None:
+    s.values.fleet = chargeback.insert_chargeback(
+        s.con, s.run_id, s.window, s.values.model_prices,
         s.settings.mig_proration, s.settings.unallocated, s.settings.activity_threshold,
     )
-    return {"value:fleet": fleet}
 
 
 WRITE: tuple[Stage, ...] = (_write_parts, _write_findings, _write_chargeback)
@@ -187,9 +183,13 @@ PART_SETUP = frozenset({*SETUP_WRITES, "value:interval"})
 
 
 def check_order(stages: tuple[Stage, ...], given: frozenset[str] = SETUP_WRITES) -> None:
-    """Raise ``ValueError`` when a stage reads what neither the store, the setup nor an earlier stage wrote."""
+    """Raise ``ValueError`` when a stage reads what neither the store, the setup nor an earlier stage wrote,
+    or declares a value that :class:`RunValues` does not hold."""
     have = set(given) | STORE_TABLES
     for st in stages:
+        unknown = sorted({n for n in st.reads | st.writes if n.startswith(PREFIX)} - RunValues.names())
+        if unknown:
+            raise ValueError(f"stage {st.name!r} declares {unknown}, which are not values of RunValues")
         missing = sorted(st.reads - have)
         if missing:
             raise ValueError(f"stage {st.name!r} reads {missing}, which no earlier stage writes")
@@ -200,11 +200,14 @@ def run_stages(state: RunState, stages: tuple[Stage, ...]) -> None:
     """Run ``stages`` in order; ``state.done(name)`` is called after each (the phase clock)."""
     for st in stages:
         before = _temp_tables(state.con)
-        out = st.run(state) or {}
-        undeclared = (set(out) | (_temp_tables(state.con) - before)) - st.writes
+        with state.values.open_to(st.name, st.reads, st.writes):  # an undeclared value is refused as it is touched
+            st.run(state)
+        undeclared = (_temp_tables(state.con) - before) - st.writes
         if undeclared:
-            raise ValueError(f"stage {st.name!r} made undeclared tables or values {sorted(undeclared)}")
-        state.values.update(out)
+            raise ValueError(f"stage {st.name!r} made undeclared tables {sorted(undeclared)}")
+        unset = sorted({n for n in st.writes if n.startswith(PREFIX)} - state.values.set())
+        if unset:
+            raise ValueError(f"stage {st.name!r} declares it writes {unset} but did not set them")
         state.done(st.name)
 
 

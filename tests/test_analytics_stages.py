@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -82,12 +83,54 @@ def test_parquet_files_are_read_in_one_place() -> None:
     assert readers == ["collector/parquet.py"]
 
 
-def test_values_a_stage_returns_must_be_declared() -> None:
-    rogue = stages.stage("rogue", "", "value:a")(lambda s: {"value:b": 1})
+def test_a_value_a_stage_sets_must_be_declared() -> None:
+    def rogue(s: stages.RunState) -> None:
+        s.values.interval = 60.0
+        s.values.parts = ["p"]
 
     state = stages.RunState(None, None, None)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="undeclared"):
-        stages.run_stages(state, (rogue,))
+    with pytest.raises(ValueError, match="sets value:parts, which it does not declare"):
+        stages.run_stages(state, (stages.stage("rogue", "", "value:interval")(rogue),))
+
+
+def test_a_value_a_stage_reads_must_be_declared() -> None:
+    def peeks(s: stages.RunState) -> None:
+        s.values.interval = s.values.model_prices["H100"][0]
+
+    state = stages.RunState(None, None, None)  # type: ignore[arg-type]
+    state.values.model_prices = {"H100": (2.0, 1.5, None)}
+    with pytest.raises(ValueError, match="reads value:model_prices, which it does not declare"):
+        stages.run_stages(state, (stages.stage("peeks", "", "value:interval")(peeks),))
+    declared = stages.stage("reads it", "value:model_prices", "value:interval")(peeks)
+    stages.run_stages(state, (declared,))
+    assert state.values.interval == 2.0
+
+
+def test_a_value_no_stage_set_yet_is_an_error_not_a_default() -> None:
+    state = stages.RunState(None, None, None)  # type: ignore[arg-type]
+    with pytest.raises(LookupError, match="value:interval before any stage set it"):
+        _ = state.values.interval
+
+
+def test_a_value_a_stage_declares_it_writes_must_be_set() -> None:
+    lazy = stages.stage("lazy", "", "value:interval value:parts")(lambda s: setattr(s.values, "parts", []))
+    state = stages.RunState(None, None, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"writes \['value:interval'\] but did not set them"):
+        stages.run_stages(state, (lazy,))
+
+
+def test_a_declared_value_that_run_values_does_not_hold_is_caught() -> None:
+    typo = stages.stage("typo", "value:intervals", "")(lambda s: None)
+    with pytest.raises(ValueError, match="value:intervals"):
+        check_order((typo,), PART_SETUP)
+
+
+def test_each_stage_names_in_its_code_exactly_the_values_it_declares() -> None:
+    for st in (*PIPELINE, *PART_STAGES):
+        named = {f"value:{n}" for n in re.findall(r"\.values\.([a-z_]+)", inspect.getsource(st.run))}
+        declared = {n for n in st.reads | st.writes if n.startswith("value:")}
+        assert named <= declared, f"stage {st.name!r} uses {sorted(named - declared)} without declaring it"
+        assert declared <= named, f"stage {st.name!r} declares {sorted(declared - named)} but never uses them"
 
 
 def test_a_temp_table_a_stage_leaves_behind_must_be_declared() -> None:
