@@ -240,7 +240,7 @@ def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
 
 def _trend_parameters(rules: EarlyWarningRules) -> dict[str, object]:
     """What a part's early-warning buckets depend on (``part_trend_buckets``)."""
-    return {"bucket": rules.finest_bucket_seconds(), "clock_drop_ratio": rules.clock_drop_ratio,
+    return {"bucket": rules.finest_trend_bucket_seconds(), "clock_drop_ratio": rules.clock_drop_ratio,
             "clock_drop_power_ratio": rules.clock_drop_power_ratio, "clock_reference": rules.clock_reference_seconds}
 
 

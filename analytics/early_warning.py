@@ -52,21 +52,22 @@ class TrendSignals:
 
     gpus: tuple[str, ...]
     start: datetime
-    buckets: int
+    trend_buckets: int
     values: dict[str, np.ndarray]
-    bucket_seconds: int = HOUR
+    trend_bucket_seconds: int = HOUR
 
-    def bucket_start(self, i: int) -> datetime:
-        return self.start + timedelta(seconds=i * self.bucket_seconds)
+    def trend_bucket_start(self, i: int) -> datetime:
+        return self.start + timedelta(seconds=i * self.trend_bucket_seconds)
 
-    def coarsen(self, bucket_seconds: int) -> TrendSignals:
-        """The same rates in buckets of ``bucket_seconds`` (a multiple of ours): the mean of the measured ones."""
-        if bucket_seconds == self.bucket_seconds:
+    def coarsen(self, trend_bucket_seconds: int) -> TrendSignals:
+        """The same rates in trend buckets of ``trend_bucket_seconds`` (a multiple of ours): the mean of the
+        measured ones."""
+        if trend_bucket_seconds == self.trend_bucket_seconds:
             return self
-        if bucket_seconds % self.bucket_seconds:
-            raise ValueError(f"a {bucket_seconds} s bucket is not a multiple of {self.bucket_seconds} s")
-        f = bucket_seconds // self.bucket_seconds
-        n = -(-self.buckets // f)
+        if trend_bucket_seconds % self.trend_bucket_seconds:
+            raise ValueError(f"a {trend_bucket_seconds} s bucket is not a multiple of {self.trend_bucket_seconds} s")
+        f = trend_bucket_seconds // self.trend_bucket_seconds
+        n = -(-self.trend_buckets // f)
         out = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a bucket with no reading stays NaN
@@ -74,7 +75,7 @@ class TrendSignals:
                 padded = np.full((x.shape[0], n * f), np.nan)
                 padded[:, : x.shape[1]] = x
                 out[name] = np.nanmean(padded.reshape(x.shape[0], n, f), axis=2)
-        return TrendSignals(self.gpus, self.start, n, out, bucket_seconds)
+        return TrendSignals(self.gpus, self.start, n, out, trend_bucket_seconds)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def insert_part_trends(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
     is stored as one ``part_trend_quiet`` row, and only the other GPUs' samples are read again for their
     bucket rows (none when every GPU was quiet)."""
     span = {"start": window.start, "end": window.end}
-    params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_bucket_seconds() * 1_000_000}
+    params: dict[str, object] = {**span, "part_id": part_id, "tb_us": rules.finest_trend_bucket_seconds() * 1_000_000}
     day = gpu_day.seen(con)
     if day.sm_clock:
         con.execute(_CLOCK_REFERENCE, {**span, "cover": rules.clock_reference_seconds})
@@ -250,9 +251,9 @@ _EPOCH = datetime(1970, 1, 1)
 _COUNTERS = ("ecc_corrected_per_hour", "pcie_replays_per_hour", "nvlink_crc_per_hour", "thermal_seconds_per_hour")
 
 
-def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules,
+def trend_bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: HealthRules,
                    parts: list[str]) -> TrendSignals:
-    """Per-hour rates over the window, in the finest bucket of the rules (aligned to the epoch), from the
+    """Per-hour rates over the window, in the finest trend bucket of the rules (aligned to the epoch), from the
     early-warning buckets of the window's day parts ``parts``: a counter's rate is its rise since the GPU's
     previous bucket with readings (the day before's last, across midnight).
 
@@ -261,10 +262,10 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
     an allowance, so it raises nothing.
     """
     rules = health.early_warning
-    bucket = rules.finest_bucket_seconds()
-    origin = int((window.start - _EPOCH).total_seconds()) // bucket * bucket
+    trend_bucket = rules.finest_trend_bucket_seconds()
+    origin = int((window.start - _EPOCH).total_seconds()) // trend_bucket * trend_bucket
     start = _EPOCH + timedelta(seconds=origin)
-    buckets = max(1, -(-int((window.end - start).total_seconds()) // bucket))
+    trend_buckets = max(1, -(-int((window.end - start).total_seconds()) // trend_bucket))
     span = {"parts": parts, "start": start, "end": window.end}
     events = {"start": window.start, "end": window.end, "warn": sorted(health.warn_xids)}
     gpus = tuple(r[0] for r in con.execute(
@@ -283,7 +284,7 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
         """,
         {"parts": parts, "xstart": events["start"], "xend": events["end"], "warn": events["warn"]},
     ).fetchall())
-    values = {name: np.full((len(gpus), buckets), np.nan) for name in rules.rules()}
+    values = {name: np.full((len(gpus), trend_buckets), np.nan) for name in rules.rules()}
     rows = con.execute(
         f"""
         SELECT t.gpu_uuid, (epoch_us(t.bucket_start) // 1000000 - $origin) // $bs AS h, epoch_us(t.last_ts) AS ts,
@@ -291,13 +292,13 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
         FROM ({TREND_ROWS}) t
         WHERE t.bucket_start >= $start AND t.bucket_start < $end
         """,  # noqa: S608 - a constant; the GPUs are a filter on the scans, not a join (the few GPUs' rows of millions)
-        {**span, "origin": origin, "bs": bucket, "gpus": list(gpus), "tb_us": bucket * 1_000_000},
+        {**span, "origin": origin, "bs": trend_bucket, "gpus": list(gpus), "tb_us": trend_bucket * 1_000_000},
     ).fetchnumpy()
     index = {g: n for n, g in enumerate(gpus)}
     cols: list[np.ndarray] = [np.ma.filled(np.ma.asarray(rows[k], dtype=float), np.nan) for k in list(rows)[2:]]
     cols[0] /= 1e6  # microseconds -> seconds
     at = np.fromiter(map(index.__getitem__, rows["gpu_uuid"]), dtype=np.int64, count=len(rows["gpu_uuid"]))
-    _rates(values, (len(gpus), buckets), at, np.asarray(rows["h"], dtype=np.int64), cols)
+    _rates(values, (len(gpus), trend_buckets), at, np.asarray(rows["h"], dtype=np.int64), cols)
     xids = values["hardware_xids_per_hour"]
     xids[:, :] = 0.0  # a bucket without an XID event is a measured zero: events are reported when they happen
     for gpu, b, n in con.execute(
@@ -306,12 +307,12 @@ def bucket_signals(con: duckdb.DuckDBPyConnection, window: Window, health: Healt
         FROM f_events WHERE kind = 'xid' AND ts >= $start AND ts < $end AND list_contains($warn, code)
         GROUP BY ALL
         """,
-        {**events, "origin": origin, "bs": bucket},
+        {**events, "origin": origin, "bs": trend_bucket},
     ).fetchall():
         row = index.get(gpu)
-        if row is not None and 0 <= b < buckets:
-            xids[row, int(b)] = float(n) * HOUR / bucket
-    return TrendSignals(gpus, start, buckets, values, bucket)
+        if row is not None and 0 <= b < trend_buckets:
+            xids[row, int(b)] = float(n) * HOUR / trend_bucket
+    return TrendSignals(gpus, start, trend_buckets, values, trend_bucket)
 
 
 def _rates(values: dict[str, np.ndarray], shape: tuple[int, int], i: np.ndarray, h: np.ndarray,
@@ -357,9 +358,9 @@ def detect(signals: TrendSignals, rules: EarlyWarningRules, *, until: datetime |
     out: list[Trend] = []
     for name, rule in rules.rules().items():
         coarse = signals.coarsen(rule.bucket_seconds)
-        end = coarse.buckets
+        end = coarse.trend_buckets
         if until is not None:
-            end = min(end, max(0, int((until - coarse.start).total_seconds()) // coarse.bucket_seconds))
+            end = min(end, max(0, int((until - coarse.start).total_seconds()) // coarse.trend_bucket_seconds))
         out.extend(_cusum(coarse, name, rule, end))
     return sorted(out, key=lambda t: (t.gpu_uuid, t.detected, t.signal))
 
@@ -380,8 +381,8 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
     n_g = x.shape[0]
     if n_g == 0 or end == 0:
         return []
-    dt_h = signals.bucket_seconds / HOUR
-    per_hour = max(1, HOUR // signals.bucket_seconds)
+    dt_h = signals.trend_bucket_seconds / HOUR
+    per_hour = max(1, HOUR // signals.trend_bucket_seconds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a GPU with no reading at all: median 0
         median = np.nan_to_num(np.nanmedian(x, axis=1), nan=0.0)
@@ -430,11 +431,11 @@ def _cusum(signals: TrendSignals, name: str, rule: TrendRule, end: int) -> list[
         run = row[started[i]:end]
         out.append(
             Trend(
-                gpu_uuid=gpus[i], signal=name, started=signals.bucket_start(int(started[i])),
-                detected=signals.bucket_start(int(raised[i]) + 1), allowance=float(k[i]), latest=latest,
+                gpu_uuid=gpus[i], signal=name, started=signals.trend_bucket_start(int(started[i])),
+                detected=signals.trend_bucket_start(int(raised[i]) + 1), allowance=float(k[i]), latest=latest,
                 peak=float(np.nanmax(run)) if np.any(~np.isnan(run)) else 0.0, score=float(peak_s[i]),
                 hours_above=float(np.sum(run > k[i])) * dt_h,
-                ended=signals.bucket_start(int(ended[i])) if ended[i] >= 0 else None,
+                ended=signals.trend_bucket_start(int(ended[i])) if ended[i] >= 0 else None,
             )
         )
     return out

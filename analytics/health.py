@@ -220,7 +220,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
     ).fetchall():
         xids[gpu].append((int(code), int(count), first, last))
     trends: dict[str, list[Evidence]] = defaultdict(list)
-    signals = early_warning.bucket_signals(con, window, rules, parts)
+    signals = early_warning.trend_bucket_signals(con, window, rules, parts)
     raised = early_warning.detect(signals, rules.early_warning)
     for t in early_warning.counting(raised, window, rules.early_warning):
         trends[t.gpu_uuid].append(

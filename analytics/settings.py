@@ -110,7 +110,7 @@ class EarlyWarningRules(BaseModel):
 
     @model_validator(mode="after")
     def _buckets_nest(self) -> EarlyWarningRules:
-        finest = self.finest_bucket_seconds()
+        finest = self.finest_trend_bucket_seconds()
         odd = sorted(n for n, r in self.rules().items() if r.bucket_seconds % finest)
         if odd:
             raise ValueError(f"bucket_seconds of {odd} is not a multiple of the finest bucket ({finest}s)")
@@ -118,7 +118,7 @@ class EarlyWarningRules(BaseModel):
             raise ValueError(f"the finest bucket ({finest}s) must divide a day: day parts are cut at UTC midnight")
         return self
 
-    def finest_bucket_seconds(self) -> int:
+    def finest_trend_bucket_seconds(self) -> int:
         return min(r.bucket_seconds for r in self.rules().values())
 
     def rules(self) -> dict[str, TrendRule]:

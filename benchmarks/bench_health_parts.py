@@ -2,7 +2,7 @@
 
 Reads the Parquet facts ``bench_analytics.py`` generated (``<dir>/facts/gpu_samples``, ``events``; 1,000
 GPUs per ``block=``), computes the health day part of each day (the per-GPU pass ``an_gpu_day``, then
-``part_health`` from it, then ``part_trend_buckets`` and ``part_trend_quiet``), merges them and runs the window level (``bucket_signals``: rates from the
+``part_health`` from it, then ``part_trend_buckets`` and ``part_trend_quiet``), merges them and runs the window level (``trend_bucket_signals``: rates from the
 merged buckets; ``detect``: the CUSUM; ``health.assess``: all of the window-level health stage). Prints
 wall and CPU seconds side by side; on a shared machine the CPU seconds say what the work costs.
 
@@ -91,7 +91,7 @@ def main() -> None:
         rows = con.execute("SELECT count(*) FROM part_trend_buckets").fetchone()
         quiet = con.execute("SELECT count(*) FROM part_trend_quiet").fetchone()
         merge_parts(con, ids)
-        signals, sig_wall, sig_cpu = _timed(lambda: early_warning.bucket_signals(con, window, rules, ids))
+        signals, sig_wall, sig_cpu = _timed(lambda: early_warning.trend_bucket_signals(con, window, rules, ids))
         _, det_wall, det_cpu = _timed(lambda: early_warning.detect(signals, rules.early_warning))
         _, all_wall, all_cpu = _timed(lambda: health.assess(con, window, rules, ids))
         con.close()
@@ -102,7 +102,7 @@ def main() -> None:
     print(f"{'stage':<34} {'wall s':>8} {'CPU s':>8} {'per day s':>10}")
     for name, (wall, cpu) in seen.items():
         print(f"{'day part: ' + name:<34} {wall:8.2f} {cpu:8.2f} {wall / days:10.3f}")
-    for name, wall, cpu in (("window: bucket_signals", sig_wall, sig_cpu), ("window: detect", det_wall, det_cpu),
+    for name, wall, cpu in (("window: trend_bucket_signals", sig_wall, sig_cpu), ("window: detect", det_wall, det_cpu),
                             ("window: health.assess (all)", all_wall, all_cpu)):
         print(f"{name:<34} {wall:8.2f} {cpu:8.2f}")
     print(json.dumps({
@@ -111,7 +111,7 @@ def main() -> None:
         "part_health": {"seconds": round(seen["part_health"][0], 3), "cpu": round(seen["part_health"][1], 3)},
         "part_trend_buckets": {"seconds": round(seen["part_trend_buckets"][0], 3),
                                "cpu": round(seen["part_trend_buckets"][1], 3)},
-        "bucket_signals": {"seconds": round(sig_wall, 3), "cpu": round(sig_cpu, 3)},
+        "trend_bucket_signals": {"seconds": round(sig_wall, 3), "cpu": round(sig_cpu, 3)},
         "detect": {"seconds": round(det_wall, 3), "cpu": round(det_cpu, 3)},
         "assess": {"seconds": round(all_wall, 3), "cpu": round(all_cpu, 3)},
     }))

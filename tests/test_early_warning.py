@@ -109,6 +109,6 @@ def test_a_trend_is_seen_at_the_end_of_its_quarter_hour_and_until_cuts_it_off() 
 
 def test_coarsening_averages_the_measured_quarter_hours_and_keeps_unmeasured_hours_unmeasured() -> None:
     hourly = signals(QUARTER, G=[10.0, None, 30.0, 20.0, None, None, None, None, 5.0]).coarsen(3600)
-    assert hourly.bucket_seconds == 3600 and hourly.buckets == 3
+    assert hourly.trend_bucket_seconds == 3600 and hourly.trend_buckets == 3
     row = hourly.values["ecc_corrected_per_hour"][0]
     assert row[0] == 20.0 and np.isnan(row[1]) and row[2] == 5.0

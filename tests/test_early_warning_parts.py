@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from gpulens.analytics import health
 from gpulens.analytics.day_parts import day_windows
-from gpulens.analytics.early_warning import Trend, TrendSignals, bucket_signals
+from gpulens.analytics.early_warning import Trend, TrendSignals, trend_bucket_signals
 from gpulens.analytics.facts import Window
 from gpulens.analytics.result_tables import create_result_tables
 from gpulens.analytics.run import analyze
@@ -66,7 +66,7 @@ def signals(con: duckdb.DuckDBPyConnection, window: Window, spans: list[Window],
     for n, span in enumerate(spans):
         health.insert_part_health(con, f"{tag}{n}", span, RULES)
         ids.append(f"{tag}{n}")
-    return bucket_signals(con, window, RULES, ids)
+    return trend_bucket_signals(con, window, RULES, ids)
 
 
 def spec_rates(samples: list[Sample], window: Window, gpus: list[str],
@@ -180,7 +180,7 @@ def test_a_day_with_less_than_12_hours_of_clock_readings_has_its_clock_drops_unm
     short = HealthRules(early_warning=RULES.early_warning.model_copy(update={"clock_reference_seconds": 3600}))
     con = facts(night)
     health.insert_part_health(con, "p", today, short)
-    judged = bucket_signals(con, today, short, ["p"]).values["clock_drop_minutes_per_hour"]
+    judged = trend_bucket_signals(con, today, short, ["p"]).values["clock_drop_minutes_per_hour"]
     assert np.nanmax(judged) > 0, "against the night's own percentiles the idle halves count as drops"
 
 

@@ -170,7 +170,7 @@ def spec_trends(samples: list[Sample], span: Window, rules: HealthRules) -> dict
     """Per GPU and finest bucket (aligned to the epoch) with samples of an up GPU in the span: the
     ``part_trend_buckets`` columns after ``bucket_start``."""
     ew = rules.early_warning
-    bucket = ew.finest_bucket_seconds()
+    bucket = ew.finest_trend_bucket_seconds()
     up = [s for s in samples if span.start <= s["ts"] < span.end and s["up"] is not False]
     reference: dict[str, tuple[float, float]] = {}
     for gpu in {s["gpu_uuid"] for s in up}:
