@@ -25,8 +25,8 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.csv_cells import safe_table
 from gpulens.analytics.facts import Window
+from gpulens.analytics.focus_formats import chosen
 from gpulens.analytics.result_tables import append_columns, column_names
 from gpulens.core.states import DeviceState
 
@@ -421,11 +421,11 @@ def committed_part(cost: Decimal, committed_share: float | None) -> Decimal | No
     return _cents(cost * Decimal(repr(committed_share)))
 
 
-def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> list[Path]:
-    """Write this run's chargeback (FOCUS columns and x_ columns) as CSV and Parquet into ``out_dir``."""
-    import pyarrow.csv as pa_csv
-    import pyarrow.parquet as pq
-
+def write_focus(
+    con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, formats: tuple[str, ...] | None = None
+) -> list[Path]:
+    """Write this run's chargeback (FOCUS columns and x_ columns) into ``out_dir`` in each of ``formats``
+    (names of :data:`~gpulens.analytics.focus_formats.FOCUS_FORMATS`; None: every one); returns the files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     focus_cols = [c for c in column_names("chargeback") if c not in ("run_id", "window_start", "window_end")]
     present = {str(d[0]) for d in con.execute("SELECT * FROM chargeback LIMIT 0").description or ()}
@@ -437,7 +437,8 @@ def write_focus(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> l
         f"ORDER BY {order}",
         params={"run_id": run_id},
     ).to_arrow_table()
-    csv_path, parquet_path = out_dir / "chargeback_focus.csv", out_dir / "chargeback_focus.parquet"
-    pa_csv.write_csv(safe_table(table), csv_path)  # tenant names must not run as spreadsheet formulas
-    pq.write_table(table, parquet_path)  # Parquet keeps the raw value
-    return [csv_path, parquet_path]
+    paths = []
+    for fmt in chosen(formats):
+        fmt.write(table, fmt.path(out_dir))
+        paths.append(fmt.path(out_dir))
+    return paths

@@ -34,6 +34,7 @@ from gpulens.analytics.quota import (
     propose_mig_conversions,
     recommend_quota,
 )
+from gpulens.analytics.quota_targets import QUOTA_TARGETS
 from gpulens.analytics.result_tables import ddl, insert_rows
 from gpulens.analytics.rightsizing.confidence import Confidence
 from gpulens.analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
@@ -41,7 +42,7 @@ from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrateg
 from gpulens.analytics.tas_advice import TasSettings
 from gpulens.analytics.tas_evidence import TasEvidence, load_tas_advice
 from gpulens.analytics.tas_output import render_topology, topology_rows
-from gpulens.analytics.writers import TARGETS, QuotaTarget
+from gpulens.analytics.writers import QuotaTarget
 from gpulens.analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
 from gpulens.analytics.writers.base import clear_dry_run_dir
 from gpulens.analytics.writers.crd import RecommendationPolicy
@@ -89,9 +90,9 @@ class RecommendSettings(BaseModel):
         }
         out = {}
         for name in self.targets:
-            if name not in TARGETS:
-                raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(TARGETS))})")
-            target = TARGETS[name](**options.get(name, {}))
+            if name not in QUOTA_TARGETS.names():
+                raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(QUOTA_TARGETS.names()))})")
+            target = QUOTA_TARGETS.load(name)(**options.get(name, {}))
             out[target.object_kind] = target
         return out
 
@@ -260,7 +261,8 @@ def _target_notes(evidence: Sequence[QuotaEvidence], targets: Mapping[str, Quota
     for e in evidence:
         kinds[e.key.object_kind] = kinds.get(e.key.object_kind, 0) + 1
     held = ", ".join(f"{n} {kind} entr{'y' if n == 1 else 'ies'}" for kind, n in sorted(kinds.items()))
-    flags = [f"--target {name}" for name, t in sorted(TARGETS.items()) if getattr(t, "object_kind", None) in kinds]
+    flags = [f"--target {name}" for name in sorted(QUOTA_TARGETS.names())
+             if getattr(QUOTA_TARGETS.load(name), "object_kind", None) in kinds]
     hint = f": use {' or '.join(flags)}" if flags else ""
     return (f"the store has no {' or '.join(sorted(targets))} objects in the window, so nothing is recommended "
             f"or written; it has {held}{hint}",)

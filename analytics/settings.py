@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpulens.analytics.focus_formats import FOCUS_FORMATS
 from gpulens.analytics.topology_settings import TopologySettings
 from gpulens.core.states import HealthState
 from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
@@ -193,7 +194,9 @@ class AnalysisSettings(BaseModel):
     parquet_dir: Path | None = None
     """Read fact tables from Hive-partitioned Parquet here (``<dir>/<table>/...``) instead of the store."""
     out_dir: Path | None = None
-    """Write the FOCUS chargeback as CSV and Parquet here."""
+    """Write the FOCUS chargeback here, in each of ``focus_formats``."""
+    focus_formats: tuple[str, ...] | None = None
+    """Names of :data:`~gpulens.analytics.focus_formats.FOCUS_FORMATS` written to ``out_dir``; None: every one."""
     memory_limit: str = "4GB"
     """DuckDB memory limit (it spills to disk beyond it)."""
     risk: RiskWeights = RiskWeights()
@@ -204,6 +207,14 @@ class AnalysisSettings(BaseModel):
     @classmethod
     def _duration(cls, value: str | int) -> int:
         return parse_duration(value)
+
+    @field_validator("focus_formats")
+    @classmethod
+    def _formats(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        refused = [why for name in value or () if (why := FOCUS_FORMATS.refusal(name))]
+        if refused:
+            raise ValueError("; ".join(refused))
+        return value
 
     @field_validator("end", mode="before")
     @classmethod
@@ -225,5 +236,5 @@ class AnalysisSettings(BaseModel):
 
     def parameters(self) -> dict[str, object]:
         """The settings that shape the numbers, as JSON-able data (paths and output options left out)."""
-        data = self.model_dump(mode="json", exclude={"out_dir", "memory_limit", "end"})
+        data = self.model_dump(mode="json", exclude={"out_dir", "focus_formats", "memory_limit", "end"})
         return data

@@ -18,6 +18,7 @@ import polars as pl
 
 from gpulens.analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
 from gpulens.analytics.csv_cells import safe_frame
+from gpulens.analytics.focus_formats import chosen
 from gpulens.analytics.report import html_parts as h
 from gpulens.analytics.report import svg
 from gpulens.analytics.report.data import AnalysisMissing, StoreReader
@@ -505,9 +506,9 @@ def _write_focus(b: _Build) -> None:
     """The analytics engineer's FOCUS export (``analytics.chargeback.write_focus``) of the newest run."""
     paths = b.reader.write_focus(b.out_dir)
     rows = b.reader.focus_rows()
+    holds = {fmt.path(b.out_dir): fmt.holds for fmt in chosen(None)}
     for path in paths:
-        what = "FOCUS 1.2 cost and usage rows" if path.suffix == ".csv" else "the same rows as Parquet"
-        b.files.append((path.name, f"{what} ({rows} rows; x_ columns are gpulens extensions)"))
+        b.files.append((path.name, f"{holds[path]} ({rows} rows; x_ columns are gpulens extensions)"))
 
 
 def _write_tenants(b: _Build) -> None:

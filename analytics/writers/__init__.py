@@ -1,6 +1,7 @@
-"""Writers of quota objects (Kueue ClusterQueue, ResourceQuota, KAI Queue) and GPUQuotaRecommendation objects."""
+"""Writers of quota objects (Kueue ClusterQueue, ResourceQuota, KAI Queue) and GPUQuotaRecommendation objects.
 
-from gpulens.analytics.writers import kai, kueue, resourcequota  # noqa: F401  (register the targets)
-from gpulens.analytics.writers.base import TARGETS, QuotaTarget, RbacRule
+The quota targets are listed by name in :data:`gpulens.analytics.quota_targets.QUOTA_TARGETS`."""
 
-__all__ = ["TARGETS", "QuotaTarget", "RbacRule"]
+from gpulens.analytics.writers.base import QuotaTarget, RbacRule
+
+__all__ = ["QuotaTarget", "RbacRule"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -125,19 +125,6 @@ def _identity(name: str, namespace: str | None, annotations: Mapping[str, str], 
     if annotations or keep_empty:
         metadata["annotations"] = dict(annotations)
     return metadata
-
-
-TARGETS: dict[str, Callable[..., QuotaTarget]] = {}
-
-
-def register_target(name: str) -> Callable[[type[QuotaTarget]], type[QuotaTarget]]:
-    """Class decorator adding a target to ``TARGETS`` under ``name``."""
-
-    def add(cls: type[QuotaTarget]) -> type[QuotaTarget]:
-        TARGETS[name] = cls
-        return cls
-
-    return add
 
 
 DEVICE_RESOURCE_PREFIX = "nvidia.com/"

@@ -23,7 +23,6 @@ from gpulens.analytics.writers.base import (
     QuotaTarget,
     RbacRule,
     format_quantity,
-    register_target,
 )
 from gpulens.collector.kai_queues import GPU_RESOURCE, UNLIMITED
 from gpulens.collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION
@@ -49,7 +48,6 @@ def _status_gpus(obj: Mapping[str, Any], field: str) -> float | None:
     return next((parse_quantity(v) for k, v in listed.items() if str(k).endswith("/gpu")), 0.0)
 
 
-@register_target("kai")
 class KaiQueueTarget(QuotaTarget):
     """Writes ``spec.resources.gpu.quota`` of KAI Scheduler Queues."""
 

@@ -28,7 +28,6 @@ from gpulens.analytics.writers.base import (
     format_quantity,
     is_device_resource,
     parse_quantity,
-    register_target,
 )
 from gpulens.collector.kueue_api import effective_quotas, served_kueue
 from gpulens.core.kube_api import KubernetesReads, segment
@@ -39,7 +38,6 @@ ORCHESTRATOR_NOTE = "orchestrator"
 """The store's annotation (``quota_snapshots.annotations``) naming a queue's quota orchestrator."""
 
 
-@register_target("kueue")
 class ClusterQueueTarget(QuotaTarget):
     """Writes ``nominalQuota`` of a ClusterQueue's flavors."""
 

@@ -17,7 +17,6 @@ from gpulens.analytics.writers.base import (
     format_quantity,
     is_device_resource,
     parse_quantity,
-    register_target,
 )
 from gpulens.core.kube_api import segment
 
@@ -28,7 +27,6 @@ def hard_key(resource: str) -> str:
     return resource if resource.startswith(REQUESTS_PREFIX) else f"{REQUESTS_PREFIX}{resource}"
 
 
-@register_target("resourcequota")
 class ResourceQuotaTarget(QuotaTarget):
     """Writes GPU and MIG request quotas of a namespace's ResourceQuota."""
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from gpulens.analytics.focus_formats import FOCUS_FORMATS, chosen
 from gpulens.cli.flag_errors import Flag, duration, finite
 from gpulens.core.errors import UserError
 
@@ -22,6 +23,7 @@ FLAGS = {
     "unallocated": Flag("--unallocated"),
     "parquet_dir": Flag("--parquet"),
     "out_dir": Flag("--out"),
+    "focus_formats": Flag("--format"),
 }
 """The settings field each flag feeds (errors name the flag, in its unit)."""
 
@@ -61,7 +63,12 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Read fact tables from Hive-partitioned Parquet here (<dir>/<table>/...).")
         ] = None,
         out: Annotated[
-            Path | None, typer.Option(help="Write the FOCUS chargeback as CSV and Parquet into this folder.")
+            Path | None, typer.Option(help="Write the FOCUS chargeback into this folder (every --format).")
+        ] = None,
+        formats: Annotated[
+            list[str] | None,
+            typer.Option("--format", help=f"With --out: a FOCUS file format, repeatable: {FOCUS_FORMATS.help()}; "
+                                          "default: every one."),
         ] = None,
         config: Annotated[
             Path | None, typer.Option(help="YAML with any analysis setting (window_seconds, risk weights, health rules); a flag typed overrides it.")
@@ -119,6 +126,7 @@ def register(app: typer.Typer) -> None:
             "unallocated": unallocated,
             "parquet_dir": parquet,
             "out_dir": out,
+            "focus_formats": tuple(FOCUS_FORMATS.check(f, "--format") for f in formats) if formats else None,
         }, FLAGS)
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
@@ -148,8 +156,9 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
             summary = run_analysis(db, settings)
         typer.echo(summary.render())
-        if out is not None:
-            typer.echo(f"FOCUS chargeback written to {out}/chargeback_focus.csv and .parquet")
+        if settings.out_dir is not None:
+            names = [f.path(settings.out_dir).name for f in chosen(settings.focus_formats)]
+            typer.echo(f"FOCUS chargeback written to {settings.out_dir}: {', '.join(names)}")
 
 
 def _stores(paths: list[Path]) -> list[Path]:

@@ -8,11 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulens.analytics.quota_targets import QUOTA_TARGETS
 from gpulens.cli.flag_errors import Flag, days, finite, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
     from gpulens.analytics.recommend import RecommendationReport
+
+WORKLOADS = "workloads"
+"""The ``--target`` of the MIG layout plan and workload patches (files only), beside the quota targets."""
 
 RECOMMEND_HELP = (
     "Recommend device shapes per workload (the smallest MIG profile that fits P95 compute and P99/peak "
@@ -57,9 +61,8 @@ def register(app: typer.Typer) -> None:
         db: Annotated[Path, typer.Option("--db", help="The DuckDB store (gpulens collect / demo).")],
         target: Annotated[
             str | None,
-            typer.Option("--target", help="Quota objects to write: kueue, kai (KAI Scheduler Queues) or resourcequota "
-                         "(default all); or "
-                         "workloads for the MIG layout plan and workload patches."),
+            typer.Option("--target", help=f"Quota objects to write: {QUOTA_TARGETS.help()} (default: every one); "
+                         f"or {WORKLOADS} for the MIG layout plan and workload patches."),
         ] = None,
         dra: Annotated[
             bool, typer.Option("--dra", help="With --target workloads: patches request MIG slices through DRA "
@@ -120,15 +123,15 @@ def register(app: typer.Typer) -> None:
         from gpulens.analytics.quota import QuotaSettings
         from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
         from gpulens.analytics.rightsizing import MigFitSettings
-        from gpulens.analytics.writers import TARGETS
         from gpulens.analytics.writers.local_paths import check_out_dir
         from gpulens.analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
         from gpulens.core.timeparse import parse_duration
 
-        workloads_target = target == "workloads"
-        if target is not None and not workloads_target and target not in TARGETS:
-            raise UserError(f"invalid --target {target!r}: use one of {', '.join([*sorted(TARGETS), 'workloads'])}")
+        workloads_target = target == WORKLOADS
+        if target is not None and not workloads_target and target not in QUOTA_TARGETS.names():
+            raise UserError(f"invalid --target {target!r}: use one of "
+                            f"{', '.join([*sorted(QUOTA_TARGETS.names()), WORKLOADS])}")
         if dra and not workloads_target:
             raise UserError("--dra applies to --target workloads only")
         if apply and workloads_target:
@@ -139,7 +142,7 @@ def register(app: typer.Typer) -> None:
         try:
             settings = RecommendSettings(
                 window_days=window_days,
-                targets=() if workloads_target else (target,) if target else tuple(sorted(TARGETS)),
+                targets=() if workloads_target else (target,) if target else tuple(sorted(QUOTA_TARGETS.names())),
                 kueue_version=kueue_version,
                 borrowing_limit_ratio=borrowing_limit_ratio,
                 lending_limit_ratio=lending_limit_ratio,
