@@ -73,7 +73,8 @@ class TrendRule(BaseModel):
     growth: float = Field(2.0, ge=1)
     """The trailing hour's mean is at least this multiple of the mean of the hour after the run-up's first bucket."""
     bucket_seconds: int = Field(900, gt=0)
-    """Bucket of the rates: 15 minutes by default (an hour for sparse events such as XIDs)."""
+    """Trend bucket of the rates: 15 minutes by default (an hour for sparse events such as XIDs); not the analysis
+    bucket, ``AnalysisSettings.bucket_seconds`` (the config key keeps its recorded name)."""
 
     @field_validator("bucket_seconds", mode="before")
     @classmethod
