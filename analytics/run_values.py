@@ -105,6 +105,6 @@ class RunValues:
     def who(self) -> str:
         return "the run" if self._stage is None else f"stage {self._stage!r}"
 
-    def set(self) -> frozenset[str]:
+    def set_names(self) -> frozenset[str]:
         """The values set so far (``value:<name>``)."""
         return frozenset(PREFIX + k for k in self.held)

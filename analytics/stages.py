@@ -205,7 +205,7 @@ def run_stages(state: RunState, stages: tuple[Stage, ...]) -> None:
         undeclared = (_temp_tables(state.con) - before) - st.writes
         if undeclared:
             raise ValueError(f"stage {st.name!r} made undeclared tables {sorted(undeclared)}")
-        unset = sorted({n for n in st.writes if n.startswith(PREFIX)} - state.values.set())
+        unset = sorted({n for n in st.writes if n.startswith(PREFIX)} - state.values.set_names())
         if unset:
             raise ValueError(f"stage {st.name!r} declares it writes {unset} but did not set them")
         state.done(st.name)
