@@ -25,9 +25,9 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.csv_cells import safe_table
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import append_columns, column_names
+from analytics.csv_cells import safe_table
+from analytics.facts import Window
+from analytics.result_tables import append_columns, column_names
 from gpulens.core.states import DeviceState
 
 UNALLOCATED = "__unallocated__"

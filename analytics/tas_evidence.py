@@ -21,8 +21,8 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics.placement import place_keys
-from gpulens.analytics.tas_advice import (
+from analytics.placement import place_keys
+from analytics.tas_advice import (
     HOSTNAME_LABEL,
     Consolidation,
     LevelFigures,
@@ -31,7 +31,7 @@ from gpulens.analytics.tas_advice import (
     WorkloadSpread,
     advise_queue,
 )
-from gpulens.analytics.topology_settings import TopologySettings
+from analytics.topology_settings import TopologySettings
 
 Queue = tuple[str, str, str]
 

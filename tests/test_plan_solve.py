@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
-from gpulens.analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy, TenantPolicy
-from gpulens.analytics.plan.solve import budget_caps, reserve_for, solve_pool
+from analytics.plan.model import PoolCapacity, QueueDemand
+from analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy, TenantPolicy
+from analytics.plan.solve import budget_caps, reserve_for, solve_pool
 
 GPU = "nvidia.com/gpu"
 POOL = PoolCapacity("h100", GPU, 32, 1, nodes=4, largest_node=8, unit_price_month=2000.0)

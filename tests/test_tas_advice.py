@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.recommend import RecommendSettings, recommend
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.analytics.tas_advice import (
+from analytics.recommend import RecommendSettings, recommend
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from analytics.tas_advice import (
     CROSS_NODE,
     PREFERRED,
     REQUIRED,
@@ -22,7 +22,7 @@ from gpulens.analytics.tas_advice import (
     WorkloadSpread,
     advise_queue,
 )
-from gpulens.collector.backfill import backfill_simulated
+from collector.backfill import backfill_simulated
 
 END = 1_780_000_200.0
 LABELS = {"node": "kubernetes.io/hostname", "rack": "cloud.google.com/gce-topology-subblock",

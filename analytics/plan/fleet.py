@@ -11,15 +11,15 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.plan.inputs import (
+from analytics.facts import bind_facts
+from analytics.plan.inputs import (
     add_capacity,
     apply_capacity_file,
     inventory_capacity,
     latest_time,
     queue_demands,
 )
-from gpulens.analytics.plan.kai_pools import (
+from analytics.plan.kai_pools import (
     SYSTEM_KINDS,
     is_system_pool,
     plan_queue_systems,
@@ -27,13 +27,13 @@ from gpulens.analytics.plan.kai_pools import (
     price_pools,
     system_capacity,
 )
-from gpulens.analytics.plan.model import FleetPlan, PoolCapacity, PoolPlan, QueueDemand
-from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
-from gpulens.analytics.plan.record import store_plan
-from gpulens.analytics.plan.solve import budget_caps, solve_pool
-from gpulens.analytics.quota import QuotaSettings
-from gpulens.collector.queue_systems import CLUSTER_QUEUE
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.plan.model import FleetPlan, PoolCapacity, PoolPlan, QueueDemand
+from analytics.plan.policy import CapacityFile, PlanPolicy
+from analytics.plan.record import store_plan
+from analytics.plan.solve import budget_caps, solve_pool
+from analytics.quota import QuotaSettings
+from collector.queue_systems import CLUSTER_QUEUE
+from collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
 

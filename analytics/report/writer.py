@@ -16,16 +16,16 @@ from pathlib import Path
 
 import polars as pl
 
-from gpulens.analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
-from gpulens.analytics.csv_cells import safe_frame
-from gpulens.analytics.report import html_parts as h
-from gpulens.analytics.report import svg
-from gpulens.analytics.report.data import AnalysisMissing, StoreReader
-from gpulens.analytics.report.health_timeline import section as health_timeline_section
-from gpulens.analytics.report.mig_layout_section import mig_layout_section
-from gpulens.analytics.report.placement_section import placement_section
-from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
-from gpulens.analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
+from analytics.csv_cells import safe_frame
+from analytics.report import html_parts as h
+from analytics.report import svg
+from analytics.report.data import AnalysisMissing, StoreReader
+from analytics.report.health_timeline import section as health_timeline_section
+from analytics.report.mig_layout_section import mig_layout_section
+from analytics.report.placement_section import placement_section
+from analytics.report.scope import TenantDirectory, TenantScope, scope_reader
+from analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
 from gpulens.core.errors import UserError
 from gpulens.core.states import HealthState
 
