@@ -23,6 +23,9 @@ import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
 from analytics.facts import bind_facts
+from analytics.placement.tas_advice import TasSettings
+from analytics.placement.tas_evidence import TasEvidence, load_tas_advice
+from analytics.placement.tas_output import render_topology, topology_rows
 from analytics.plan.inputs import FleetCapacity, inventory_capacity
 from analytics.quota import (
     MigConversion,
@@ -38,9 +41,6 @@ from analytics.result_tables import ddl, insert_rows
 from analytics.rightsizing.confidence import Confidence
 from analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
 from analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
-from analytics.tas_advice import TasSettings
-from analytics.tas_evidence import TasEvidence, load_tas_advice
-from analytics.tas_output import render_topology, topology_rows
 from analytics.writers import TARGETS, QuotaTarget
 from analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
 from analytics.writers.base import clear_dry_run_dir

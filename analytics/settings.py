@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from analytics.topology_settings import TopologySettings
+from analytics.placement.settings import TopologySettings
 from gpulens.core.states import HealthState
 from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
 

@@ -19,8 +19,8 @@ import duckdb
 
 from analytics import chargeback, fragmentation, health, idle, isolation
 from analytics.facts import FACT_TABLES, Window
-from analytics.placement_run import assess as assess_placement
-from analytics.placement_run import insert_placement, insert_seen
+from analytics.placement.run import assess as assess_placement
+from analytics.placement.run import insert_placement, insert_seen
 from analytics.result_tables import PART_TABLES
 from analytics.settings import AnalysisSettings
 from collector.schema import BOOKKEEPING, DIMENSIONS

@@ -28,11 +28,11 @@ import duckdb  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analytics.recommend import recommend  # noqa: E402
-from analytics.report import write_report  # noqa: E402
-from analytics.report.data import StoreReader  # noqa: E402
 from analytics.run import analyze  # noqa: E402
 from analytics.settings import AnalysisSettings  # noqa: E402
 from collector.backfill import backfill_simulated  # noqa: E402
+from dashboards.report import write_report  # noqa: E402
+from dashboards.report.data import StoreReader  # noqa: E402
 
 DAY = 86400
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from analytics.report import write_report
 from analytics.result_tables import RESULT_TABLES
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
 from tests.support.cli import gpulens
 from tests.support.recommend_store import StoreBuilder
 

@@ -35,8 +35,8 @@ STAGE_MODULES = {
     "analytics/isolation.py": ("isolation risk",),
     "analytics/fragmentation.py": ("write fragmentation",),
     "analytics/chargeback.py": ("write chargeback", "part sums"),
-    "analytics/placement_run.py": ("placement", "placements seen"),
-    "analytics/topology_stranded.py": ("placement",),
+    "analytics/placement/run.py": ("placement", "placements seen"),
+    "analytics/placement/stranded.py": ("placement",),
 }
 
 

@@ -13,9 +13,9 @@ import duckdb
 import pytest
 
 from analytics.chargeback import write_focus
-from analytics.report import write_report
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
 from tests.support.analytics_fleet import T0, Fleet
 
 HOSTILE_VALUE = '=HYPERLINK("http://x","y"),\n"},{"gpulens/tenant":"someone-else'

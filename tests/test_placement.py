@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.placement import (
+from analytics.placement.spread import (
     LEVELS,
     GpuPlace,
     distance_score,

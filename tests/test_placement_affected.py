@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from analytics.facts import Window, bind_facts
-from analytics.placement import LEVELS, FleetShapes, GpuPlace, domains_spanned, min_domains
-from analytics.placement_run import assess, fleet_places
-from analytics.topology_settings import TopologySettings
+from analytics.placement.run import assess, fleet_places
+from analytics.placement.settings import TopologySettings
+from analytics.placement.spread import LEVELS, FleetShapes, GpuPlace, domains_spanned, min_domains
 from collector.schema import create_schema
 
 START = datetime(2026, 3, 2)

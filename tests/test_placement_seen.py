@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.facts import Window, bind_facts
-from analytics.placement_run import insert_seen, seen
+from analytics.placement.run import insert_seen, seen
+from analytics.placement.settings import TopologySettings
+from analytics.placement.stranded import fleet_newest
 from analytics.result_tables import create_result_tables
-from analytics.topology_settings import TopologySettings
-from analytics.topology_stranded import fleet_newest
 from collector.schema import create_schema
 
 START = datetime(2026, 3, 2)

@@ -246,7 +246,7 @@ def test_the_dashboard_s_cost_rate_is_each_model_s_ge_times_its_price_in_real_pr
 
 
 def test_the_report_shows_no_money_for_a_tenant_held_only_on_an_unpriced_model(store: Path) -> None:
-    from analytics.report.data import StoreReader
+    from dashboards.report.data import StoreReader
 
     with duckdb.connect(str(store)) as con:  # beta holds GPU-B only
         con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")

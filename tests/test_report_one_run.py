@@ -20,10 +20,10 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
-from analytics.report import write_report
-from analytics.report.data import StoreReader
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
+from dashboards.report.data import StoreReader
 from dashboards.streamlit.launch import DB_ENV
 from gpulens.cli import app
 from tests.support.analytics_fleet import T0, Fleet

@@ -12,11 +12,11 @@ from streamlit.testing.v1 import AppTest
 from analytics.plan.fleet import plan_store
 from analytics.plan.policy import PlanPolicy
 from analytics.recommend import recommend
-from analytics.report import write_report
-from analytics.report.data import StoreReader
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
 from collector.backfill import backfill_simulated
+from dashboards.report import write_report
+from dashboards.report.data import StoreReader
 from dashboards.streamlit.launch import DB_ENV, PAGES
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analytics.report.data import StoreReader
-from analytics.report.placement_data import placement_by_tenant, placement_run
+from dashboards.report.data import StoreReader
+from dashboards.report.placement_data import placement_by_tenant, placement_run
 from dashboards.streamlit import support
 from dashboards.streamlit.access import ACCESS_FILE_ENV, GROUPS_HEADER_ENV, USER_HEADER_ENV
 from dashboards.streamlit.launch import DB_ENV, PAGES

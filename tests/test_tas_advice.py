@@ -10,10 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analytics.recommend import RecommendSettings, recommend
-from analytics.run import analyze
-from analytics.settings import AnalysisSettings
-from analytics.tas_advice import (
+from analytics.placement.tas_advice import (
     CROSS_NODE,
     PREFERRED,
     REQUIRED,
@@ -22,6 +19,9 @@ from analytics.tas_advice import (
     WorkloadSpread,
     advise_queue,
 )
+from analytics.recommend import RecommendSettings, recommend
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
 from collector.backfill import backfill_simulated
 
 END = 1_780_000_200.0

@@ -13,9 +13,9 @@ import pytest
 from analytics.miglayout import GpuState, InstanceDemand, LayoutRun, plan_layout
 from analytics.miglayout.tenant_view import SHARED_DEVICE, tenant_view
 from analytics.prices import Price, PriceBook
-from analytics.report.data import StoreReader
-from analytics.report.mig_layout_section import layout_run_section, mig_layout_section
-from analytics.report.scope import (
+from dashboards.report.data import StoreReader
+from dashboards.report.mig_layout_section import layout_run_section, mig_layout_section
+from dashboards.report.scope import (
     ANOTHER_TENANT,
     Redactor,
     TenantDirectory,

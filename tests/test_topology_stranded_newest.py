@@ -17,8 +17,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analytics.facts import Window, bind_facts
-from analytics.placement import GpuPlace, place_keys
-from analytics.topology_stranded import FRESH_SECONDS, stranded_by_topology
+from analytics.placement.spread import GpuPlace, place_keys
+from analytics.placement.stranded import FRESH_SECONDS, stranded_by_topology
 from collector.schema import create_schema
 
 START = datetime(2026, 3, 2)

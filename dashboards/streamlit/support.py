@@ -22,10 +22,10 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from analytics.report.data import AnalysisMissing, StoreReader
-from analytics.report.scope import TenantScope, scope_reader
 from analytics.run_parameters import RunDescription
 from collector.store_errors import storage_failures
+from dashboards.report.data import AnalysisMissing, StoreReader
+from dashboards.report.scope import TenantScope, scope_reader
 from dashboards.streamlit.access import (
     AccessFile,
     Decision,

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         import os
         import sys
 
-        from analytics.report.data import StoreReader
+        from dashboards.report.data import StoreReader
         from dashboards.streamlit.access import (
             PROXY_FLAG,
             load_access_file,

@@ -108,7 +108,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         decided.insert(3, _quarantine(db, out / "remediation"))
 
         _step(8, total, "writing the report")
-        from analytics.report.writer import write_report
+        from dashboards.report.writer import write_report
 
         report = write_report(db, out / "report")
         _say("\nWhat the loop decided on this fleet:")
@@ -204,7 +204,7 @@ def _analyze(db: Path, out: Path) -> None:
 
     summary = analyze(db, AnalysisSettings(out_dir=out / "chargeback"))
     print(summary.render(), flush=True)
-    from analytics.placement_text import render_placement
+    from analytics.placement.text import render_placement
 
     print("\n" + render_placement(db), flush=True)
 

@@ -17,9 +17,9 @@ import duckdb
 import polars as pl
 
 from analytics.miglayout.run import LayoutRun, layout_from_store
-from analytics.report.evidence_text import evidence_line
 from analytics.run_parameters import RunDescription, describe_run
 from collector.store_errors import connect_store
+from dashboards.report.evidence_text import evidence_line
 from gpulens.core.errors import UserError
 from gpulens.core.states import DeviceState
 
@@ -92,7 +92,7 @@ class StoreReader:
         layout_view: Callable[[LayoutRun], LayoutRun] | None = None,
     ) -> StoreReader:
         """A reader of the same kind (held or per query) on the same file whose connections come from
-        ``connect`` (how :mod:`analytics.report.scope` narrows a reader to some tenants), showing
+        ``connect`` (how :mod:`dashboards.report.scope` narrows a reader to some tenants), showing
         the fleet's MIG layout plan through ``layout_view``."""
         return StoreReader(None if self._con is None else connect(self.db_path), self.db_path, self.run_id,
                            connect=connect, layout_view=layout_view)
@@ -504,7 +504,7 @@ class StoreReader:
         early warning: ``trend_start_ts, warning_ts, failure_ts, lead_hours`` (NULL where there is none).
 
         ``evidence`` is a readable string: ``signal: reason`` items joined by '; ', what was found first
-        (:func:`~analytics.report.evidence_text.evidence_line`).
+        (:func:`~dashboards.report.evidence_text.evidence_line`).
         """
         run_id = self._run_id("health")
         rows = self.frame(

@@ -14,7 +14,7 @@ from itertools import chain
 
 import numpy as np
 
-from analytics.placement import LEVELS, FleetShapes, GpuPlace, least_domains
+from analytics.placement.spread import LEVELS, FleetShapes, GpuPlace, least_domains
 
 
 def affected_hours(pairs: Sequence[Sequence[str]], ge_hours: Sequence[float], places: Mapping[str, GpuPlace],

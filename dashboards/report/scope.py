@@ -30,7 +30,7 @@ import duckdb
 import pyarrow as pa
 
 from analytics.miglayout.tenant_view import tenant_view
-from analytics.report.data import StoreReader, open_store
+from dashboards.report.data import StoreReader, open_store
 from gpulens.core.errors import UserError
 
 ANOTHER_TENANT = "another tenant"

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from analytics.facts import Window
-from analytics.placement import GpuPlace
+from analytics.placement.spread import GpuPlace
 
 FRESH_SECONDS = 600
 PARENT = {"nvlink": "node", "numa": "node", "node": ("rack", "block", "zone"), "rack": "block", "block": "zone"}

@@ -6,8 +6,8 @@ import polars as pl
 
 from analytics.miglayout.run import LayoutRun
 from analytics.miglayout.tenant_view import SHARED_DEVICE
-from analytics.report import html_parts as h
-from analytics.report.data import StoreReader
+from dashboards.report import html_parts as h
+from dashboards.report.data import StoreReader
 
 
 def mig_layout_section(reader: StoreReader) -> str:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
-from analytics.report import html_parts as h
-from analytics.report.data import AnalysisMissing, StoreReader
-from analytics.report.scope import TenantDirectory, TenantScope
-from analytics.report.writer import INDEX, run_header_line, write_report
 from analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from dashboards.report import html_parts as h
+from dashboards.report.data import AnalysisMissing, StoreReader
+from dashboards.report.scope import TenantDirectory, TenantScope
+from dashboards.report.writer import INDEX, run_header_line, write_report
 from gpulens.core.errors import UserError
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

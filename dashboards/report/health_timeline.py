@@ -21,8 +21,8 @@ import polars as pl
 from analytics.remediation.decide import Decision, NodeCase, decide
 from analytics.remediation.policy import TAINT_KEY, RemediationPolicy
 from analytics.remediation.taints import taint_value
-from analytics.report import html_parts as h
-from analytics.report.data import StoreReader
+from dashboards.report import html_parts as h
+from dashboards.report.data import StoreReader
 
 _RANK = {"ok": 0, "info": 0, "watch": 1, "warn": 2, "drain": 3}
 MAX_EVENTS = 40

@@ -18,14 +18,14 @@ import polars as pl
 
 from analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
 from analytics.csv_cells import safe_frame
-from analytics.report import html_parts as h
-from analytics.report import svg
-from analytics.report.data import AnalysisMissing, StoreReader
-from analytics.report.health_timeline import section as health_timeline_section
-from analytics.report.mig_layout_section import mig_layout_section
-from analytics.report.placement_section import placement_section
-from analytics.report.scope import TenantDirectory, TenantScope, scope_reader
 from analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from dashboards.report import html_parts as h
+from dashboards.report import svg
+from dashboards.report.data import AnalysisMissing, StoreReader
+from dashboards.report.health_timeline import section as health_timeline_section
+from dashboards.report.mig_layout_section import mig_layout_section
+from dashboards.report.placement_section import placement_section
+from dashboards.report.scope import TenantDirectory, TenantScope, scope_reader
 from gpulens.core.errors import UserError
 from gpulens.core.states import HealthState
 
