@@ -25,9 +25,9 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.focus_formats import chosen
-from gpulens.analytics.result_tables import append_columns, column_names
+from analytics.facts import Window
+from analytics.focus_formats import chosen
+from analytics.result_tables import append_columns, column_names
 from gpulens.core.states import DeviceState
 
 UNALLOCATED = "__unallocated__"
@@ -425,7 +425,7 @@ def write_focus(
     con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, formats: tuple[str, ...] | None = None
 ) -> list[Path]:
     """Write this run's chargeback (FOCUS columns and x_ columns) into ``out_dir`` in each of ``formats``
-    (names of :data:`~gpulens.analytics.focus_formats.FOCUS_FORMATS`; None: every one); returns the files."""
+    (names of :data:`~analytics.focus_formats.FOCUS_FORMATS`; None: every one); returns the files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     focus_cols = [c for c in column_names("chargeback") if c not in ("run_id", "window_start", "window_end")]
     present = {str(d[0]) for d in con.execute("SELECT * FROM chargeback LIMIT 0").description or ()}

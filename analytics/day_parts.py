@@ -27,11 +27,11 @@ from statistics import median
 
 import duckdb
 
-from gpulens.analytics.fact_files import FactFile, fact_files
-from gpulens.analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
-from gpulens.analytics.result_tables import DAY_PARTS, PART_SUMS
-from gpulens.analytics.settings import EarlyWarningRules
-from gpulens.analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
+from analytics.fact_files import FactFile, fact_files
+from analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
+from analytics.result_tables import DAY_PARTS, PART_SUMS
+from analytics.settings import EarlyWarningRules
+from analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
 from gpulens.core.errors import UserError
 
 PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
@@ -394,8 +394,8 @@ PARTS: Stage = _parts
 def import_parts(db_path: str | Path, other: str | Path) -> int:
     """Copy into the store at ``db_path`` the day parts another store computed (a worker that analysed
     some days of the same facts); parts already there are kept. Returns how many parts were added."""
-    from gpulens.analytics.result_tables import PART_TABLES, create_result_tables
-    from gpulens.collector.store_errors import connect_store
+    from analytics.result_tables import PART_TABLES, create_result_tables
+    from collector.store_errors import connect_store
 
     con = connect_store(db_path, read_only=False)
     try:

@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 import duckdb
 import numpy as np
 
-from gpulens.analytics import gpu_day
-from gpulens.analytics.facts import Window
-from gpulens.analytics.settings import EarlyWarningRules, HealthRules, TrendRule
+from analytics import gpu_day
+from analytics.facts import Window
+from analytics.settings import EarlyWarningRules, HealthRules, TrendRule
 
 HOUR = 3600
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.collector.parquet import read_fact_parquet
-from gpulens.collector.schema import FACTS
+from collector.parquet import read_fact_parquet
+from collector.schema import FACTS
 from gpulens.core.errors import UserError
 
 FACT_TABLES = (*FACTS, "gaps")

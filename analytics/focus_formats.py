@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpulens.analytics.csv_cells import safe_table
+from analytics.csv_cells import safe_table
 from gpulens.core.registry import Registry
 
 if TYPE_CHECKING:

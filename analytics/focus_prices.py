@@ -24,8 +24,8 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from gpulens.analytics.prices import Price
-from gpulens.collector.parquet import read_parquet_file
+from analytics.prices import Price
+from collector.parquet import read_parquet_file
 from gpulens.core.errors import UserError
 from gpulens.core.mig_catalog import short_model
 
@@ -47,7 +47,7 @@ class InstanceGpus:
 
 def instance_table(extra: Mapping[str, InstanceGpus] | None = None) -> dict[str, InstanceGpus]:
     """The packaged instance type -> GPUs table, the user's additions (``--instance-type``) over it."""
-    text = resources.files("gpulens.analytics").joinpath("instance_gpus.yaml").read_text(encoding="utf-8")
+    text = resources.files("analytics").joinpath("instance_gpus.yaml").read_text(encoding="utf-8")
     table = {str(k): InstanceGpus(int(v["gpus"]), short_model(str(v["model"]))) for k, v in yaml.safe_load(text).items()}
     table.update(extra or {})
     return table

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.idle import bucket_params
+from analytics.facts import Window
+from analytics.idle import bucket_params
 
 FRAGMENTATION_SELECT = """
 WITH pending_pods AS (  -- pods waiting for part of a GPU (the inventory's share per GPU): no Kueue gauge has the shape

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from gpulens.analytics.facts import Window
+from analytics.facts import Window
 
 _BUILD = """
 CREATE OR REPLACE TEMP TABLE an_gpu_day AS

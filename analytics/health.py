@@ -21,10 +21,10 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics import early_warning, gpu_day, sample_coverage
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import append_columns, column_names
-from gpulens.analytics.settings import HealthRules
+from analytics import early_warning, gpu_day, sample_coverage
+from analytics.facts import Window
+from analytics.result_tables import append_columns, column_names
+from analytics.settings import HealthRules
 from gpulens.core.states import HealthState
 
 _RANK = {str(state): state.rank for state in HealthState}

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from gpulens.analytics.facts import Window
+from analytics.facts import Window
 
 _EPOCH = datetime(1970, 1, 1)
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import insert_columns
+from analytics.facts import Window
+from analytics.result_tables import insert_columns
 from gpulens.core.mig_catalog import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -27,7 +27,7 @@ from gpulens.core.mig_catalog import (
 )
 
 if TYPE_CHECKING:
-    from gpulens.analytics.prices import PriceBook
+    from analytics.prices import PriceBook
 
 
 def register_catalog(con: duckdb.DuckDBPyConnection, prices: PriceBook) -> None:

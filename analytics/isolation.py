@@ -20,9 +20,9 @@ from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import append_columns, column_names
-from gpulens.analytics.settings import HealthRules, RiskWeights
+from analytics.facts import Window
+from analytics.result_tables import append_columns, column_names
+from analytics.settings import HealthRules, RiskWeights
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpulens.analytics.day_parts import PARTS
-from gpulens.analytics.stages import PART_READ, PART_SETUP, PART_WRITE, WINDOW, WRITE, Stage, check_order
+from analytics.day_parts import PARTS
+from analytics.stages import PART_READ, PART_SETUP, PART_WRITE, WINDOW, WRITE, Stage, check_order
 
 PIPELINE: tuple[Stage, ...] = (PARTS, *WINDOW, *WRITE)
 """Every window-level stage in run order: the day parts found or computed and merged, the window-level

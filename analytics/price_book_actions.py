@@ -7,8 +7,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.focus_prices import instance_table, parse_mapping, read_focus_prices
-from gpulens.analytics.prices import (
+from analytics.focus_prices import instance_table, parse_mapping, read_focus_prices
+from analytics.prices import (
     Price,
     in_force,
     load_price_book,
@@ -16,8 +16,8 @@ from gpulens.analytics.prices import (
     stored_prices,
     unpriced_line,
 )
-from gpulens.collector.schema import connect, create_schema
-from gpulens.collector.store_errors import connect_store, reading_store
+from collector.schema import connect, create_schema
+from collector.store_errors import connect_store, reading_store
 from gpulens.core.mig_catalog import short_model
 
 

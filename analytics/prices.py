@@ -166,7 +166,7 @@ def _price_from(data: Mapping[str, Any]) -> Price:
 
 def packaged_prices() -> dict[str, Price]:
     """The packaged list prices (``analytics/default_prices.yaml``), labelled as such."""
-    text = resources.files("gpulens.analytics").joinpath("default_prices.yaml").read_text(encoding="utf-8")
+    text = resources.files("analytics").joinpath("default_prices.yaml").read_text(encoding="utf-8")
     file = parse_yaml_model(text, PriceFile, origin="analytics/default_prices.yaml")
     return _file_prices(file, PACKAGED)
 

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.collector.queue_systems import QUOTA_KINDS, pending_match_sql
+from analytics.facts import Window
+from collector.queue_systems import QUOTA_KINDS, pending_match_sql
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Tenant quota recommendations per queue, flavor and resource, from allocated plus pending demand.
 
 For each quota entry (a Kueue ClusterQueue flavor/resource, a ResourceQuota resource, a KAI Scheduler or
-Volcano queue's resource: :mod:`gpulens.collector.queue_systems`) the demand in
+Volcano queue's resource: :mod:`collector.queue_systems`) the demand in
 each time bucket is what was in use plus what was waiting. The recommendation is
 ``ceil(P95(demand) * (1 + headroom))`` with guard rails: never below current usage plus pending, no
 cut while pending demand (from the resource gauge, pending workload counts or pending pods) was seen
@@ -23,10 +23,10 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulens.analytics.cut_rule import cut_refusal
-from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
-from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
-from gpulens.collector.queue_systems import pending_match_sql, system_of
+from analytics.cut_rule import cut_refusal
+from analytics.rightsizing.confidence import Confidence, vpa_confidence
+from analytics.rightsizing.strategy import WorkloadRecommendation
+from collector.queue_systems import pending_match_sql, system_of
 from gpulens.core.mig_catalog import COMPUTE_SLICES, MEMORY_SLICES, model_by_name
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -277,7 +277,7 @@ def load_quota_evidence(
 ) -> list[QuotaEvidence]:
     """Current state and demand statistics of every quota entry seen in the window.
 
-    Reads the ``f_*`` fact views (:func:`~gpulens.analytics.facts.bind_facts` first) and the ``devices`` dimension.
+    Reads the ``f_*`` fact views (:func:`~analytics.facts.bind_facts` first) and the ``devices`` dimension.
     """
     rows = con.execute(
         _EVIDENCE_SQL,

@@ -1,6 +1,6 @@
 """The quota objects ``recommend`` writes, by name (``--target``): what each writes, its writer loaded only when chosen.
 
-A new target is a :class:`~gpulens.analytics.writers.base.QuotaTarget` in ``analytics/writers/`` and one
+A new target is a :class:`~analytics.writers.base.QuotaTarget` in ``analytics/writers/`` and one
 entry here: ``recommend --help`` lists it, ``--target`` accepts it and a run without ``--target``
 writes it too, without editing the command.
 """
@@ -12,25 +12,25 @@ from typing import TYPE_CHECKING
 from gpulens.core.registry import Registry
 
 if TYPE_CHECKING:
-    from gpulens.analytics.writers.base import QuotaTarget
+    from analytics.writers.base import QuotaTarget
 
 QUOTA_TARGETS: Registry[type[QuotaTarget]] = Registry("quota target")
 
 
 def _kueue() -> type[QuotaTarget]:
-    from gpulens.analytics.writers.kueue import ClusterQueueTarget
+    from analytics.writers.kueue import ClusterQueueTarget
 
     return ClusterQueueTarget
 
 
 def _kai() -> type[QuotaTarget]:
-    from gpulens.analytics.writers.kai import KaiQueueTarget
+    from analytics.writers.kai import KaiQueueTarget
 
     return KaiQueueTarget
 
 
 def _resourcequota() -> type[QuotaTarget]:
-    from gpulens.analytics.writers.resourcequota import ResourceQuotaTarget
+    from analytics.writers.resourcequota import ResourceQuotaTarget
 
     return ResourceQuotaTarget
 

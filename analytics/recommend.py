@@ -22,9 +22,12 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.plan.inputs import FleetCapacity, inventory_capacity
-from gpulens.analytics.quota import (
+from analytics.facts import bind_facts
+from analytics.placement.tas_advice import TasSettings
+from analytics.placement.tas_evidence import TasEvidence, load_tas_advice
+from analytics.placement.tas_output import render_topology, topology_rows
+from analytics.plan.inputs import FleetCapacity, inventory_capacity
+from analytics.quota import (
     MigConversion,
     QuotaEvidence,
     QuotaKey,
@@ -34,24 +37,21 @@ from gpulens.analytics.quota import (
     propose_mig_conversions,
     recommend_quota,
 )
-from gpulens.analytics.quota_targets import QUOTA_TARGETS
-from gpulens.analytics.result_tables import ddl, insert_rows
-from gpulens.analytics.rightsizing.confidence import Confidence
-from gpulens.analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
-from gpulens.analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
-from gpulens.analytics.tas_advice import TasSettings
-from gpulens.analytics.tas_evidence import TasEvidence, load_tas_advice
-from gpulens.analytics.tas_output import render_topology, topology_rows
-from gpulens.analytics.writers import QuotaTarget
-from gpulens.analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
-from gpulens.analytics.writers.base import clear_dry_run_dir
-from gpulens.analytics.writers.crd import RecommendationPolicy
-from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
-from gpulens.analytics.writers.order import apply_in_order, partial
-from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
-from gpulens.analytics.writers.served import at_served_versions
-from gpulens.collector.queue_systems import VOLCANO_QUEUE, system_of
-from gpulens.collector.store_errors import StoreMissing, connect_store, reading_store
+from analytics.quota_targets import QUOTA_TARGETS
+from analytics.result_tables import ddl, insert_rows
+from analytics.rightsizing.confidence import Confidence
+from analytics.rightsizing.evidence import load_workload_usage, sample_step_seconds
+from analytics.rightsizing.strategy import MigFitSettings, MigFitStrategy, WorkloadRecommendation
+from analytics.writers import QuotaTarget
+from analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
+from analytics.writers.base import clear_dry_run_dir
+from analytics.writers.crd import RecommendationPolicy
+from analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
+from analytics.writers.order import apply_in_order, partial
+from analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from analytics.writers.served import at_served_versions
+from collector.queue_systems import VOLCANO_QUEUE, system_of
+from collector.store_errors import StoreMissing, connect_store, reading_store
 from gpulens.core.kube_api import KubernetesClient
 
 
@@ -143,7 +143,7 @@ def recommend(
 ) -> RecommendationReport:
     """Run rightsizing and quota recommendations over the store at ``db_path``.
 
-    Facts are read through the ``f_*`` views (:func:`~gpulens.analytics.facts.bind_facts`): from the store,
+    Facts are read through the ``f_*`` views (:func:`~analytics.facts.bind_facts`): from the store,
     or from the Parquet history under ``parquet_dir`` (``gpulens export-parquet``) where it has them.
     """
     settings = settings or RecommendSettings()

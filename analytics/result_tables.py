@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from gpulens.collector.schema_version import log, store_path
+from collector.schema_version import log, store_path
 
 
 @dataclass(frozen=True)

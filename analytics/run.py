@@ -1,6 +1,6 @@
 """``analyze``: run every analysis over one window and write every result table in one transaction.
 
-The steps are the declared stages of :mod:`gpulens.analytics.stages` (what each reads and writes);
+The steps are the declared stages of :mod:`analytics.stages` (what each reads and writes);
 this module binds the facts, resolves the window and the priced inventory, runs the stages and
 records the run.
 
@@ -23,20 +23,20 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics import chargeback
-from gpulens.analytics.checkpoint import background_checkpoint
-from gpulens.analytics.facts import Window, bind_facts, resolve_window
-from gpulens.analytics.inventory import build_inventory, register_catalog
-from gpulens.analytics.pipeline import PARTS, WINDOW, WRITE
-from gpulens.analytics.prices import load_price_book
-from gpulens.analytics.queue_use import has_queue_data, queue_use
-from gpulens.analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
-from gpulens.analytics.run_values import ModelPrices, RunValues
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.analytics.stages import RunState, run_stages
-from gpulens.analytics.summary import AnalysisSummary, build_summary
-from gpulens.collector.schema import create_schema
-from gpulens.collector.store_errors import connect_store
+from analytics import chargeback
+from analytics.checkpoint import background_checkpoint
+from analytics.facts import Window, bind_facts, resolve_window
+from analytics.inventory import build_inventory, register_catalog
+from analytics.pipeline import PARTS, WINDOW, WRITE
+from analytics.prices import load_price_book
+from analytics.queue_use import has_queue_data, queue_use
+from analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
+from analytics.run_values import ModelPrices, RunValues
+from analytics.settings import AnalysisSettings
+from analytics.stages import RunState, run_stages
+from analytics.summary import AnalysisSummary, build_summary
+from collector.schema import create_schema
+from collector.store_errors import connect_store
 from gpulens.core.errors import UserError
 
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")

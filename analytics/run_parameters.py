@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpulens.analytics.prices import PriceBook
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.prices import PriceBook
+from analytics.settings import AnalysisSettings
 
 NOT_COMPARED = frozenset({"sample_interval_seconds", "parquet_dir", "prices", "price_book"})
 """Recorded parameters that are not choices with a default: the inferred sample interval, where the

@@ -1,7 +1,7 @@
 """The Python values one run's stages hand on, one typed attribute per value.
 
 A stage declares a value as ``value:<name>`` in its ``reads`` or ``writes`` (see
-:mod:`gpulens.analytics.stages`); the value is the attribute ``<name>`` of :class:`RunValues`, so mypy
+:mod:`analytics.stages`); the value is the attribute ``<name>`` of :class:`RunValues`, so mypy
 checks its producer and every consumer. While a stage runs, :func:`RunValues.open_to` lets it read only
 the values it declares (reads or writes) and set only those it declares it writes; reading a value
 not set yet is an error too, never a default.
@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar, cast, overload
 
-from gpulens.analytics.chargeback import FleetCost
-from gpulens.analytics.health import GpuHealth
-from gpulens.analytics.isolation import Risk
-from gpulens.analytics.placement_run import Finding
-from gpulens.analytics.topology_stranded import StrandedRow
+from analytics.chargeback import FleetCost
+from analytics.health import GpuHealth
+from analytics.isolation import Risk
+from analytics.placement.run import Finding
+from analytics.placement.stranded import StrandedRow
 
 T = TypeVar("T")
 

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.settings import HealthRules
+from analytics.facts import Window
+from analytics.settings import HealthRules
 
 STOPPED = "samples_stopped"
 THINNED = "samples_thinned"

@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpulens.analytics.focus_formats import FOCUS_FORMATS
-from gpulens.analytics.topology_settings import TopologySettings
+from analytics.focus_formats import FOCUS_FORMATS
+from analytics.placement.settings import TopologySettings
 from gpulens.core.states import HealthState
 from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
 
@@ -197,7 +197,7 @@ class AnalysisSettings(BaseModel):
     out_dir: Path | None = None
     """Write the FOCUS chargeback here, in each of ``focus_formats``."""
     focus_formats: tuple[str, ...] | None = None
-    """Names of :data:`~gpulens.analytics.focus_formats.FOCUS_FORMATS` written to ``out_dir``; None: every one."""
+    """Names of :data:`~analytics.focus_formats.FOCUS_FORMATS` written to ``out_dir``; None: every one."""
     memory_limit: str = "4GB"
     """DuckDB memory limit (it spills to disk beyond it)."""
     risk: RiskWeights = RiskWeights()

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpulens.analytics.day_parts import day_windows
-from gpulens.analytics.facts import Window
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.analytics.summary import AnalysisSummary
+from analytics.day_parts import day_windows
+from analytics.facts import Window
+from analytics.settings import AnalysisSettings
+from analytics.summary import AnalysisSummary
 from gpulens.core.errors import UserError
 
 _SLICE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -55,8 +55,8 @@ def copy_dimensions(central: Path, worker: Path) -> int:
     bookkeeping tables are replaced by the central store's."""
     import duckdb
 
-    from gpulens.collector.schema import ALL_TABLES, FACTS
-    from gpulens.collector.store import Store
+    from collector.schema import ALL_TABLES, FACTS
+    from collector.store import Store
 
     if not central.is_file():
         raise UserError(f"--dimensions-from {central}: no such store")

@@ -2,10 +2,10 @@
 
 A stage hands the next ones temp tables (``an_*``, dropped with the connection), stored day-part
 tables (``*_parts``, ``part_*``) or Python values (``value:<name>``: the typed attribute ``<name>`` of
-:class:`~gpulens.analytics.run_values.RunValues`, which a stage reads or sets only as it declares);
-facts are read only through the ``f_*`` views of :mod:`gpulens.analytics.facts`, dimensions and
+:class:`~analytics.run_values.RunValues`, which a stage reads or sets only as it declares);
+facts are read only through the ``f_*`` views of :mod:`analytics.facts`, dimensions and
 bookkeeping straight from the store. Three groups: a day part's stages (``PART_READ``, then
-``PART_WRITE``; :mod:`gpulens.analytics.day_parts` runs them per UTC day of the window), the
+``PART_WRITE``; :mod:`analytics.day_parts` runs them per UTC day of the window), the
 window-level stages (``WINDOW``, after the parts are merged) and the writes of the run (``WRITE``).
 The declared order is the run's order: :func:`check_order` proves that every stage reads only what
 the store holds or an earlier stage wrote, and a test checks each module's SQL against the declarations.
@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from gpulens.analytics import chargeback, fragmentation, health, idle, isolation
-from gpulens.analytics.facts import FACT_TABLES, Window
-from gpulens.analytics.placement_run import assess as assess_placement
-from gpulens.analytics.placement_run import insert_placement, insert_seen
-from gpulens.analytics.result_tables import PART_TABLES
-from gpulens.analytics.run_values import PREFIX, RunValues
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.schema import BOOKKEEPING, DIMENSIONS
+from analytics import chargeback, fragmentation, health, idle, isolation
+from analytics.facts import FACT_TABLES, Window
+from analytics.placement.run import assess as assess_placement
+from analytics.placement.run import insert_placement, insert_seen
+from analytics.result_tables import PART_TABLES
+from analytics.run_values import PREFIX, RunValues
+from analytics.settings import AnalysisSettings
+from collector.schema import BOOKKEEPING, DIMENSIONS
 
 STORE_TABLES = frozenset({*DIMENSIONS, *BOOKKEEPING, *PART_TABLES})
 """What a stage may read without an earlier stage: dimensions, bookkeeping and the day parts earlier runs

@@ -9,9 +9,9 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.chargeback import FleetCost, device_state_of
-from gpulens.analytics.prices import PriceBook
-from gpulens.analytics.queue_use import QueueUse
+from analytics.chargeback import FleetCost, device_state_of
+from analytics.prices import PriceBook
+from analytics.queue_use import QueueUse
 from gpulens.core.states import DeviceState, HealthState
 
 STATES = tuple(DeviceState)

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
 
-from gpulens.collector.schema import create_schema  # noqa: E402
+from collector.schema import create_schema  # noqa: E402
 
 START = datetime(2026, 3, 2)
 INTERVAL = 60
@@ -246,8 +246,8 @@ def _floor(facts: Path, queries: dict[str, str], queue) -> None:  # type: ignore
 
 
 def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, queue) -> None:  # type: ignore[no-untyped-def]
-    from gpulens.analytics.run import analyze
-    from gpulens.analytics.settings import AnalysisSettings
+    from analytics.run import analyze
+    from analytics.settings import AnalysisSettings
 
     settings = AnalysisSettings(
         window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=end_day), parquet_dir=facts

@@ -101,9 +101,9 @@ def cpu_per_cycle(run_cycle: Callable[[], object], cycles: int) -> float:
 
 def serve_gpulens(conn: Connection, readings: DeviceReadings, allocations: tuple[Allocation, ...],
                   cycles: int) -> None:
-    from gpulens.exporter.cycle import CollectionCycle
-    from gpulens.exporter.server import build_server
-    from gpulens.exporter.settings import ExporterSettings
+    from exporter.cycle import CollectionCycle
+    from exporter.server import build_server
+    from exporter.settings import ExporterSettings
 
     source = FixedSource(readings, allocations)
     cycle = CollectionCycle(source, source, node=readings.node)
@@ -122,9 +122,9 @@ def serve_baseline(conn: Connection, readings: DeviceReadings, allocations: tupl
                    cycles: int) -> None:
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+    from exporter.cycle import ExporterState
+    from exporter.exposition import state_families
     from gpulens.core.device_model import NodeSnapshot
-    from gpulens.exporter.cycle import ExporterState
-    from gpulens.exporter.exposition import state_families
 
     registry = CollectorRegistry(auto_describe=False)
     gauges: dict[str, Gauge] = {}  # module-level Gauges in the usual exporter; created once, updated in place

@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
 
-from gpulens.analytics import health  # noqa: E402
-from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
-from gpulens.analytics.facts import Window  # noqa: E402
-from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
-from gpulens.analytics.settings import HealthRules  # noqa: E402
+from analytics import health  # noqa: E402
+from analytics.day_parts import day_windows, merge_parts  # noqa: E402
+from analytics.facts import Window  # noqa: E402
+from analytics.result_tables import create_result_tables  # noqa: E402
+from analytics.settings import HealthRules  # noqa: E402
 from gpulens.sim.fault_fleet import fault_fleet, known_faults  # noqa: E402
 from gpulens.sim.fleet import SimulatedFleet  # noqa: E402
 

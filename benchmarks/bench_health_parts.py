@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
 
-from gpulens.analytics import early_warning, gpu_day, health  # noqa: E402
-from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
-from gpulens.analytics.facts import Window  # noqa: E402
-from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
-from gpulens.analytics.settings import HealthRules  # noqa: E402
-from gpulens.collector.parquet import read_fact_parquet  # noqa: E402
+from analytics import early_warning, gpu_day, health  # noqa: E402
+from analytics.day_parts import day_windows, merge_parts  # noqa: E402
+from analytics.facts import Window  # noqa: E402
+from analytics.result_tables import create_result_tables  # noqa: E402
+from analytics.settings import HealthRules  # noqa: E402
+from collector.parquet import read_fact_parquet  # noqa: E402
 
 START = datetime(2026, 3, 2)
 T = TypeVar("T")

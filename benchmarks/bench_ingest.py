@@ -31,12 +31,12 @@ import duckdb  # noqa: E402
 import polars as pl  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from gpulens.collector.backfill import SOURCE, history_frames  # noqa: E402
-from gpulens.collector.exposition import parse_exposition  # noqa: E402
-from gpulens.collector.mapping import to_store_frames  # noqa: E402
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range  # noqa: E402
-from gpulens.collector.schema import FACT_KEYS, FACTS  # noqa: E402
-from gpulens.collector.store import Store  # noqa: E402
+from collector.backfill import SOURCE, history_frames  # noqa: E402
+from collector.exposition import parse_exposition  # noqa: E402
+from collector.mapping import to_store_frames  # noqa: E402
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range  # noqa: E402
+from collector.schema import FACT_KEYS, FACTS  # noqa: E402
+from collector.store import Store  # noqa: E402
 from tests.support.store_render import render_text, series_for  # noqa: E402
 from tests.support.synthetic_fleet import synthetic_frames  # noqa: E402
 

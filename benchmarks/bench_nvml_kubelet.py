@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc  # noqa: E402
 
+from exporter.allocations import KubeletAllocationSource  # noqa: E402
+from exporter.kubelet.client import PodResourcesClient, parse_list_response  # noqa: E402
+from exporter.kubelet.proto import api_pb2, api_pb2_grpc  # noqa: E402
+from exporter.nvml.source import NvmlDeviceSource  # noqa: E402
 from gpulens.core.kube_api import KubernetesClient  # noqa: E402
 from gpulens.core.tenancy.resolver import TenantResolver  # noqa: E402
-from gpulens.exporter.allocations import KubeletAllocationSource  # noqa: E402
-from gpulens.exporter.kubelet.client import PodResourcesClient, parse_list_response  # noqa: E402
-from gpulens.exporter.kubelet.proto import api_pb2, api_pb2_grpc  # noqa: E402
-from gpulens.exporter.nvml.source import NvmlDeviceSource  # noqa: E402
 from tests.fakes.kubelet import FakeKubelet, container, pod  # noqa: E402
 from tests.fakes.kubernetes_api import FakeKubernetesApi  # noqa: E402
 from tests.fakes.nvml import FakeMig, FakeNvml  # noqa: E402

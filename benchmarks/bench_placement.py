@@ -33,17 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
 from bench_analytics import START, make_facts, make_store, subset  # noqa: E402
 
-from gpulens.analytics import isolation  # noqa: E402
-from gpulens.analytics.day_parts import day_windows, merge_parts  # noqa: E402
-from gpulens.analytics.facts import Window, bind_facts, resolve_window  # noqa: E402
-from gpulens.analytics.inventory import build_inventory, register_catalog  # noqa: E402
-from gpulens.analytics.placement_run import assess, insert_placement, seen  # noqa: E402
-from gpulens.analytics.prices import load_price_book  # noqa: E402
-from gpulens.analytics.result_tables import create_result_tables  # noqa: E402
-from gpulens.analytics.run import analyze  # noqa: E402
-from gpulens.analytics.settings import AnalysisSettings  # noqa: E402
-from gpulens.analytics.topology_settings import TopologySettings  # noqa: E402
-from gpulens.collector.schema import create_schema  # noqa: E402
+from analytics import isolation  # noqa: E402
+from analytics.day_parts import day_windows, merge_parts  # noqa: E402
+from analytics.facts import Window, bind_facts, resolve_window  # noqa: E402
+from analytics.inventory import build_inventory, register_catalog  # noqa: E402
+from analytics.placement.run import assess, insert_placement, seen  # noqa: E402
+from analytics.placement.settings import TopologySettings  # noqa: E402
+from analytics.prices import load_price_book  # noqa: E402
+from analytics.result_tables import create_result_tables  # noqa: E402
+from analytics.run import analyze  # noqa: E402
+from analytics.settings import AnalysisSettings  # noqa: E402
+from collector.schema import create_schema  # noqa: E402
 
 FLOOR = """
 SELECT count(*), max(t), sum(k), sum(n), sum(g) FROM (  -- every aggregate consumed, one row back

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpulens.analytics.plan.fleet import plan_pools  # noqa: E402
-from gpulens.analytics.plan.model import PoolCapacity, QueueDemand  # noqa: E402
-from gpulens.analytics.plan.policy import PlanPolicy, QueuePolicy, TenantPolicy  # noqa: E402
-from gpulens.analytics.plan.waterfill import Claim, water_fill  # noqa: E402
+from analytics.plan.fleet import plan_pools  # noqa: E402
+from analytics.plan.model import PoolCapacity, QueueDemand  # noqa: E402
+from analytics.plan.policy import PlanPolicy, QueuePolicy, TenantPolicy  # noqa: E402
+from analytics.plan.waterfill import Claim, water_fill  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 

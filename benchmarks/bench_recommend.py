@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 
-from gpulens.analytics.recommend import RecommendSettings, recommend  # noqa: E402
-from gpulens.collector.schema import create_schema  # noqa: E402
+from analytics.recommend import RecommendSettings, recommend  # noqa: E402
+from collector.schema import create_schema  # noqa: E402
 
 START = datetime(2026, 3, 2)
 GIB = 1024**3

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb  # noqa: E402
 import polars as pl  # noqa: E402
 
-from gpulens.analytics.recommend import recommend  # noqa: E402
-from gpulens.analytics.report import write_report  # noqa: E402
-from gpulens.analytics.report.data import StoreReader  # noqa: E402
-from gpulens.analytics.run import analyze  # noqa: E402
-from gpulens.analytics.settings import AnalysisSettings  # noqa: E402
-from gpulens.collector.backfill import backfill_simulated  # noqa: E402
+from analytics.recommend import recommend  # noqa: E402
+from analytics.run import analyze  # noqa: E402
+from analytics.settings import AnalysisSettings  # noqa: E402
+from collector.backfill import backfill_simulated  # noqa: E402
+from dashboards.report import write_report  # noqa: E402
+from dashboards.report.data import StoreReader  # noqa: E402
 
 DAY = 86400
 

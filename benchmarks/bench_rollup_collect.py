@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import polars as pl  # noqa: E402
 import yaml  # noqa: E402
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, RangeSummary, collect_range  # noqa: E402
-from gpulens.collector.prometheus_rollups import ROLLUP_GROUP  # noqa: E402
-from gpulens.collector.store import Store  # noqa: E402
+from collector.prometheus import HttpSettings, PrometheusClient, RangeSummary, collect_range  # noqa: E402
+from collector.prometheus_rollups import ROLLUP_GROUP  # noqa: E402
+from collector.store import Store  # noqa: E402
 from tests.support.prometheus import promtool, running_prometheus  # noqa: E402
 from tests.support.store_render import render_openmetrics, series_for  # noqa: E402
 from tests.support.synthetic_fleet import synthetic_frames  # noqa: E402

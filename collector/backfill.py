@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from gpulens.collector.schema import ALL_TABLES
-from gpulens.collector.store import Store, WindowResult
+from collector.schema import ALL_TABLES
+from collector.store import Store, WindowResult
 
 SOURCE = "sim"
 DAY = 86400.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.collector.dcgm_names import (
+from collector.dcgm_names import (
     DCGM_VERSION,
     EXPORTER_RENAMED,
     EXPORTER_RENAMED_IN,

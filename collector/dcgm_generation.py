@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpulens.collector.dcgm_fields import (
+from collector.dcgm_fields import (
     KNOWN_NAMES,
     LEGACY_DRIVER_LABEL,
     NEW_DRIVER_LABEL,

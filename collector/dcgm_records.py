@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.collector.dcgm_fields import INGESTED, DcgmField
+from collector.dcgm_fields import INGESTED, DcgmField
 
 DCGM_GROUP = "gpulens.dcgm.rules"
 """The rule group in deploy/prometheus/gpulens-rules.yaml that records them."""

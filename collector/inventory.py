@@ -17,7 +17,7 @@ nodes with NVIDIA labels or allocatable GPUs are kept; a pod asking for part of 
 ``gpu_requests`` (``gpulens.io/gpu-share``, ``gpulens.io/gpu-share-memory-bytes``). LocalQueues are stored in
 ``quota_snapshots`` as ``object_kind = 'LocalQueue'`` rows (usage per flavor and resource;
 ``annotations.clusterQueue`` names their queue). KAI Scheduler's Queues (``scheduling.run.ai/v2``, none when
-KAI is not installed) become quota rows and pending demand as :mod:`gpulens.collector.kai_queues` says.
+KAI is not installed) become quota rows and pending demand as :mod:`collector.kai_queues` says.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 
 import polars as pl
 
-from gpulens.collector.kai_queues import KAI_QUEUES_PATH, kai_queue_rows
-from gpulens.collector.kueue_api import KueueApi, effective_quotas, served_kueue
-from gpulens.collector.store import Store, WindowResult, to_datetime
+from collector.kai_queues import KAI_QUEUES_PATH, kai_queue_rows
+from collector.kueue_api import KueueApi, effective_quotas, served_kueue
+from collector.store import Store, WindowResult, to_datetime
 from gpulens.core.errors import UserError
 from gpulens.core.gpu_share import FRACTION_RESOURCES, fraction_annotations, pod_gpu_share, pod_requests
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, MalformedAnswerError, NotFoundError
@@ -117,7 +117,7 @@ def _shown(value: Any) -> str:
 
 
 def list_kueue(api: KubernetesReads, plural: str, kueue: KueueApi) -> list[dict[str, Any]]:
-    """Kueue objects of every namespace at the served version (:mod:`gpulens.collector.kueue_api`); none
+    """Kueue objects of every namespace at the served version (:mod:`collector.kueue_api`); none
     without Kueue."""
     for version in kueue.versions_to_try():
         try:
@@ -128,7 +128,7 @@ def list_kueue(api: KubernetesReads, plural: str, kueue: KueueApi) -> list[dict[
 
 
 def list_kai_queues(api: KubernetesReads) -> list[dict[str, Any]]:
-    """KAI Scheduler's Queue objects (:mod:`gpulens.collector.kai_queues`); none where KAI is not installed."""
+    """KAI Scheduler's Queue objects (:mod:`collector.kai_queues`); none where KAI is not installed."""
     try:
         return list_items(api, KAI_QUEUES_PATH)
     except NotFoundError:

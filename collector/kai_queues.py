@@ -1,7 +1,7 @@
 """KAI Scheduler ``Queue`` objects (scheduling.run.ai/v2) as rows of the quota model: quota, limit, usage, pending.
 
 One entry per queue, resource ``nvidia.com/gpu`` and no flavor (KAI queues have none), kind
-``Queue.scheduling.run.ai`` (:mod:`gpulens.collector.queue_systems`). From the Queue (KAI's
+``Queue.scheduling.run.ai`` (:mod:`collector.queue_systems`). From the Queue (KAI's
 ``docs/queues/README.md``): ``spec.resources.gpu.quota`` is the nominal quota in GPUs (fractions allowed;
 unset or ``0``: nothing guaranteed; ``-1``: unlimited, stored NULL with ``annotations.quota =
 "unlimited"``); ``limit`` is the ceiling, stored as ``borrowing_limit = limit - quota`` (``-1``: no limit,
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from gpulens.collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION, pending_queue
+from collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION, pending_queue
 from gpulens.core.quantity import parse_quantity
 from gpulens.core.tenancy.pod_tenancy import cluster_queue_tenant
 from gpulens.core.tenancy.rules import TenancyConfig

@@ -22,11 +22,11 @@ from typing import Literal
 
 import polars as pl
 
-from gpulens.collector.dcgm_fields import BY_KEY, READ_AS
-from gpulens.collector.dcgm_fields import DCGM_METRICS as DCGM_METRICS
-from gpulens.collector.dcgm_fields import MIB as MIB
-from gpulens.collector.queue_metrics import map_queue_systems
-from gpulens.collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
+from collector.dcgm_fields import BY_KEY, READ_AS
+from collector.dcgm_fields import DCGM_METRICS as DCGM_METRICS
+from collector.dcgm_fields import MIB as MIB
+from collector.queue_metrics import map_queue_systems
+from collector.topology import TOPOLOGY_METRICS, gpu_topology_frame
 from gpulens.core import metric_catalog as M
 from gpulens.core.gpu_share import FRACTION_RESOURCES
 from gpulens.core.metric_catalog import PREFIX, MetricGroup, in_groups

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.collector.schema import ALL_TABLES, FACTS
-from gpulens.collector.store_errors import StoreMissing, connect_store, storage_error
+from collector.schema import ALL_TABLES, FACTS
+from collector.store_errors import StoreMissing, connect_store, storage_error
 from gpulens.core.errors import UserError
 
 

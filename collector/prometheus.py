@@ -28,15 +28,15 @@ import httpx
 import numpy as np
 import polars as pl
 
-from gpulens.collector.dcgm_generation import TargetGenerations, speaks_by_target
-from gpulens.collector.mapping import (
+from collector.dcgm_generation import TargetGenerations, speaks_by_target
+from collector.mapping import (
     DCGM_METRICS,
     GPULENS_METRICS,
     KUEUE_METRICS,
     SchemaName,
     to_store_frames,
 )
-from gpulens.collector.prometheus_rollups import (
+from collector.prometheus_rollups import (
     BY_BASE,
     ROLLUP_GROUP,
     ROLLUP_INTERVAL_SECONDS,
@@ -44,9 +44,9 @@ from gpulens.collector.prometheus_rollups import (
     drop_unread_device_rows,
     query_name,
 )
-from gpulens.collector.queue_metrics import QUEUE_SYSTEM_METRICS
-from gpulens.collector.store import Gap, Store, WindowResult
-from gpulens.collector.validate import Rejections, validate_samples
+from collector.queue_metrics import QUEUE_SYSTEM_METRICS
+from collector.store import Gap, Store, WindowResult
+from collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact, redact_logs_of
 from gpulens.core.timeparse import format_time

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpulens.collector.dcgm_fields import BY_KEY
+from collector.dcgm_fields import BY_KEY
 from gpulens.core import metric_catalog as M
 
 ROLLUP_GROUP = "gpulens.rollup.rules"

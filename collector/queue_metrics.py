@@ -1,7 +1,7 @@
 """Map KAI Scheduler, Volcano and Kueue cohort queue metrics into ``quota_snapshots`` and ``pending_demand``.
 
 Each becomes the same quota model as a Kueue ClusterQueue (quota, ceiling, usage, pending), with the
-object kind naming its system (:mod:`gpulens.collector.queue_systems`):
+object kind naming its system (:mod:`collector.queue_systems`):
 
 - KAI Scheduler (queue controller and scheduler, label ``queue_name``; KAI prefixes them with its metrics
   namespace, ``kai_`` by default, none with ``--metrics-namespace=""``, so both spellings are read):
@@ -28,7 +28,7 @@ import json
 
 import polars as pl
 
-from gpulens.collector.queue_systems import COHORT, KAI_QUEUE, VOLCANO_QUEUE, pending_queue
+from collector.queue_systems import COHORT, KAI_QUEUE, VOLCANO_QUEUE, pending_queue
 
 GPU_RESOURCE = "nvidia.com/gpu"
 KAI_PREFIX = "kai_"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import duckdb
 
-from gpulens.collector.schema_version import SCHEMA_VERSION, check_version, log, migrate, store_path
-from gpulens.collector.stored_credentials import redact_stored_credentials
+from collector.schema_version import SCHEMA_VERSION, check_version, log, migrate, store_path
+from collector.stored_credentials import redact_stored_credentials
 
 DIMENSIONS = {
     "nodes": """

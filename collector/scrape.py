@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 import httpx
 import polars as pl
 
-from gpulens.collector.bounded_get import DEFAULT_MAX_BYTES, FetchError, Limits, bounded_get
-from gpulens.collector.bounded_get import new_client as new_bounded_client
-from gpulens.collector.dcgm_generation import Speaks, speaks
-from gpulens.collector.exposition import ExpositionError, parse_exposition
-from gpulens.collector.mapping import SchemaName, to_store_frames
-from gpulens.collector.store import Gap, Store
-from gpulens.collector.store_errors import StoreBusy
-from gpulens.collector.validate import Rejections, validate_samples
+from collector.bounded_get import DEFAULT_MAX_BYTES, FetchError, Limits, bounded_get
+from collector.bounded_get import new_client as new_bounded_client
+from collector.dcgm_generation import Speaks, speaks
+from collector.exposition import ExpositionError, parse_exposition
+from collector.mapping import SchemaName, to_store_frames
+from collector.store import Gap, Store
+from collector.store_errors import StoreBusy
+from collector.validate import Rejections, validate_samples
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact
 

@@ -23,8 +23,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from gpulens.collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
-from gpulens.collector.store_errors import storage_failures, store_error
+from collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
+from collector.store_errors import storage_failures, store_error
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.collector.schema_version import check_version
+from collector.schema_version import check_version
 from gpulens.core.errors import UserError
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from gpulens.collector.dcgm_fields import MIB, READ_AS
+from collector.dcgm_fields import MIB, READ_AS
 from gpulens.core import metric_catalog as M
 
 INT64_SAFE = 9.2e18

@@ -20,11 +20,7 @@ from collections.abc import Callable
 
 from opentelemetry import trace
 
-from gpulens.core.device_model import Allocation, ErrorCounter, SharingMode, merge_errors
-from gpulens.core.mig_catalog import COMPUTE_SLICES, profile_slices
-from gpulens.core.tenancy.api_objects import TENANTS_SOURCE
-from gpulens.core.tenancy.resolver import PodInfo, TenantResolver
-from gpulens.exporter.kubelet.client import (
+from exporter.kubelet.client import (
     KUBELET_SOURCE,
     ClaimGrant,
     DeviceGrant,
@@ -33,13 +29,17 @@ from gpulens.exporter.kubelet.client import (
     parse_list_response,
     replicas_per_device,
 )
-from gpulens.exporter.kubelet.device_ids import (
+from exporter.kubelet.device_ids import (
     MIG_RESOURCE_PREFIX,
     DeviceDirectory,
     parse_device_id,
     shared_base,
 )
-from gpulens.exporter.kubelet.dra import DRA_SOURCE, DraDevice, ResourceSliceDirectory
+from exporter.kubelet.dra import DRA_SOURCE, DraDevice, ResourceSliceDirectory
+from gpulens.core.device_model import Allocation, ErrorCounter, SharingMode, merge_errors
+from gpulens.core.mig_catalog import COMPUTE_SLICES, profile_slices
+from gpulens.core.tenancy.api_objects import TENANTS_SOURCE
+from gpulens.core.tenancy.resolver import PodInfo, TenantResolver
 
 tracer = trace.get_tracer(__name__)
 

@@ -7,16 +7,16 @@ import os
 import socket
 from typing import Any
 
+from exporter.allocations import KubeletAllocationSource
+from exporter.kubelet.client import PodResourcesClient
+from exporter.kubelet.dra import ResourceSliceDirectory
+from exporter.nvml.source import NvmlDeviceSource
+from exporter.settings import ExporterSettings
 from gpulens.core.device_model import AllocationSource, DeviceSource
 from gpulens.core.errors import UserError
 from gpulens.core.kube_api import KubernetesClient, KubernetesReads, in_cluster_connection
 from gpulens.core.tenancy.resolver import TenantResolver
 from gpulens.core.tenancy.rules import load_tenancy_config
-from gpulens.exporter.allocations import KubeletAllocationSource
-from gpulens.exporter.kubelet.client import PodResourcesClient
-from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.settings import ExporterSettings
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from exporter.cycle import ExporterState
+from exporter.families import new_family
+from exporter.topology_exposition import topology_families
 from gpulens.core import metric_catalog as M
 from gpulens.core.device_model import (
     WHOLE_GPU_PROFILE,
@@ -33,9 +36,6 @@ from gpulens.core.device_model import (
     allocatable_devices,
 )
 from gpulens.core.vocabulary import ThrottleReason
-from gpulens.exporter.cycle import ExporterState
-from gpulens.exporter.families import new_family
-from gpulens.exporter.topology_exposition import topology_families
 
 KNOWN_THROTTLE_REASONS = tuple(str(reason) for reason in ThrottleReason)
 """Clock-event reasons reported as 0/1 for every GPU that answers (others appear when active)."""

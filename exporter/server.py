@@ -23,14 +23,14 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
+from exporter.auth import MIGRATE_HINT, BasicAuthUsers, load_basic_auth_file
+from exporter.cycle import CollectionCycle, ExporterState, health_status
+from exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
+from exporter.settings import Backend, ExporterSettings
+from exporter.web_config import WebConfig, load_web_config
 from gpulens.core import __version__
 from gpulens.core.device_model import AllocationSource, DeviceSource
 from gpulens.core.errors import UserError
-from gpulens.exporter.auth import MIGRATE_HINT, BasicAuthUsers, load_basic_auth_file
-from gpulens.exporter.cycle import CollectionCycle, ExporterState, health_status
-from gpulens.exporter.exposition import ExpositionCache, SnapshotCollector, wants_gzip, wants_openmetrics
-from gpulens.exporter.settings import Backend, ExporterSettings
-from gpulens.exporter.web_config import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def open_sources(settings: ExporterSettings) -> tuple[DeviceSource, AllocationSo
         source = fleet.source(node, attribute_processes=settings.attribute_processes)
         return source, source, "sim", node
     try:
-        from gpulens.exporter.backends import node_name, open_nvml_backend
+        from exporter.backends import node_name, open_nvml_backend
     except ImportError as exc:
         raise UserError(f"--backend {settings.backend.value}: the NVML backend is not available ({exc})") from exc
     devices, allocations = open_nvml_backend(settings)

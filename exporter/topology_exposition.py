@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
+from exporter.families import new_family
 from gpulens.core import metric_catalog as M
 from gpulens.core.device_model import NodeSnapshot
-from gpulens.exporter.families import new_family
 
 
 def topology_families(snapshot: NodeSnapshot) -> Iterator[Metric]:

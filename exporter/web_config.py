@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
+from exporter.auth import BasicAuthUsers, is_bcrypt_hash
 from gpulens.core.config import read_user_file
 from gpulens.core.errors import UserError
-from gpulens.exporter.auth import BasicAuthUsers, is_bcrypt_hash
 
 FLAG = "--web.config.file"
 

@@ -1,7 +1,8 @@
 """gpulens: GPU visibility, idle-capacity analytics, chargeback and quota feedback for shared Kubernetes GPUs.
 
-The top-level folders install as one namespace: ``gpulens.core`` <
-``gpulens.exporter`` < ``gpulens.collector`` < ``gpulens.analytics`` < ``gpulens.dashboards`` <
+This package holds the command line (``gpulens.cli``) and the ground floor every layer shares
+(``gpulens.core``, ``gpulens.sim``); the card's folders are top-level packages next to it:
+``gpulens.core`` < ``gpulens.sim`` < ``exporter`` < ``collector`` < ``analytics`` < ``dashboards`` <
 ``gpulens.cli``.
 """
 

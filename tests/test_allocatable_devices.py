@@ -8,9 +8,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.otel.metrics import register_instruments
 from gpulens.core import metric_catalog as M
 from gpulens.core.device_model import DeviceReadings, Gpu, NodeSnapshot, SharingMode, allocatable_devices
-from gpulens.exporter.otel.metrics import register_instruments
 from gpulens.sim.history import snapshot_rows
 from tests.support.exporter import fake_cycle, render_text
 from tests.support.fakes import h100_exclusive_gpu, h100_time_sliced_gpu, h200_mig_gpu

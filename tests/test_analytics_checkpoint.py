@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.checkpoint import background_checkpoint
+from analytics.checkpoint import background_checkpoint
 
 
 def _wal_bytes(db: Path) -> int:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.store_errors import StoreMissing
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.store_errors import StoreMissing
 
 
 def _analyze_missing(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_the_collector_is_paused_while_the_run_works(tmp_path: Path, monkeypatch
         seen.append(gc.isenabled())
         raise StoreMissing(db_path)
 
-    monkeypatch.setattr("gpulens.analytics.run._open_and_analyze", open_and_analyze)
+    monkeypatch.setattr("analytics.run._open_and_analyze", open_and_analyze)
     _analyze_missing(tmp_path)
     assert seen == [False]
     assert gc.isenabled()

@@ -19,10 +19,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.parquet import export_parquet
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
+from collector.parquet import export_parquet
 
 pytestmark = pytest.mark.slow
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.day_parts import import_parts
-from gpulens.analytics.result_tables import PART_TABLES
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.parquet import export_parquet
+from analytics.day_parts import import_parts
+from analytics.result_tables import PART_TABLES
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
+from collector.parquet import export_parquet
 
 pytestmark = pytest.mark.slow
 

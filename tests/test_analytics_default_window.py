@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
 from gpulens.core.errors import UserError
 from tests.support.analytics_fleet import T0, Fleet
 

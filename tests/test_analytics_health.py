@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.health import classify_xid
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings, HealthRules
+from analytics.health import classify_xid
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings, HealthRules
 from tests.support.analytics_fleet import T0, Fleet
 
 END = T0 + timedelta(hours=1)
@@ -105,7 +105,7 @@ def test_signals_without_readings_are_listed_as_not_measured_never_as_fine(store
 
 def test_a_trend_raised_with_the_failure_is_no_lead() -> None:
     """The trend's bucket ended when the XID came: it warned with the failure, not before it."""
-    from gpulens.analytics.health import Evidence, GpuHealth
+    from analytics.health import Evidence, GpuHealth
 
     failed = datetime(2026, 1, 5, 8, 0)
 

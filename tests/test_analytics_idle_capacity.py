@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
 from tests.support.analytics_fleet import GIB, T0, Fleet
 
 END = T0 + timedelta(hours=1)

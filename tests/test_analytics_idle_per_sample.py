@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
 from tests.support.analytics_fleet import T0, Fleet
 
 HOURS = 2
@@ -207,7 +207,7 @@ def test_a_holder_with_as_many_rows_as_samples_but_at_other_times_is_decided_row
     """In one hour the device misses its sample at minute 10 (the holder's row is there) and the holder is
     absent at minute 50 (the only idle sample): equal counts, different times. The holder held 58 measured
     minutes, none idle; minute 10 is not measured and minute 50 is unallocated."""
-    monkeypatch.setattr("gpulens.analytics.idle._FEW_DEVICES", few_devices)
+    monkeypatch.setattr("analytics.idle._FEW_DEVICES", few_devices)
     path = tmp_path / "store.duckdb"
     f = Fleet(path)
     f.node("n0")

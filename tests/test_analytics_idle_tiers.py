@@ -23,8 +23,8 @@ import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
 from tests.support.analytics_fleet import T0, Fleet
 
 MINUTES = 120

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics import isolation
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings, RiskWeights
+from analytics import isolation
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings, RiskWeights
 from tests.support.analytics_fleet import T0, Fleet
 from tests.support.bulk_insert import insert_rows
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings, RiskWeights
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings, RiskWeights
 from tests.support.analytics_fleet import T0, Fleet
 
 END = T0 + timedelta(hours=1)

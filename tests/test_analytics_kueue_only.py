@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.report import write_report
-from gpulens.analytics.result_tables import RESULT_TABLES
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.result_tables import RESULT_TABLES
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
 from tests.support.cli import gpulens
 from tests.support.recommend_store import StoreBuilder
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.day_parts import trusted_tables
-from gpulens.analytics.run import analyze
-from gpulens.collector.parquet import export_parquet, read_fact_parquet
+from analytics.day_parts import trusted_tables
+from analytics.run import analyze
+from collector.parquet import export_parquet, read_fact_parquet
 from tests.support.analytics_fleet import T0, Fleet
 from tests.test_analytics_idle_capacity import build, settings
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.run import analyze
+from analytics.run import analyze
 from gpulens.core.errors import UserError
 from tests.support.analytics_fleet import Fleet
 from tests.test_analytics_idle_capacity import build, settings

@@ -13,8 +13,8 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings, RiskWeights
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings, RiskWeights
 from tests.support.analytics_fleet import T0, Fleet
 
 MINUTES = 30

@@ -18,13 +18,13 @@ from typing import cast
 import duckdb
 import pytest
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.analytics.slices import Slice, analyze_slice
-from gpulens.analytics.summary import AnalysisSummary
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.parquet import export_parquet
+from analytics.facts import Window
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from analytics.slices import Slice, analyze_slice
+from analytics.summary import AnalysisSummary
+from collector.backfill import backfill_simulated
+from collector.parquet import export_parquet
 from gpulens.core.errors import UserError
 from tests.test_analytics_day_parts import DAY, END, at, results, settings
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics import stages
-from gpulens.analytics.facts import FACT_TABLES
-from gpulens.analytics.pipeline import PART_STAGES, PIPELINE
-from gpulens.analytics.stages import PART_SETUP, SETUP_WRITES, Stage, check_order
+from analytics import stages
+from analytics.facts import FACT_TABLES
+from analytics.pipeline import PART_STAGES, PIPELINE
+from analytics.stages import PART_SETUP, SETUP_WRITES, Stage, check_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,8 +36,8 @@ STAGE_MODULES = {
     "analytics/isolation.py": ("isolation risk",),
     "analytics/fragmentation.py": ("write fragmentation",),
     "analytics/chargeback.py": ("write chargeback", "part sums"),
-    "analytics/placement_run.py": ("placement", "placements seen"),
-    "analytics/topology_stranded.py": ("placement",),
+    "analytics/placement/run.py": ("placement", "placements seen"),
+    "analytics/placement/stranded.py": ("placement",),
 }
 
 

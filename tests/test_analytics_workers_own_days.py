@@ -14,10 +14,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.parquet import export_parquet
-from gpulens.collector.schema import FACTS
+from analytics.run import analyze
+from collector.backfill import backfill_simulated
+from collector.parquet import export_parquet
+from collector.schema import FACTS
 from tests.test_analytics_day_parts import DAY, END, at, merged_results, results, settings
 
 pytestmark = pytest.mark.slow

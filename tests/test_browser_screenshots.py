@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.report import write_report
+from dashboards.report import write_report
 from tests.support.exporter import stop_process
 from tests.support.headless_chromium import chromium_path, load_until
 from tests.support.prometheus import free_port

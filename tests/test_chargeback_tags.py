@@ -12,10 +12,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.chargeback import write_focus
-from gpulens.analytics.report import write_report
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.chargeback import write_focus
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
 from tests.support.analytics_fleet import T0, Fleet
 
 HOSTILE_VALUE = '=HYPERLINK("http://x","y"),\n"},{"gpulens/tenant":"someone-else'

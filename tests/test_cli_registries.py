@@ -17,9 +17,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gpulens.analytics.focus_formats import FOCUS_FORMATS, FocusFormat
-from gpulens.analytics.quota_targets import QUOTA_TARGETS
-from gpulens.analytics.writers.resourcequota import ResourceQuotaTarget
+from analytics.focus_formats import FOCUS_FORMATS, FocusFormat
+from analytics.quota_targets import QUOTA_TARGETS
+from analytics.writers.resourcequota import ResourceQuotaTarget
 from gpulens.cli.commands import analyze_cmd, recommend_cmd
 from gpulens.core.errors import UserError
 from gpulens.core.registry import Registry

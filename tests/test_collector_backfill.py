@@ -7,10 +7,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpulens.collector.backfill import ChunkProgress, backfill_simulated
-from gpulens.collector.exposition import parse_exposition
-from gpulens.collector.mapping import to_store_frames
-from gpulens.collector.store import Store
+from collector.backfill import ChunkProgress, backfill_simulated
+from collector.exposition import parse_exposition
+from collector.mapping import to_store_frames
+from collector.store import Store
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario_file import load_scenario
 from tests.support.store_render import render_text, series_for

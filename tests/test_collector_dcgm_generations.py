@@ -7,10 +7,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpulens.collector.dcgm_generation import MIXED, PRE_4_9, UNTOLD, V4_9_OR_LATER, V4_10_OR_LATER, speaks
-from gpulens.collector.exposition import parse_exposition
-from gpulens.collector.mapping import MIB, to_store_frames
-from gpulens.collector.store import Store
+from collector.dcgm_generation import MIXED, PRE_4_9, UNTOLD, V4_9_OR_LATER, V4_10_OR_LATER, speaks
+from collector.exposition import parse_exposition
+from collector.mapping import MIB, to_store_frames
+from collector.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 PRE = FIXTURES / "a100_mixed_pre_4_9.prom"
@@ -129,7 +129,7 @@ def test_a_gpulens_exporter_target_speaks_gpulens_and_an_unrelated_one_nothing()
 
 
 def test_a_target_upgraded_during_a_collection_is_said_to_speak_both_in_order_and_each_warning_once() -> None:
-    from gpulens.collector.dcgm_generation import TargetGenerations, speaks_by_target
+    from collector.dcgm_generation import TargetGenerations, speaks_by_target
 
     before = parse_exposition('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",instance="n1:9400"} 42\n')
     mixed = parse_exposition('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",instance="n1:9400"} 42\n'

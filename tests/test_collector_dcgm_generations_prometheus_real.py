@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpulens.collector.dcgm_generation import PRE_4_9, V4_9_OR_LATER
-from gpulens.collector.exposition import parse_exposition
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.store import Store
+from collector.dcgm_generation import PRE_4_9, V4_9_OR_LATER
+from collector.exposition import parse_exposition
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.store import Store
 from tests.support.prometheus import promtool, running_prometheus
 from tests.test_collector_dcgm_generations import NEW, NOT_NAMED_BY_THE_TABLE, PRE
 

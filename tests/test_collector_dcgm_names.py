@@ -7,9 +7,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from gpulens.collector import dcgm_names
-from gpulens.collector.dcgm_fields import INGESTED, KNOWN_NAMES, READ_AS, UNITS
-from gpulens.collector.mapping import DCGM_METRICS
+from collector import dcgm_names
+from collector.dcgm_fields import INGESTED, KNOWN_NAMES, READ_AS, UNITS
+from collector.mapping import DCGM_METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 

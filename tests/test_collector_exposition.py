@@ -7,9 +7,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpulens.collector.exposition import ExpositionError, escape_label_value, parse_exposition
-from gpulens.collector.mapping import MIB, to_store_frames
-from gpulens.collector.store import Store
+from collector.exposition import ExpositionError, escape_label_value, parse_exposition
+from collector.mapping import MIB, to_store_frames
+from collector.store import Store
 from tests.support.store_render import render_text, series_for
 from tests.support.synthetic_fleet import HOSTILE, synthetic_frames
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.collector.exposition import ExpositionError, escape_label_value, parse_exposition
+from collector.exposition import ExpositionError, escape_label_value, parse_exposition
 
 NAMES = ["node", "gpu", "device", "pod", "value", "line", "x"]
 VALUES = st.text(alphabet=st.sampled_from(list('ab0 ,={}"\\\n')), max_size=6)

@@ -9,11 +9,11 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.inventory import CORE_LISTS, collect_inventory
-from gpulens.collector.store import Store
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
+from collector.inventory import CORE_LISTS, collect_inventory
+from collector.store import Store
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.gangs import gang_of
 from tests.fakes.kubernetes_api import FakeKubernetesApi

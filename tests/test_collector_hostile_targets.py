@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.collector.scrape import scrape_loop, scrape_once
+from collector.scrape import scrape_loop, scrape_once
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.http_stub import Responder, http_stand_in
 from tests.support.store_lock import store_held

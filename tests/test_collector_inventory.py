@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpulens.collector.inventory import collect_inventory, parse_quantity
-from gpulens.collector.store import Store
+from collector.inventory import collect_inventory, parse_quantity
+from collector.store import Store
 from gpulens.core.kube_api import KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 

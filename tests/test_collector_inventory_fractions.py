@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpulens.collector.inventory import collect_inventory
-from gpulens.collector.store import Store
+from collector.inventory import collect_inventory
+from collector.store import Store
 from gpulens.core.kube_api import KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.collector.schema import ALL_TABLES
+from collector.backfill import backfill_simulated
+from collector.schema import ALL_TABLES
 
 pytestmark = pytest.mark.slow
 
@@ -86,8 +86,8 @@ def test_a_kill_inside_the_transaction_leaves_no_half_window(
     # open transaction) the producer announces it and stalls, and the test kills the process there.
     script = textwrap.dedent(f"""
         import sys, time
-        from gpulens.collector.backfill import history_frames
-        from gpulens.collector.store import Store
+        from collector.backfill import history_frames
+        from collector.store import Store
         from gpulens.sim.fleet import SimulatedFleet
         from gpulens.sim.scenario_file import load_scenario
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from gpulens.collector.scrape import scrape_once
-from gpulens.collector.store import Store
+from collector.scrape import scrape_once
+from collector.store import Store
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario_file import load_scenario
 from tests.support.sim_fleet import serve_fleet

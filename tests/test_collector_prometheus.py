@@ -15,8 +15,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from gpulens.collector.exposition import parse_exposition
-from gpulens.collector.prometheus import (
+from collector.exposition import parse_exposition
+from collector.prometheus import (
     HttpSettings,
     PrometheusClient,
     PrometheusError,
@@ -24,7 +24,7 @@ from gpulens.collector.prometheus import (
     escape_promql_string,
     series_selector,
 )
-from gpulens.collector.store import Store
+from collector.store import Store
 from tests.support.http_stub import http_stand_in
 from tests.support.store_render import render_text, series_for
 from tests.support.synthetic_fleet import HOSTILE, synthetic_frames

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.store import Store
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.store import Store
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.prometheus import PrometheusServer, promtool, running_prometheus
 from tests.support.store_render import render_openmetrics, series_for

@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.store import Store
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.store import Store
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario_file import load_scenario
 from tests.support.prometheus import promtool, running_prometheus

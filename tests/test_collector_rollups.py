@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from gpulens.collector.mapping import DCGM_METRICS, GPULENS_METRICS
-from gpulens.collector.prometheus_rollups import (
+from collector.mapping import DCGM_METRICS, GPULENS_METRICS
+from collector.prometheus_rollups import (
     ROLLUP_GROUP,
     ROLLUP_INTERVAL_SECONDS,
     ROLLUPS,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.collector.scrape import scrape_loop, scrape_once
+from collector.scrape import scrape_loop, scrape_once
 from tests.support.http_stub import Responder, http_stand_in
 from tests.support.store_render import render_text, series_for
 from tests.support.synthetic_fleet import HOSTILE, synthetic_frames

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import polars as pl
 
-from gpulens.collector.exposition import parse_exposition
-from gpulens.collector.mapping import to_store_frames
-from gpulens.collector.prometheus import collect_range, metrics_for
-from gpulens.collector.scrape import scrape_once
-from gpulens.collector.store import Store
+from collector.exposition import parse_exposition
+from collector.mapping import to_store_frames
+from collector.prometheus import collect_range, metrics_for
+from collector.scrape import scrape_once
+from collector.store import Store
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario_file import load_scenario
 from tests.support.sim_fleet import serve_fleet

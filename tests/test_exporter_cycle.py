@@ -9,8 +9,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from exporter.cycle import CollectionCycle, ExporterState, health_status
 from gpulens.core.device_model import DeviceReadings, HealthReadings, XidEvent
-from gpulens.exporter.cycle import CollectionCycle, ExporterState, health_status
 from tests.support.exporter import fake_cycle, fixed_timer, render_text
 from tests.support.fakes import (
     FakeAllocationSource,

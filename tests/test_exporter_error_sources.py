@@ -14,16 +14,16 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from exporter.allocations import KubeletAllocationSource
+from exporter.cycle import CollectionCycle
+from exporter.kubelet.client import PodResourcesClient
+from exporter.kubelet.dra import ResourceSliceDirectory
+from exporter.nvml.source import NvmlDeviceSource
+from exporter.otel.setup import start_otel
+from exporter.settings import ExporterSettings
 from gpulens.core.device_model import ErrorCounting
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.resolver import TenantResolver
-from gpulens.exporter.allocations import KubeletAllocationSource
-from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kubelet.client import PodResourcesClient
-from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.otel.setup import start_otel
-from gpulens.exporter.settings import ExporterSettings
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario_file import load_scenario
 from tests.fakes.kubelet import FakeKubelet, container, dra_claim, pod

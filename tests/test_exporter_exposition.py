@@ -16,9 +16,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from gpulens.exporter.cycle import ExporterState
-from gpulens.exporter.exposition import WARM_MEMORY, ExpositionCache, SnapshotCollector
-from gpulens.exporter.exposition import render_text as render_fast
+from exporter.cycle import ExporterState
+from exporter.exposition import WARM_MEMORY, ExpositionCache, SnapshotCollector
+from exporter.exposition import render_text as render_fast
 from tests.support.exporter import fake_cycle, render_text
 from tests.support.fakes import every_family_allocations, every_family_readings
 

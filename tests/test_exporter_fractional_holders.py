@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from exporter.allocations import KubeletAllocationSource
+from exporter.kubelet.client import PodResourcesClient
+from exporter.nvml.source import NvmlDeviceSource
 from gpulens.core.device_model import SharingMode
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.resolver import TenantResolver
-from gpulens.exporter.allocations import KubeletAllocationSource
-from gpulens.exporter.kubelet.client import PodResourcesClient
-from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

@@ -11,17 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.core.device_model import Allocation, GpuProcess, SharingMode
-from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.exposition import (
+from exporter.cycle import CollectionCycle
+from exporter.exposition import (
     DeviceIdentity,
     allocation_activity,
     device_identities,
     holder_gpu_equivalents,
     pod_sm_shares,
 )
-from gpulens.exporter.server import serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
+from exporter.server import serve_in_thread
+from exporter.settings import ExporterSettings
+from gpulens.core.device_model import Allocation, GpuProcess, SharingMode
 from tests.support.exporter import http_get, render_text
 from tests.support.fakes import FakeClock
 from tests.support.sim_fleet import default_fleet, default_scenario

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.exporter.server import serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
+from exporter.server import serve_in_thread
+from exporter.settings import ExporterSettings
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario_file import load_scenario
 from tests.support.exporter import http_get

@@ -18,10 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from exporter.auth import load_basic_auth_file
+from exporter.server import ExporterHandle, build_server, serve_in_thread
+from exporter.settings import ExporterSettings
 from gpulens.core.errors import UserError
-from gpulens.exporter.auth import load_basic_auth_file
-from gpulens.exporter.server import ExporterHandle, build_server, serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
 from tests.support.exporter import SlowCollector, fake_cycle, http_get
 from tests.support.fakes import (
     NODE,

@@ -19,8 +19,8 @@ import bcrypt
 import pytest
 from prometheus_client.registry import CollectorRegistry
 
-from gpulens.exporter.server import ExporterHandle, build_server, serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
+from exporter.server import ExporterHandle, build_server, serve_in_thread
+from exporter.settings import ExporterSettings
 from tests.support.exporter import SlowCollector, fake_cycle, http_get
 from tests.support.fakes import (
     NODE,

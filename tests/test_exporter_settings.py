@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpulens.exporter.settings import Backend, ExporterSettings, parse_listen
+from exporter.settings import Backend, ExporterSettings, parse_listen
 
 
 def test_defaults_match_the_documented_ones() -> None:

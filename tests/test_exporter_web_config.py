@@ -9,11 +9,11 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from exporter.auth import _DUMMY_HASH, BasicAuthUsers
+from exporter.server import auth_warnings, web_config_of
+from exporter.settings import ExporterSettings
+from exporter.web_config import load_web_config
 from gpulens.core.errors import UserError
-from gpulens.exporter.auth import _DUMMY_HASH, BasicAuthUsers
-from gpulens.exporter.server import auth_warnings, web_config_of
-from gpulens.exporter.settings import ExporterSettings
-from gpulens.exporter.web_config import load_web_config
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.exporter import http_get, running_exporter_process
 from tests.test_exporter_server import self_signed_cert

@@ -9,13 +9,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpulens.analytics import health
-from gpulens.analytics.day_parts import day_windows
-from gpulens.analytics.facts import Window
-from gpulens.analytics.health import Evidence, GpuHealth
-from gpulens.analytics.result_tables import create_result_tables
-from gpulens.analytics.settings import HealthRules
-from gpulens.collector.schema import create_schema
+from analytics import health
+from analytics.day_parts import day_windows
+from analytics.facts import Window
+from analytics.health import Evidence, GpuHealth
+from analytics.result_tables import create_result_tables
+from analytics.settings import HealthRules
+from collector.schema import create_schema
 
 START = datetime(2026, 1, 5, 12, 0)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.plan.inputs import FleetCapacity, inventory_capacity
-from gpulens.analytics.prices import load_price_book
-from gpulens.analytics.recommend import RecommendSettings, recommend
-from gpulens.collector.store import Store
+from analytics.plan.inputs import FleetCapacity, inventory_capacity
+from analytics.prices import load_price_book
+from analytics.recommend import RecommendSettings, recommend
+from collector.store import Store
 
 END = datetime(2026, 3, 1)
 START = END - timedelta(days=14)

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.focus_prices import (
+from analytics.focus_prices import (
     BilledModel,
     FocusPrices,
     instance_table,

@@ -25,9 +25,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.inventory import SHARE_KEY, SHARE_MEMORY_KEY
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.inventory import SHARE_KEY, SHARE_MEMORY_KEY
 from tests.support.analytics_fleet import GIB, T0, Fleet
 
 B2 = T0 + timedelta(minutes=30)

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulens.collector.dcgm_records import DCGM_RECORDS
-from gpulens.dashboards.grafana.generate import (
+from collector.dcgm_records import DCGM_RECORDS
+from dashboards.grafana.generate import (
     CONFIGMAP_FILE,
     DASHBOARDS,
     JSON_DIR,
     configmaps_yaml,
     render_all,
 )
-from gpulens.dashboards.grafana.price_rules import PRICE_SERIES
-from gpulens.dashboards.grafana.promql import metric_names, substitute_grafana_variables
+from dashboards.grafana.price_rules import PRICE_SERIES
+from dashboards.grafana.promql import metric_names, substitute_grafana_variables
 from tests.support.prometheus import promtool
 from tests.test_rules import KUEUE_METRICS, documented_metrics, recorded_names
 
@@ -74,7 +74,7 @@ def test_regenerating_gives_exactly_the_committed_json() -> None:
 
 def test_python_m_generate_writes_the_five_dashboards(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gpulens.dashboards.grafana.generate", "--out", str(tmp_path), "--no-configmaps"],
+        [sys.executable, "-m", "dashboards.grafana.generate", "--out", str(tmp_path), "--no-configmaps"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -89,7 +89,7 @@ def test_python_m_generate_writes_the_five_dashboards(tmp_path: Path) -> None:
 def test_check_mode_reports_a_stale_dashboard(tmp_path: Path) -> None:
     (tmp_path / "gpulens-fleet.json").write_text("{}", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "gpulens.dashboards.grafana.generate", "--out", str(tmp_path), "--no-configmaps", "--check"],
+        [sys.executable, "-m", "dashboards.grafana.generate", "--out", str(tmp_path), "--no-configmaps", "--check"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 1

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.evidence_text import evidence_line
+from dashboards.report.data import StoreReader
+from dashboards.report.evidence_text import evidence_line
 from tests.support.report_store import build_store
 
 UNMEASURED = {"signal": "not_measured", "value": 2, "threshold": None, "severity": "unmeasured",

@@ -21,12 +21,12 @@ import duckdb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics import health
-from gpulens.analytics.day_parts import day_windows
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import create_result_tables
-from gpulens.analytics.settings import EarlyWarningRules, HealthRules
-from gpulens.collector.schema import create_schema
+from analytics import health
+from analytics.day_parts import day_windows
+from analytics.facts import Window
+from analytics.result_tables import create_result_tables
+from analytics.settings import EarlyWarningRules, HealthRules
+from collector.schema import create_schema
 from tests.support.bulk_insert import insert_rows
 
 MIDNIGHT = datetime(2026, 1, 6)

@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.health_timeline import node_timelines
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from dashboards.report.data import StoreReader
+from dashboards.report.health_timeline import node_timelines
 from tests.support.analytics_fleet import T0, Fleet
 
 END = T0 + timedelta(hours=2)

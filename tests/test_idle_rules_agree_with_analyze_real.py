@@ -22,10 +22,10 @@ import polars as pl
 import pytest
 import yaml
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.store import Store
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.store import Store
 from tests.support.prometheus import PrometheusServer, promtool, require_binary, running_prometheus
 from tests.support.store_render import render_openmetrics, series_for
 from tests.support.synthetic_fleet import synthetic_frames

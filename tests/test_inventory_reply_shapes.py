@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpulens.collector.inventory import CORE_LISTS
+from collector.inventory import CORE_LISTS
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import assert_one_line_error, gpulens
 

@@ -15,15 +15,15 @@ import jsonschema
 import pytest
 import yaml
 
-from gpulens.analytics.recommend import (
+from analytics.recommend import (
     RecommendationReport,
     RecommendSettings,
     apply_recommendations,
     recommend,
     write_dry_run,
 )
-from gpulens.collector.inventory import CORE_LISTS, snapshot_frames
-from gpulens.collector.queue_systems import KAI_QUEUE, pending_queue
+from collector.inventory import CORE_LISTS, snapshot_frames
+from collector.queue_systems import KAI_QUEUE, pending_queue
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.crd_schemas import KAI_QUEUE_SPEC

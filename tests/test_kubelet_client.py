@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
+from exporter.allocations import KubeletAllocationSource
+from exporter.cycle import CollectionCycle
+from exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
+from exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
+from exporter.kubelet.dra import ResourceSliceDirectory
+from exporter.kubelet.proto import api_pb2
+from exporter.nvml.source import NvmlDeviceSource
 from gpulens.core.device_model import SharingMode
 from gpulens.core.kube_api import KubernetesClient
-from gpulens.exporter.allocations import KubeletAllocationSource
-from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kubelet.client import KubeletUnavailableError, PodResourcesClient, parse_list_response
-from gpulens.exporter.kubelet.device_ids import DeviceDirectory, parse_device_id, shared_base
-from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
-from gpulens.exporter.kubelet.proto import api_pb2
-from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.kubelet import FakeKubelet, container, dra_claim, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.store import Store
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.store import Store
 from tests.support.prometheus import serving_openmetrics
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.quota import QuotaSettings, load_quota_evidence
+from analytics.facts import bind_facts
+from analytics.quota import QuotaSettings, load_quota_evidence
 from tests.support.recommend_store import StoreBuilder
 
 BUCKETS = 15 * 288

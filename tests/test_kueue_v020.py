@@ -14,9 +14,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpulens.analytics.recommend import RecommendationReport, RecommendSettings, recommend, write_dry_run
-from gpulens.collector.inventory import collect_inventory
-from gpulens.collector.store import Store
+from analytics.recommend import RecommendationReport, RecommendSettings, recommend, write_dry_run
+from collector.inventory import collect_inventory
+from collector.store import Store
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.resolver import TenantResolver
 from tests.fakes.kubernetes_api import FakeKubernetesApi

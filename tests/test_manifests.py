@@ -16,11 +16,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from dashboards.grafana.generate import DASHBOARDS
+from exporter.kubelet.dra import ResourceSliceDirectory
 from gpulens.cli import app
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.resolver import TenantResolver
-from gpulens.dashboards.grafana.generate import DASHBOARDS
-from gpulens.exporter.kubelet.dra import ResourceSliceDirectory
 from tests.fakes.kubernetes_api import FakeKubernetesApi, RecordedRequest
 from tests.support.crd_schemas import validate_custom
 from tests.support.kustomize import (
@@ -245,7 +245,7 @@ def test_the_exporter_rbac_is_read_only_and_exactly_what_tenant_and_dra_resoluti
 
 def collector_api_traffic() -> list[RecordedRequest]:
     """Every request ``gpulens collect --kubernetes`` makes, with both owner kinds of GPU pods looked up."""
-    from gpulens.collector.inventory import snapshot_frames
+    from collector.inventory import snapshot_frames
 
     gpu = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
     with FakeKubernetesApi() as api:

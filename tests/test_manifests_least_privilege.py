@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gpulens.exporter.kubelet.client import (
+from exporter.kubelet.client import (
     MAX_GPU_GRANTS,
     MAX_RECEIVE_BYTES,
     KubeletUnavailableError,
     parse_list_response,
 )
-from gpulens.exporter.kubelet.proto import api_pb2
+from exporter.kubelet.proto import api_pb2
 from tests.support.cli import ROOT
 from tests.support.rbac import granted
 from tests.test_manifests import containers, one, pod_spec, rendered
@@ -35,8 +35,8 @@ ids, DRA pool and device names) copied out of it."""
 
 _MEASURE = """
 import gc, resource, sys
-from gpulens.exporter.kubelet.client import MAX_GPU_GRANTS, parse_list_response
-from gpulens.exporter.kubelet.proto import api_pb2
+from exporter.kubelet.client import MAX_GPU_GRANTS, parse_list_response
+from exporter.kubelet.proto import api_pb2
 reply = api_pb2.ListPodResourcesResponse()
 if sys.argv[1] == "grants":  # the most GPU grants a reply may hold, with long shared names
     pod = reply.pod_resources.add(name="p" * 2000, namespace="n" * 2000)

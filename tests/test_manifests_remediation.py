@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from gpulens.analytics.remediation.alerts import EARLY_WARNINGS, HARD_FAULTS, parse_webhook
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.service import RemediationService
-from gpulens.analytics.remediation.webhook_server import WEBHOOK_PATH
+from analytics.remediation.alerts import EARLY_WARNINGS, HARD_FAULTS, parse_webhook
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.service import RemediationService
+from analytics.remediation.webhook_server import WEBHOOK_PATH
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.alert_fleet import alert, gpu_uuid, healthy_fleet_store, node_name, put_nodes, webhook

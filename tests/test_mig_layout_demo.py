@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpulens.analytics.miglayout.run import layout_from_store
+from analytics.miglayout.run import layout_from_store
 from gpulens.core.mig_catalog import model_by_name, place_layout
 from tests.support.demo_run import DemoRun
 from tests.test_mig_layout_files import FIXTURES, LATEST, strategic_merge

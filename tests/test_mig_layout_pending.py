@@ -7,10 +7,10 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.miglayout import InstanceDemand
-from gpulens.analytics.miglayout.fleet import with_pending
-from gpulens.analytics.miglayout.workload_patches import workload_patch
-from gpulens.collector.store import Store
+from analytics.miglayout import InstanceDemand
+from analytics.miglayout.fleet import with_pending
+from analytics.miglayout.workload_patches import workload_patch
+from collector.store import Store
 
 END = datetime(2026, 3, 1)
 START = END - timedelta(days=14)

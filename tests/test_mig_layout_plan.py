@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.miglayout import GpuState, InstanceDemand, plan_layout
+from analytics.miglayout import GpuState, InstanceDemand, plan_layout
 from gpulens.core.mig_catalog import MEMORY_SLICES, MODELS, model_by_name, place_layout
 
 

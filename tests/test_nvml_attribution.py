@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.exporter.attribution import PidPodResolver, pod_uid_from_cgroup
-from gpulens.exporter.exposition import pod_sm_shares
-from gpulens.exporter.nvml.source import NvmlDeviceSource
+from exporter.attribution import PidPodResolver, pod_uid_from_cgroup
+from exporter.exposition import pod_sm_shares
+from exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, load_capture
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from exporter.backends import open_nvml_backend
+from exporter.settings import Backend, ExporterSettings
 from gpulens.core.errors import UserError
 from gpulens.core.kube_api import KubernetesClient
-from gpulens.exporter.backends import open_nvml_backend
-from gpulens.exporter.settings import Backend, ExporterSettings
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from exporter.nvml.funnel import ErrorClass, NvmlFunnel, classify
+from exporter.nvml.source import NvmlDeviceSource
 from gpulens.core.device_model import DeviceReadings, SharingMode
-from gpulens.exporter.nvml.funnel import ErrorClass, NvmlFunnel, classify
-from gpulens.exporter.nvml.source import NvmlDeviceSource
 from tests.fakes.nvml import FakeMig, FakeNvml
 from tests.fakes.nvml_captures import H100_MIG, H100_NO_MIG, H200_MIG, load_capture
 

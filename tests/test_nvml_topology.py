@@ -7,10 +7,10 @@ from dataclasses import replace
 import pynvml
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.exposition import render_text
+from exporter.nvml.source import NvmlDeviceSource
+from exporter.topology_exposition import topology_families
 from gpulens.core.device_model import NodeSnapshot
-from gpulens.exporter.exposition import render_text
-from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.topology_exposition import topology_families
 from tests.fakes.nvml import FakeGpu, FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, load_capture
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpulens.exporter.nvml.validate import run_validation
+from exporter.nvml.validate import run_validation
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, H200_MIG, load_capture
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from gpulens.exporter.nvml.funnel import NvmlFunnel
-from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.nvml.xid import XidWatcher
+from exporter.nvml.funnel import NvmlFunnel
+from exporter.nvml.source import NvmlDeviceSource
+from exporter.nvml.xid import XidWatcher
 from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_captures import H100_NO_MIG, H200_MIG, load_capture
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from exporter.otel.metrics import register_instruments
 from gpulens.core.metric_catalog import CATALOG
-from gpulens.exporter.otel.metrics import register_instruments
 from tests.support.exporter import fake_cycle
 from tests.support.fakes import every_family_allocations, every_family_readings
 

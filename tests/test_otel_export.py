@@ -13,14 +13,14 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from exporter.allocations import KubeletAllocationSource
+from exporter.cycle import CollectionCycle
+from exporter.kubelet.client import PodResourcesClient
+from exporter.nvml.source import NvmlDeviceSource
+from exporter.otel.setup import otlp_urls, start_otel
+from exporter.settings import ExporterSettings
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.resolver import TenantResolver
-from gpulens.exporter.allocations import KubeletAllocationSource
-from gpulens.exporter.cycle import CollectionCycle
-from gpulens.exporter.kubelet.client import PodResourcesClient
-from gpulens.exporter.nvml.source import NvmlDeviceSource
-from gpulens.exporter.otel.setup import otlp_urls, start_otel
-from gpulens.exporter.settings import ExporterSettings
 from tests.fakes.kubelet import FakeKubelet, container, pod
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.fakes.nvml import FakeNvml
@@ -144,7 +144,7 @@ def test_otlp_grpc_delivers_metrics_and_spans_to_a_grpc_collector(tmp_path: Path
     from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-    from gpulens.exporter.settings import OtlpProtocol
+    from exporter.settings import OtlpProtocol
     from tests.support.fakes import FakeAllocationSource, FakeDeviceSource, every_family_readings
 
     received: dict[str, list[Any]] = {"metrics": [], "spans": []}

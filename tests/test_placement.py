@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.placement import (
+from analytics.placement.spread import (
     LEVELS,
     GpuPlace,
     distance_score,
@@ -18,8 +18,8 @@ from gpulens.analytics.placement import (
     min_domains,
     place_keys,
 )
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.facts import Window, bind_facts
-from gpulens.analytics.placement import LEVELS, FleetShapes, GpuPlace, domains_spanned, min_domains
-from gpulens.analytics.placement_run import assess, fleet_places
-from gpulens.analytics.topology_settings import TopologySettings
-from gpulens.collector.schema import create_schema
+from analytics.facts import Window, bind_facts
+from analytics.placement.run import assess, fleet_places
+from analytics.placement.settings import TopologySettings
+from analytics.placement.spread import LEVELS, FleetShapes, GpuPlace, domains_spanned, min_domains
+from collector.schema import create_schema
 
 START = datetime(2026, 3, 2)
 WINDOW = Window(START, START + timedelta(days=2), 300)

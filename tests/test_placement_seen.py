@@ -21,12 +21,12 @@ import duckdb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.facts import Window, bind_facts
-from gpulens.analytics.placement_run import insert_seen, seen
-from gpulens.analytics.result_tables import create_result_tables
-from gpulens.analytics.topology_settings import TopologySettings
-from gpulens.analytics.topology_stranded import fleet_newest
-from gpulens.collector.schema import create_schema
+from analytics.facts import Window, bind_facts
+from analytics.placement.run import insert_seen, seen
+from analytics.placement.settings import TopologySettings
+from analytics.placement.stranded import fleet_newest
+from analytics.result_tables import create_result_tables
+from collector.schema import create_schema
 
 START = datetime(2026, 3, 2)
 END = START + timedelta(days=1)

@@ -141,7 +141,7 @@ def test_the_streamlit_page_shows_current_vs_planned_against_the_capacity_line(
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from gpulens.dashboards.streamlit.launch import DB_ENV
+    from dashboards.streamlit.launch import DB_ENV
 
     st.cache_data.clear()
     st.cache_resource.clear()

@@ -8,9 +8,9 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.plan.flavor_nodes import match_flavor_nodes
-from gpulens.collector.inventory import collect_inventory
-from gpulens.collector.store import Store
+from analytics.plan.flavor_nodes import match_flavor_nodes
+from collector.inventory import collect_inventory
+from collector.store import Store
 from gpulens.core.kube_api import KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.test_collector_inventory import NOW, serve

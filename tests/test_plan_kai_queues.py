@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulens.analytics.plan.fleet import plan_store
-from gpulens.analytics.plan.model import FleetPlan, PoolPlan, QueuePlan
-from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
-from gpulens.collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue
+from analytics.plan.fleet import plan_store
+from analytics.plan.model import FleetPlan, PoolPlan, QueuePlan
+from analytics.plan.policy import CapacityFile, PlanPolicy
+from collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import gpulens
 from tests.support.recommend_store import StoreBuilder

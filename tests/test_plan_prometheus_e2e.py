@@ -11,8 +11,8 @@ import duckdb
 import pytest
 import yaml
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.store import Store
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.store import Store
 from tests.support.cli import gpulens
 from tests.support.prometheus import promtool, require_binary, running_prometheus
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
-from gpulens.analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy
-from gpulens.analytics.plan.solve import solve_pool
-from gpulens.analytics.plan.waterfill import Claim, InfeasibleFloors, water_fill
+from analytics.plan.model import PoolCapacity, QueueDemand
+from analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy
+from analytics.plan.solve import solve_pool
+from analytics.plan.waterfill import Claim, InfeasibleFloors, water_fill
 
 weights = st.sampled_from([0.5, 1.0, 1.0, 2.0, 3.0, 7.0])
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
-from gpulens.analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy, TenantPolicy
-from gpulens.analytics.plan.solve import budget_caps, reserve_for, solve_pool
+from analytics.plan.model import PoolCapacity, QueueDemand
+from analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy, TenantPolicy
+from analytics.plan.solve import budget_caps, reserve_for, solve_pool
 
 GPU = "nvidia.com/gpu"
 POOL = PoolCapacity("h100", GPU, 32, 1, nodes=4, largest_node=8, unit_price_month=2000.0)
@@ -87,3 +87,17 @@ def test_a_queue_that_gets_all_it_asks_is_bound_by_demand() -> None:
                       [QueueDemand("vc-a", "t", "h100", GPU, 8, 9, in_use=8, pending_now=1, evidence_days=30)],
                       PlanPolicy())
     assert _by_queue(plan) == {"vc-a": (9, 9, "demand")}
+
+
+def test_a_plan_over_other_evidence_gets_another_run_id_and_the_same_evidence_the_same() -> None:
+    from dataclasses import replace
+    from datetime import datetime
+
+    from analytics.plan.fleet import run_id_of
+
+    start, end = datetime(2026, 11, 1), datetime(2026, 12, 1)
+    pools = {("h100", GPU): POOL}
+    same = run_id_of(start, end, POLICY, pools, WORKED)
+    assert run_id_of(start, end, POLICY, pools, list(reversed(WORKED))) == same  # order is not evidence
+    late_samples = [replace(WORKED[0], demand=16, pending_now=6), *WORKED[1:]]
+    assert run_id_of(start, end, POLICY, pools, late_samples) != same  # its record must not replace the first

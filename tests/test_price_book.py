@@ -12,13 +12,13 @@ import duckdb
 import pytest
 import yaml
 
-from gpulens.analytics.miglayout.fleet import InstanceDemand
-from gpulens.analytics.miglayout.planner import LayoutPlan
-from gpulens.analytics.miglayout.run import LayoutRun
-from gpulens.analytics.prices import PACKAGED, Price, record_price, run_price_book
-from gpulens.analytics.run import analyze
-from gpulens.collector.schema import create_schema
-from gpulens.dashboards.grafana.price_rules import PRICE_SERIES, price_rules
+from analytics.miglayout.fleet import InstanceDemand
+from analytics.miglayout.planner import LayoutPlan
+from analytics.miglayout.run import LayoutRun
+from analytics.prices import PACKAGED, Price, record_price, run_price_book
+from analytics.run import analyze
+from collector.schema import create_schema
+from dashboards.grafana.price_rules import PRICE_SERIES, price_rules
 from tests.support.analytics_fleet import Fleet
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.prometheus import promtool
@@ -171,7 +171,7 @@ def test_prices_rules_are_valid_recording_rules_of_the_price_paid(tmp_path: Path
 
 
 def test_an_unpriced_model_gets_no_price_series() -> None:
-    from gpulens.analytics.prices import PriceBook
+    from analytics.prices import PriceBook
 
     rules = price_rules(PriceBook({"H200": Price("H200", 2.0, None, "x")}, "test"), ["L40S", "NVIDIA H200"])
     models = {r["labels"]["model"] for r in rules["groups"][0]["rules"]}  # type: ignore[index]
@@ -180,7 +180,7 @@ def test_an_unpriced_model_gets_no_price_series() -> None:
 
 def test_plan_unit_prices_come_from_the_book_the_last_analysis_used(store: Path, tmp_path: Path) -> None:
     """`plan` had no price input: its unit prices were the packaged defaults whatever analyze priced with."""
-    from gpulens.analytics.plan.inputs import inventory_capacity
+    from analytics.plan.inputs import inventory_capacity
 
     analyze(store, settings(prices_path=h200_at(tmp_path, 5.0)))
     with duckdb.connect(str(store)) as con:
@@ -190,7 +190,7 @@ def test_plan_unit_prices_come_from_the_book_the_last_analysis_used(store: Path,
 
 
 def test_plan_says_a_flavor_with_an_unpriced_model_has_no_unit_price(store: Path) -> None:
-    from gpulens.analytics.plan.inputs import inventory_capacity
+    from analytics.plan.inputs import inventory_capacity
 
     with duckdb.connect(str(store)) as con:
         con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")
@@ -201,7 +201,7 @@ def test_plan_says_a_flavor_with_an_unpriced_model_has_no_unit_price(store: Path
 
 
 def test_the_report_header_names_each_model_s_price_source_and_the_unpriced_ones(store: Path) -> None:
-    from gpulens.analytics.run_parameters import describe_run
+    from analytics.run_parameters import describe_run
 
     with duckdb.connect(str(store)) as con:
         con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")
@@ -219,8 +219,8 @@ def test_the_report_header_names_each_model_s_price_source_and_the_unpriced_ones
 def test_the_dashboard_s_cost_rate_is_each_model_s_ge_times_its_price_in_real_promtool(tmp_path: Path) -> None:
     """team-a holds a whole H200 ($3 paid) and a 3g.40gb on an A100 ($2): $3 + 3/7 x $2 per hour; an L40S
     without a price adds nothing (no price series), and team-z, on the L40S only, has no cost at all."""
-    from gpulens.analytics.prices import PriceBook
-    from gpulens.dashboards.grafana.chargeback import ALLOCATED_BY_MODEL, priced
+    from analytics.prices import PriceBook
+    from dashboards.grafana.chargeback import ALLOCATED_BY_MODEL, priced
 
     book = PriceBook({"H200": Price("H200", 4.0, 3.0, "contract"), "A100": Price("A100", 2.0, None, "card")}, "t")
     rules = tmp_path / "prices.yaml"
@@ -246,7 +246,7 @@ def test_the_dashboard_s_cost_rate_is_each_model_s_ge_times_its_price_in_real_pr
 
 
 def test_the_report_shows_no_money_for_a_tenant_held_only_on_an_unpriced_model(store: Path) -> None:
-    from gpulens.analytics.report.data import StoreReader
+    from dashboards.report.data import StoreReader
 
     with duckdb.connect(str(store)) as con:  # beta holds GPU-B only
         con.execute("UPDATE devices SET gpu_model = 'L40S' WHERE gpu_uuid = 'GPU-B'")

@@ -11,14 +11,14 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpulens.analytics.facts import Window, bind_facts
-from gpulens.analytics.queue_use import queue_use
-from gpulens.analytics.quota import QuotaSettings, load_quota_evidence
-from gpulens.analytics.recommend import RecommendSettings, recommend
-from gpulens.collector.exposition import parse_exposition
-from gpulens.collector.mapping import to_store_frames
-from gpulens.collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue, system_of
-from gpulens.collector.validate import validate_samples
+from analytics.facts import Window, bind_facts
+from analytics.queue_use import queue_use
+from analytics.quota import QuotaSettings, load_quota_evidence
+from analytics.recommend import RecommendSettings, recommend
+from collector.exposition import parse_exposition
+from collector.mapping import to_store_frames
+from collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue, system_of
+from collector.validate import validate_samples
 from tests.support.recommend_store import StoreBuilder
 
 T_MS = 1_793_000_000_000

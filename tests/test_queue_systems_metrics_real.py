@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range
-from gpulens.collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue
-from gpulens.collector.store import Store
+from collector.prometheus import HttpSettings, PrometheusClient, collect_range
+from collector.queue_systems import KAI_QUEUE, VOLCANO_QUEUE, pending_queue
+from collector.store import Store
 from tests.support.prometheus import serving_openmetrics
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpulens.analytics.quota import QuotaRecommendation
-from gpulens.analytics.recommend import RecommendSettings, recommend
+from analytics.quota import QuotaRecommendation
+from analytics.recommend import RecommendSettings, recommend
 from tests.support.cli import gpulens
 from tests.support.kueue_month import DAYS, build_store, kept_minutes, queues
 

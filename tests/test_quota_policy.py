@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.quota import (
+from analytics.facts import bind_facts
+from analytics.quota import (
     QuotaEvidence,
     QuotaKey,
     QuotaSettings,
@@ -20,7 +20,7 @@ from gpulens.analytics.quota import (
     propose_mig_conversions,
     recommend_quota,
 )
-from gpulens.analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
+from analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
 from tests.support.recommend_store import T0, StoreBuilder, gib
 
 SETTINGS = QuotaSettings()

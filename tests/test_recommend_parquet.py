@@ -9,11 +9,11 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.facts import FACT_TABLES
-from gpulens.analytics.recommend import RecommendationReport, RecommendSettings
-from gpulens.analytics.recommend import recommend as run_recommend
-from gpulens.analytics.result_tables import column_names
-from gpulens.collector.parquet import export_parquet
+from analytics.facts import FACT_TABLES
+from analytics.recommend import RecommendationReport, RecommendSettings
+from analytics.recommend import recommend as run_recommend
+from analytics.result_tables import column_names
+from collector.parquet import export_parquet
 from tests.support.recommend_store import StoreBuilder, gib
 
 DAY = 288  # samples at a 5-minute step

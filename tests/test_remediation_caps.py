@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.remediation.decide import NodeCase, decide
-from gpulens.analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.decide import NodeCase, decide
+from analytics.remediation.policy import RemediationPolicy
 
 NOW = datetime(2026, 3, 2)
 

@@ -9,8 +9,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.run import RemediationReport, apply_plan
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.run import RemediationReport, apply_plan
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.failing_fleet import DEGRADING, FAILED, build_failing_store

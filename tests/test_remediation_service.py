@@ -15,10 +15,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpulens.analytics.remediation.alerts import BadWebhook, parse_webhook
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.service import RemediationService
-from gpulens.analytics.remediation.webhook_server import RemediationServer
+from analytics.remediation.alerts import BadWebhook, parse_webhook
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.service import RemediationService
+from analytics.remediation.webhook_server import RemediationServer
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.alert_fleet import (

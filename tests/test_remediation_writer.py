@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.run import RemediationReport, apply_plan
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.run import RemediationReport, apply_plan
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.failing_fleet import DEGRADING, FAILED, FailingStore
@@ -93,9 +93,9 @@ def test_retainting_a_node_whose_taint_was_changed_rewrites_only_our_entry(store
         cluster(fake, nodes)
         fake.objects[node_path(FAILED[0])]["spec"]["taints"].insert(1, {"key": OURS, "value": "old", "effect": "NoSchedule"})
         with KubernetesClient(KubeConnection(fake.url, {})) as api:
-            from gpulens.analytics.remediation.apply import TaintApplier
-            from gpulens.analytics.remediation.decide import Decision
-            from gpulens.analytics.remediation.plan import load_inputs
+            from analytics.remediation.apply import TaintApplier
+            from analytics.remediation.decide import Decision
+            from analytics.remediation.plan import load_inputs
 
             inputs = load_inputs(db)
             outcome = TaintApplier(api, clock=lambda: NOW).apply(

@@ -13,8 +13,8 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from dashboards.report.data import StoreReader
 from gpulens.cli import app
 from tests.support.report_store import EVIL_TENANT, SAMPLES, STEP, build_store
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.report import write_report
-from gpulens.analytics.report.data import AnalysisMissing, StoreReader
-from gpulens.analytics.result_tables import append_run_rows
+from analytics.result_tables import append_run_rows
+from dashboards.report import write_report
+from dashboards.report.data import AnalysisMissing, StoreReader
 from gpulens.core.errors import UserError
 from tests.support.report_store import EVIL_TENANT, RUN_ID, build_store
 

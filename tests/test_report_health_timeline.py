@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.health_timeline import NodeTimeline, node_timelines
-from gpulens.analytics.report.writer import write_report
+from dashboards.report.data import StoreReader
+from dashboards.report.health_timeline import NodeTimeline, node_timelines
+from dashboards.report.writer import write_report
 from tests.support.failing_fleet import DEGRADING, FAILED, LOOKALIKE, FailingStore
 from tests.support.report_store import build_store
 

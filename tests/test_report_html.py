@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from gpulens.analytics.report import write_report
+from dashboards.report import write_report
 from gpulens.cli import app
 from gpulens.core.errors import UserError
 from tests.support.report_store import EVIL_TENANT, WINDOW, build_store

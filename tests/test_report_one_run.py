@@ -20,12 +20,12 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
-from gpulens.analytics.report import write_report
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from dashboards.report import write_report
+from dashboards.report.data import StoreReader
+from dashboards.streamlit.launch import DB_ENV
 from gpulens.cli import app
-from gpulens.dashboards.streamlit.launch import DB_ENV
 from tests.support.analytics_fleet import T0, Fleet
 from tests.support.report_store import build_recommendations
 

@@ -9,15 +9,15 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from gpulens.analytics.plan.fleet import plan_store
-from gpulens.analytics.plan.policy import PlanPolicy
-from gpulens.analytics.recommend import recommend
-from gpulens.analytics.report import write_report
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
-from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES
+from analytics.plan.fleet import plan_store
+from analytics.plan.policy import PlanPolicy
+from analytics.recommend import recommend
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
+from dashboards.report import write_report
+from dashboards.report.data import StoreReader
+from dashboards.streamlit.launch import DB_ENV, PAGES
 
 pytestmark = pytest.mark.slow
 

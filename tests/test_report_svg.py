@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gpulens.analytics.report.svg import Series, heat_map, line_chart, stacked_area_chart, stacked_bar_chart
+from dashboards.report.svg import Series, heat_map, line_chart, stacked_area_chart, stacked_bar_chart
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 EVIL = "<script>alert(1)</script>\"'"

@@ -9,7 +9,7 @@ from decimal import Decimal
 import duckdb
 import pytest
 
-from gpulens.analytics.result_tables import insert_columns
+from analytics.result_tables import insert_columns
 
 
 @pytest.fixture

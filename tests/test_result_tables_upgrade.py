@@ -7,11 +7,11 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics import health
-from gpulens.analytics.facts import Window
-from gpulens.analytics.result_tables import PART_TABLES, column_names, create_result_tables
-from gpulens.analytics.settings import HealthRules
-from gpulens.collector.schema import create_schema
+from analytics import health
+from analytics.facts import Window
+from analytics.result_tables import PART_TABLES, column_names, create_result_tables
+from analytics.settings import HealthRules
+from collector.schema import create_schema
 
 
 def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
-from gpulens.collector.store_errors import StoreMissing
+from analytics.recommend import RecommendSettings, recommend, write_dry_run
+from collector.store_errors import StoreMissing
 from tests.support.recommend_cluster import CUT_HISTORY, WEEK, build_writer_store
 from tests.support.recommend_store import StoreBuilder, gib
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
-from gpulens.collector.mapping import map_dcgm, normalize_dcgm_labels
+from analytics.facts import bind_facts
+from analytics.rightsizing import MigFitSettings, MigFitStrategy, load_workload_usage
+from collector.mapping import map_dcgm, normalize_dcgm_labels
 from tests.support.recommend_store import StoreBuilder, gib
 
 GR, SM, UTIL = "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"

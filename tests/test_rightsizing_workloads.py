@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.rightsizing import (
+from analytics.facts import bind_facts
+from analytics.rightsizing import (
     MigFitSettings,
     MigFitStrategy,
     WorkloadRecommendation,
     WorkloadUsage,
     load_workload_usage,
 )
-from gpulens.analytics.rightsizing.evidence import sample_step_seconds
+from analytics.rightsizing.evidence import sample_step_seconds
 from gpulens.core.mig_catalog import model_by_name
 from tests.support.recommend_store import T0, StoreBuilder, gib
 

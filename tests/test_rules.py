@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulens.analytics.remediation.service_metrics import ServiceMetrics
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.dcgm_records import DCGM_GROUP, DCGM_RECORDS
-from gpulens.collector.mapping import DCGM_METRICS as DCGM_COLLECTED
-from gpulens.dashboards.grafana.promql import metric_names
+from analytics.remediation.service_metrics import ServiceMetrics
+from analytics.settings import AnalysisSettings
+from collector.dcgm_records import DCGM_GROUP, DCGM_RECORDS
+from collector.mapping import DCGM_METRICS as DCGM_COLLECTED
+from dashboards.grafana.promql import metric_names
 from tests.support.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulens.dashboards.grafana.generate import JSON_DIR
-from gpulens.dashboards.grafana.promql import substitute_grafana_variables
+from dashboards.grafana.generate import JSON_DIR
+from dashboards.grafana.promql import substitute_grafana_variables
 from tests.support.exporter import start_exporter_process, stop_process, wait_healthy
 from tests.support.prometheus import PrometheusServer, require_binary, running_prometheus
 from tests.test_grafana import expressions

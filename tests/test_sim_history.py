@@ -9,7 +9,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from gpulens.collector.schema import ALL_TABLES, create_schema
+from collector.schema import ALL_TABLES, create_schema
 from gpulens.core.errors import UserError
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.history import COLUMNS, SimulatedHistory, snapshot_rows, to_ts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.dashboards.streamlit.launch import DB_ENV
+from dashboards.streamlit.launch import DB_ENV
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.damaged_store import damage_table
 from tests.support.report_store import build_store
@@ -68,7 +68,7 @@ def test_the_dashboard_says_a_damaged_store_briefly_without_a_trace_or_the_serve
 
 
 def test_the_dashboard_is_served_with_no_error_details_for_the_browser() -> None:
-    from gpulens.dashboards.streamlit.launch import streamlit_command
+    from dashboards.streamlit.launch import streamlit_command
 
     command = streamlit_command(Path("store.duckdb"), port=8501, host="127.0.0.1")
     assert command[command.index("--client.showErrorDetails") + 1] == "none"

@@ -9,8 +9,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from gpulens.collector.schema import FACT_KEYS, FACTS
-from gpulens.collector.store import Store
+from collector.schema import FACT_KEYS, FACTS
+from collector.store import Store
 from tests.support.synthetic_fleet import synthetic_frames
 
 T0 = 1_790_000_000.0

@@ -8,8 +8,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from gpulens.collector.parquet import attach_parquet, export_parquet
-from gpulens.collector.store import Gap, Store
+from collector.parquet import attach_parquet, export_parquet
+from collector.store import Gap, Store
 from gpulens.core.errors import UserError
 from tests.support.synthetic_fleet import synthetic_frames
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpulens.analytics.result_tables import create_result_tables
-from gpulens.collector.schema import SCHEMA_VERSION, create_schema
-from gpulens.collector.schema_version import StoreVersionUnsupported
-from gpulens.collector.store import Store
+from analytics.result_tables import create_result_tables
+from collector.schema import SCHEMA_VERSION, create_schema
+from collector.schema_version import StoreVersionUnsupported
+from collector.store import Store
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.report_store import build_store
 

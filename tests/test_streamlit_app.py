@@ -12,7 +12,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES, db_path_from, streamlit_command
+from dashboards.streamlit.launch import DB_ENV, PAGES, db_path_from, streamlit_command
 from tests.support.report_store import EVIL_TENANT, build_store
 from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)
 

@@ -9,11 +9,11 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.placement_data import placement_by_tenant, placement_run
-from gpulens.dashboards.streamlit import support
-from gpulens.dashboards.streamlit.access import ACCESS_FILE_ENV, GROUPS_HEADER_ENV, USER_HEADER_ENV
-from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES
+from dashboards.report.data import StoreReader
+from dashboards.report.placement_data import placement_by_tenant, placement_run
+from dashboards.streamlit import support
+from dashboards.streamlit.access import ACCESS_FILE_ENV, GROUPS_HEADER_ENV, USER_HEADER_ENV
+from dashboards.streamlit.launch import DB_ENV, PAGES
 from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "streamlit" / "app.py"

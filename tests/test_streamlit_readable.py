@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.dashboards.streamlit.launch import DB_ENV
-from gpulens.dashboards.streamlit.support import TIME_RANGES, column_config, human_name
+from dashboards.streamlit.launch import DB_ENV
+from dashboards.streamlit.support import TIME_RANGES, column_config, human_name
 from tests.support.report_store import build_store
 from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from gpulens.analytics.summary import AnalysisSummary, DrainCandidate
+from analytics.summary import AnalysisSummary, DrainCandidate
 
 T0 = datetime(2026, 11, 30, 9, 55)
 

@@ -10,10 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.recommend import RecommendSettings, recommend
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.analytics.tas_advice import (
+from analytics.placement.tas_advice import (
     CROSS_NODE,
     PREFERRED,
     REQUIRED,
@@ -22,7 +19,10 @@ from gpulens.analytics.tas_advice import (
     WorkloadSpread,
     advise_queue,
 )
-from gpulens.collector.backfill import backfill_simulated
+from analytics.recommend import RecommendSettings, recommend
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
 
 END = 1_780_000_200.0
 LABELS = {"node": "kubernetes.io/hostname", "rack": "cloud.google.com/gce-topology-subblock",

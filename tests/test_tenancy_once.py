@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpulens.collector.inventory import snapshot_frames
+from collector.inventory import snapshot_frames
 from gpulens.core.kube_api import KubernetesClient
 from gpulens.core.tenancy.resolver import TenantResolver
 from gpulens.core.tenancy.rules import Rule, RuleKind, TenancyConfig

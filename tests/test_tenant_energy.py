@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analytics.tenant_energy import (
+from analytics.tenant_energy import (
     DEFAULT_GRID_GCO2_PER_KWH,
     UNALLOCATED_ENERGY,
     TenantEnergy,

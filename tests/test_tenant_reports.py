@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.scope import ANOTHER_TENANT, Redactor, TenantScope, scope_reader
-from gpulens.analytics.report.tenant_reports import (
+from dashboards.report.data import StoreReader
+from dashboards.report.scope import ANOTHER_TENANT, Redactor, TenantScope, scope_reader
+from dashboards.report.tenant_reports import (
     tenant_dir_name,
     write_per_tenant_reports,
     write_tenant_report,

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.core.errors import UserError
-from gpulens.dashboards.streamlit import support
-from gpulens.dashboards.streamlit.access import (
+from dashboards.streamlit import support
+from dashboards.streamlit.access import (
     ACCESS_FILE_ENV,
     GROUPS_HEADER_ENV,
     USER_HEADER_ENV,
@@ -23,7 +22,8 @@ from gpulens.dashboards.streamlit.access import (
     load_access_file,
     trusted_headers_from,
 )
-from gpulens.dashboards.streamlit.launch import DB_ENV, PAGES, streamlit_command
+from dashboards.streamlit.launch import DB_ENV, PAGES, streamlit_command
+from gpulens.core.errors import UserError
 from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.report_store import EVIL_TENANT, build_store
 from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)

@@ -13,9 +13,9 @@ import pytest
 import typer.main
 import yaml
 
+from dashboards.streamlit.access import AccessFile
 from gpulens.cli import app
 from gpulens.core.config import parse_yaml_model
-from gpulens.dashboards.streamlit.access import AccessFile
 from tests.support.prometheus import in_ci
 from tests.test_manifests import CUSTOM_KINDS, KUBERNETES_VERSIONS, containers, pod_spec
 

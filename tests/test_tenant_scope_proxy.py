@@ -18,9 +18,8 @@ import pytest
 from streamlit import config
 from streamlit.testing.v1 import AppTest
 
-from gpulens.core.errors import UserError
-from gpulens.dashboards.streamlit import support
-from gpulens.dashboards.streamlit.access import (
+from dashboards.streamlit import support
+from dashboards.streamlit.access import (
     ACCESS_FILE_ENV,
     GROUPS_HEADER_ENV,
     PROXIES_ENV,
@@ -32,7 +31,8 @@ from gpulens.dashboards.streamlit.access import (
     require_safe_listen,
     trusted_headers_from,
 )
-from gpulens.dashboards.streamlit.launch import DB_ENV, streamlit_command, streamlit_environment
+from dashboards.streamlit.launch import DB_ENV, streamlit_command, streamlit_environment
+from gpulens.core.errors import UserError
 from tests.support.cli import ROOT, assert_one_line_error, gpulens
 from tests.support.report_store import build_store
 from tests.support.streamlit_app import fresh_caches  # noqa: F401 (an autouse fixture)

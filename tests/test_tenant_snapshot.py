@@ -7,8 +7,8 @@ from datetime import datetime
 import duckdb
 import pytest
 
-from gpulens.analytics.tenant_snapshot import current_holdings, render_holdings
-from gpulens.collector.schema import create_schema
+from analytics.tenant_snapshot import current_holdings, render_holdings
+from collector.schema import create_schema
 
 T0 = datetime(2026, 11, 1, 12, 0, 0)
 T1 = datetime(2026, 11, 1, 12, 0, 15)

@@ -10,12 +10,12 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from gpulens.analytics.miglayout import GpuState, InstanceDemand, LayoutRun, plan_layout
-from gpulens.analytics.miglayout.tenant_view import SHARED_DEVICE, tenant_view
-from gpulens.analytics.prices import Price, PriceBook
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.mig_layout_section import layout_run_section, mig_layout_section
-from gpulens.analytics.report.scope import (
+from analytics.miglayout import GpuState, InstanceDemand, LayoutRun, plan_layout
+from analytics.miglayout.tenant_view import SHARED_DEVICE, tenant_view
+from analytics.prices import Price, PriceBook
+from dashboards.report.data import StoreReader
+from dashboards.report.mig_layout_section import layout_run_section, mig_layout_section
+from dashboards.report.scope import (
     ANOTHER_TENANT,
     Redactor,
     TenantDirectory,

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpulens.analytics.settings import AnalysisSettings
+from analytics.settings import AnalysisSettings
+from exporter.settings import ExporterSettings
 from gpulens.core.errors import UserError
 from gpulens.core.timeparse import duration_seconds, parse_duration, parse_time, time_seconds
-from gpulens.exporter.settings import ExporterSettings
 from gpulens.sim.scenario import DEFAULT_SCENARIO_PATH
 from gpulens.sim.scenario_file import parse_scenario
 from tests.support.cli import assert_one_line_error, gpulens

@@ -16,10 +16,10 @@ import duckdb
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpulens.analytics.facts import Window, bind_facts
-from gpulens.analytics.placement import GpuPlace, place_keys
-from gpulens.analytics.topology_stranded import FRESH_SECONDS, stranded_by_topology
-from gpulens.collector.schema import create_schema
+from analytics.facts import Window, bind_facts
+from analytics.placement.spread import GpuPlace, place_keys
+from analytics.placement.stranded import FRESH_SECONDS, stranded_by_topology
+from collector.schema import create_schema
 
 START = datetime(2026, 3, 2)
 END = START + timedelta(days=1)

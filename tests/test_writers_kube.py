@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gpulens.analytics.recommend import (
+from analytics.recommend import (
     RecommendationReport,
     RecommendSettings,
     apply_recommendations,
@@ -229,8 +229,8 @@ def test_borrowing_and_lending_limits_change_only_when_configured(tmp_path: Path
 
 
 def test_names_from_the_store_cannot_escape_their_url_path_segment() -> None:
-    from gpulens.analytics.writers.kueue import ClusterQueueTarget
-    from gpulens.analytics.writers.resourcequota import ResourceQuotaTarget
+    from analytics.writers.kueue import ClusterQueueTarget
+    from analytics.writers.resourcequota import ResourceQuotaTarget
 
     assert ClusterQueueTarget().path("", "../../api/v1/secrets?x=1") == (
         "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/..%2F..%2Fapi%2Fv1%2Fsecrets%3Fx%3D1")

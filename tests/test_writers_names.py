@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
-from gpulens.analytics.writers.crd import recommendation_name
+from analytics.recommend import RecommendSettings, recommend, write_dry_run
+from analytics.writers.crd import recommendation_name
 from tests.support.recommend_store import StoreBuilder
 
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

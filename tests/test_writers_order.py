@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from gpulens.analytics.recommend import (
+from analytics.recommend import (
     RecommendationReport,
     RecommendSettings,
     apply_recommendations,

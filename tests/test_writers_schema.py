@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpulens.analytics.recommend import RecommendationReport, RecommendSettings, recommend, write_dry_run
+from analytics.recommend import RecommendationReport, RecommendSettings, recommend, write_dry_run
 from tests.support.recommend_cluster import build_writer_store
 
 ROOT = Path(__file__).resolve().parents[1]

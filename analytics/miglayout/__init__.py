@@ -5,9 +5,9 @@
 writes the GPU Operator's mig-parted config, the Node label patches and the workload patches.
 """
 
-from gpulens.analytics.miglayout.fleet import GpuState, InstanceDemand, load_layout_inputs
-from gpulens.analytics.miglayout.planner import GpuChange, LayoutPlan, Unplaced, plan_layout
-from gpulens.analytics.miglayout.run import LayoutRun, plan_mig_layout, write_layout_files
+from analytics.miglayout.fleet import GpuState, InstanceDemand, load_layout_inputs
+from analytics.miglayout.planner import GpuChange, LayoutPlan, Unplaced, plan_layout
+from analytics.miglayout.run import LayoutRun, plan_mig_layout, write_layout_files
 
 __all__ = [
     "GpuChange", "GpuState", "InstanceDemand", "LayoutPlan", "LayoutRun", "Unplaced", "load_layout_inputs",

@@ -16,9 +16,9 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics.plan.flavor_nodes import table_exists
-from gpulens.analytics.plan.inputs import unhealthy_devices
-from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
+from analytics.plan.flavor_nodes import table_exists
+from analytics.plan.inputs import unhealthy_devices
+from analytics.rightsizing.strategy import WorkloadRecommendation
 from gpulens.core.device_model import WHOLE_GPU_PROFILE
 from gpulens.core.mig_catalog import model_by_name
 

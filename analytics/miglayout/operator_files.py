@@ -14,8 +14,8 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
-from gpulens.analytics.miglayout.fleet import GpuState
-from gpulens.analytics.miglayout.planner import LayoutPlan
+from analytics.miglayout.fleet import GpuState
+from analytics.miglayout.planner import LayoutPlan
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"

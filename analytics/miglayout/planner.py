@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpulens.analytics.miglayout.fleet import GpuState, InstanceDemand
+from analytics.miglayout.fleet import GpuState, InstanceDemand
 from gpulens.core.mig_catalog import GpuModel, model_by_name, place_layout
 
 

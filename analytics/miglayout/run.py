@@ -10,13 +10,13 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from gpulens.analytics.miglayout.fleet import demands_from_stored_run, load_gpu_states, load_layout_inputs
-from gpulens.analytics.miglayout.operator_files import mig_parted_config, node_label_patches, rollout_readme
-from gpulens.analytics.miglayout.planner import LayoutPlan, plan_layout
-from gpulens.analytics.miglayout.workload_patches import WorkloadPatch, rollback_patch, workload_patch
-from gpulens.analytics.prices import PriceBook, load_price_book, run_price_book
-from gpulens.analytics.rightsizing.strategy import WorkloadRecommendation
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.miglayout.fleet import demands_from_stored_run, load_gpu_states, load_layout_inputs
+from analytics.miglayout.operator_files import mig_parted_config, node_label_patches, rollout_readme
+from analytics.miglayout.planner import LayoutPlan, plan_layout
+from analytics.miglayout.workload_patches import WorkloadPatch, rollback_patch, workload_patch
+from analytics.prices import PriceBook, load_price_book, run_price_book
+from analytics.rightsizing.strategy import WorkloadRecommendation
+from collector.store_errors import connect_store, reading_store
 from gpulens.core.mig_catalog import model_by_name
 
 _HOURS_PER_MONTH = 730.0

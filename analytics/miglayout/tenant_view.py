@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from gpulens.analytics.miglayout.fleet import GpuState
-from gpulens.analytics.miglayout.planner import LayoutPlan
-from gpulens.analytics.miglayout.run import LayoutRun
+from analytics.miglayout.fleet import GpuState
+from analytics.miglayout.planner import LayoutPlan
+from analytics.miglayout.run import LayoutRun
 
 SHARED_DEVICE = "shared device, decided fleet-wide"
 """What a tenant reads beside a change that also serves or frees another tenant's workload."""

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.analytics.miglayout.fleet import InstanceDemand
+from analytics.miglayout.fleet import InstanceDemand
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DRA_DEVICE_CLASS = "mig.nvidia.com"

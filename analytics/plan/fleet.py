@@ -5,21 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.facts import bind_facts
-from gpulens.analytics.plan.inputs import (
+from analytics.facts import bind_facts
+from analytics.plan.inputs import (
     add_capacity,
     apply_capacity_file,
     inventory_capacity,
     latest_time,
     queue_demands,
 )
-from gpulens.analytics.plan.kai_pools import (
+from analytics.plan.kai_pools import (
     SYSTEM_KINDS,
     is_system_pool,
     plan_queue_systems,
@@ -27,13 +27,13 @@ from gpulens.analytics.plan.kai_pools import (
     price_pools,
     system_capacity,
 )
-from gpulens.analytics.plan.model import FleetPlan, PoolCapacity, PoolPlan, QueueDemand
-from gpulens.analytics.plan.policy import CapacityFile, PlanPolicy
-from gpulens.analytics.plan.record import store_plan
-from gpulens.analytics.plan.solve import budget_caps, solve_pool
-from gpulens.analytics.quota import QuotaSettings
-from gpulens.collector.queue_systems import CLUSTER_QUEUE
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.plan.model import FleetPlan, PoolCapacity, PoolPlan, QueueDemand
+from analytics.plan.policy import CapacityFile, PlanPolicy
+from analytics.plan.record import store_plan
+from analytics.plan.solve import budget_caps, solve_pool
+from analytics.quota import QuotaSettings
+from collector.queue_systems import CLUSTER_QUEUE
+from collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
 
@@ -66,9 +66,13 @@ def plan_pools(
     return tuple(plans), tuple(unplanned), tuple(notes)
 
 
-def run_id_of(start: datetime, end: datetime, policy: PlanPolicy, pools: Mapping[tuple[str, str], PoolCapacity]) -> str:
+def run_id_of(start: datetime, end: datetime, policy: PlanPolicy, pools: Mapping[tuple[str, str], PoolCapacity],
+              demands: Iterable[object] = ()) -> str:
+    """The plan's id: the same window, policy, capacity and evidence (every queue's demand) give the same id;
+    a plan over other evidence, late samples say, gets its own, so its record never replaces the earlier one."""
     blob = json.dumps([start.isoformat(), end.isoformat(), policy.model_dump(mode="json"),
-                       sorted((k, repr(v)) for k, v in pools.items())], sort_keys=True)
+                       sorted((k, repr(v)) for k, v in pools.items()), sorted(repr(d) for d in demands)],
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -124,7 +128,7 @@ def make_plan(
         why = fleet.lacks(d.flavor, d.resource) or "capacity unknown: no devices on the flavor's nodes"
         notes.append(f"{d.queue} {d.flavor}/{d.resource}: {why} and it is not in --capacity: not planned")
     system = plan_queue_systems(systems, cluster, policy, caps[0])
-    return FleetPlan(run_id_of(start, end, policy, {**pools, **cluster}), generated_at, start, end, policy,
+    return FleetPlan(run_id_of(start, end, policy, {**pools, **cluster}, everything), generated_at, start, end, policy,
                      plans + system.pools, unplanned + system.unplanned, tuple(notes) + budget_notes + system.notes)
 
 

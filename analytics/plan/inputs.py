@@ -9,13 +9,13 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics.inventory import short_model
-from gpulens.analytics.plan.flavor_nodes import FlavorNodes, match_flavor_nodes, table_exists
-from gpulens.analytics.plan.model import PoolCapacity, QueueDemand
-from gpulens.analytics.plan.policy import CapacityFile
-from gpulens.analytics.prices import PriceBook, run_price_book
-from gpulens.analytics.quota import QuotaEvidence, QuotaSettings, load_quota_evidence, recommend_quota
-from gpulens.collector.queue_systems import CLUSTER_QUEUE
+from analytics.inventory import short_model
+from analytics.plan.flavor_nodes import FlavorNodes, match_flavor_nodes, table_exists
+from analytics.plan.model import PoolCapacity, QueueDemand
+from analytics.plan.policy import CapacityFile
+from analytics.prices import PriceBook, run_price_book
+from analytics.quota import QuotaEvidence, QuotaSettings, load_quota_evidence, recommend_quota
+from collector.queue_systems import CLUSTER_QUEUE
 
 _UNITS_SQL = """
 WITH dev AS (

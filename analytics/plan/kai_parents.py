@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from gpulens.analytics.plan.kai_pools import KAI_TOP
-from gpulens.analytics.plan.model import FleetPlan
-from gpulens.analytics.writers.apply import ApplyOutcome
-from gpulens.analytics.writers.kai import ENTRY, KaiQueueTarget
-from gpulens.analytics.writers.order import is_cut
-from gpulens.analytics.writers.plan import ObjectPlan
-from gpulens.collector.queue_systems import KAI_QUEUE
+from analytics.plan.kai_pools import KAI_TOP
+from analytics.plan.model import FleetPlan
+from analytics.writers.apply import ApplyOutcome
+from analytics.writers.kai import ENTRY, KaiQueueTarget
+from analytics.writers.order import is_cut
+from analytics.writers.plan import ObjectPlan
+from collector.queue_systems import KAI_QUEUE
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 

@@ -5,7 +5,7 @@ GPUs (every node of the store, drain and warn lists out; ``--capacity`` pool ``k
 reserve. The children of a queue share that queue's quota: the smaller of its current and its planned
 quota, so they fit whether or not the parent's change lands; no reserve is kept again (the top level
 keeps it) unless the policy names the pool. Pools are decided top-down with the rules of a Kueue
-flavor (:func:`gpulens.analytics.plan.solve.solve_pool`); a child that asks more than its parent's quota
+flavor (:func:`analytics.plan.solve.solve_pool`); a child that asks more than its parent's quota
 leaves gets what fits, and the rest is refused with that reason. Volcano queues share the cluster's
 devices per resource (pool ``volcano``); they are planned and shown, never written (no Volcano writer).
 """
@@ -20,14 +20,14 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics.plan.inputs import cluster_capacity
-from gpulens.analytics.plan.model import PoolCapacity, PoolPlan, QueueDemand, QueuePlan
-from gpulens.analytics.plan.policy import PlanPolicy
-from gpulens.analytics.plan.solve import solve_pool
-from gpulens.analytics.quota import QuotaEvidence
-from gpulens.analytics.writers.kai import ENTRY, KaiQueueTarget
-from gpulens.analytics.writers.live_totals import LiveTotal, read_live_totals
-from gpulens.collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE, VOLCANO_QUEUE
+from analytics.plan.inputs import cluster_capacity
+from analytics.plan.model import PoolCapacity, PoolPlan, QueueDemand, QueuePlan
+from analytics.plan.policy import PlanPolicy
+from analytics.plan.solve import solve_pool
+from analytics.quota import QuotaEvidence
+from analytics.writers.kai import ENTRY, KaiQueueTarget
+from analytics.writers.live_totals import LiveTotal, read_live_totals
+from collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE, VOLCANO_QUEUE
 from gpulens.core.kube_api import KubernetesClient
 
 KAI_TOP = "kai"

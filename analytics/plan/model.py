@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpulens.analytics.plan.policy import PlanPolicy
+from analytics.plan.policy import PlanPolicy
 
 if TYPE_CHECKING:
-    from gpulens.analytics.quota import QuotaRecommendation
+    from analytics.quota import QuotaRecommendation
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class QueueDemand:
     """One queue's entry for a pool and resource: quota now and demand over the evidence window.
 
     ``flavor`` names the pool: a ClusterQueue's ResourceFlavor, or a KAI/Volcano pool
-    (:mod:`gpulens.analytics.plan.kai_pools`)."""
+    (:mod:`analytics.plan.kai_pools`)."""
 
     queue: str
     tenant: str

@@ -10,19 +10,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpulens.analytics.plan.kai_parents import hold_raises_beyond_live_parents, with_held
-from gpulens.analytics.plan.kai_pools import kai_live_totals
-from gpulens.analytics.plan.model import FleetPlan
-from gpulens.analytics.quota import QuotaRecommendation
-from gpulens.analytics.writers.apply import ApplyOutcome, QuotaApplier
-from gpulens.analytics.writers.base import clear_dry_run_dir, format_quantity
-from gpulens.analytics.writers.kai import KaiQueueTarget
-from gpulens.analytics.writers.kueue import ClusterQueueTarget
-from gpulens.analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
-from gpulens.analytics.writers.order import apply_in_order
-from gpulens.analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
-from gpulens.analytics.writers.served import at_served_versions
-from gpulens.collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE
+from analytics.plan.kai_parents import hold_raises_beyond_live_parents, with_held
+from analytics.plan.kai_pools import kai_live_totals
+from analytics.plan.model import FleetPlan
+from analytics.quota import QuotaRecommendation
+from analytics.writers.apply import ApplyOutcome, QuotaApplier
+from analytics.writers.base import clear_dry_run_dir, format_quantity
+from analytics.writers.kai import KaiQueueTarget
+from analytics.writers.kueue import ClusterQueueTarget
+from analytics.writers.live_totals import LiveTotal, QueueRef, read_live_totals
+from analytics.writers.order import apply_in_order
+from analytics.writers.plan import ObjectPlan, build_plans, dump_yaml
+from analytics.writers.served import at_served_versions
+from collector.queue_systems import CLUSTER_QUEUE, KAI_QUEUE
 from gpulens.core.kube_api import KubernetesClient
 
 DRY_RUN_HEADER = "# written by `gpulens plan`"

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from gpulens.analytics.result_tables import append_columns, column_names, ensure_table
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.result_tables import append_columns, column_names, ensure_table
+from collector.store_errors import connect_store, reading_store
 
 if TYPE_CHECKING:
-    from gpulens.analytics.plan.model import FleetPlan
+    from analytics.plan.model import FleetPlan
 
 
 def plan_columns(plan: FleetPlan) -> dict[str, list[object]]:

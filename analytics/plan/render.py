@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpulens.analytics.plan.model import FleetPlan, PoolPlan
+from analytics.plan.model import FleetPlan, PoolPlan
 
 
 def _num(x: float | None) -> str:

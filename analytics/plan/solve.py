@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpulens.analytics.cut_rule import cut_refusal
-from gpulens.analytics.plan.model import Conflict, PoolCapacity, PoolPlan, QueueDemand, QueuePlan
-from gpulens.analytics.plan.policy import PlanPolicy
-from gpulens.analytics.plan.waterfill import Claim, water_fill
+from analytics.cut_rule import cut_refusal
+from analytics.plan.model import Conflict, PoolCapacity, PoolPlan, QueueDemand, QueuePlan
+from analytics.plan.policy import PlanPolicy
+from analytics.plan.waterfill import Claim, water_fill
 
 EPS = 1e-9
 """Evidence this close to the required days counts as enough (a window's first bucket may start late)."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from gpulens.analytics.remediation.alerts import GpuAlert
-from gpulens.analytics.remediation.decide import NodeCase
-from gpulens.analytics.remediation.plan import NodeEvidence, RemediationInputs
+from analytics.remediation.alerts import GpuAlert
+from analytics.remediation.decide import NodeCase
+from analytics.remediation.plan import NodeEvidence, RemediationInputs
 
 _RANK = {"drain": 0, "warn": 1, "watch": 2, "ok": 3}
 

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpulens.analytics.remediation.decide import Decision
-from gpulens.analytics.remediation.device_rules import DraApi, rule_object
-from gpulens.analytics.remediation.kueue_exposure import exposure_note
-from gpulens.analytics.remediation.live import NODES, opted_out
-from gpulens.analytics.remediation.plan import NodeEvidence
-from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINT_KEY
-from gpulens.analytics.remediation.scope import ScopeChoice
-from gpulens.analytics.remediation.taints import our_taint, quarantine_notes, taint_patch, untaint_patch
-from gpulens.analytics.writers.base import RbacRule
+from analytics.remediation.decide import Decision
+from analytics.remediation.device_rules import DraApi, rule_object
+from analytics.remediation.kueue_exposure import exposure_note
+from analytics.remediation.live import NODES, opted_out
+from analytics.remediation.plan import NodeEvidence
+from analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINT_KEY
+from analytics.remediation.scope import ScopeChoice
+from analytics.remediation.taints import our_taint, quarantine_notes, taint_patch, untaint_patch
+from analytics.writers.base import RbacRule
 from gpulens.core.kube_api import (
     ConflictError,
     ForbiddenError,

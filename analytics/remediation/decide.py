@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, RemediationPolicy
+from analytics.remediation.policy import OPT_OUT_ANNOTATION, RemediationPolicy
 
 _SEVERITY = {"drain": 0, "warn": 1, "watch": 2, "ok": 3}
 OPTED_OUT = f'opted out ({OPT_OUT_ANNOTATION}: "false")'

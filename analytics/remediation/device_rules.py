@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.analytics.remediation.policy import MANAGED_BY, NODE_ANNOTATION, TAINT_KEY
+from analytics.remediation.policy import MANAGED_BY, NODE_ANNOTATION, TAINT_KEY
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads, NotFoundError, segment
 
 GROUP = "resource.k8s.io"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpulens.analytics.remediation.device_rules import describe_error
+from analytics.remediation.device_rules import describe_error
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 TAS_LABEL = "kueue.x-k8s.io/tas"

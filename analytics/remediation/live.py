@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpulens.analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINT_KEY, TAINTED_AT
-from gpulens.analytics.remediation.taints import live_taints, our_taint
+from analytics.remediation.policy import OPT_OUT_ANNOTATION, TAINT_KEY, TAINTED_AT
+from analytics.remediation.taints import live_taints, our_taint
 from gpulens.core.errors import UserError
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 

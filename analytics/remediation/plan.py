@@ -13,9 +13,9 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.remediation.decide import NodeCase
-from gpulens.analytics.remediation.taints import taint_value
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.remediation.decide import NodeCase
+from analytics.remediation.taints import taint_value
+from collector.store_errors import connect_store, reading_store
 from gpulens.core.errors import UserError
 
 

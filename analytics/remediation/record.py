@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from gpulens.analytics.remediation.run import RemediationReport
-from gpulens.analytics.result_tables import column_names, ensure_table, insert_columns
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.remediation.run import RemediationReport
+from analytics.result_tables import column_names, ensure_table, insert_columns
+from collector.store_errors import connect_store, reading_store
 
 
 def outcome_columns(report: RemediationReport, decided_at: datetime) -> dict[str, list[object]]:

@@ -17,14 +17,14 @@ from typing import Any
 
 import yaml
 
-from gpulens.analytics.remediation.apply import NodeOutcome, TaintApplier
-from gpulens.analytics.remediation.decide import Decision, NodeCase, breakers, decide
-from gpulens.analytics.remediation.device_rules import DraApi, discover, our_rules, rule_object
-from gpulens.analytics.remediation.live import LiveNode, live_nodes, pool_taints
-from gpulens.analytics.remediation.plan import RemediationInputs, load_inputs
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.scope import ScopeChoice, dry_run_scope, live_scope
-from gpulens.analytics.remediation.taints import kubectl_commands, quarantine_notes, taint
+from analytics.remediation.apply import NodeOutcome, TaintApplier
+from analytics.remediation.decide import Decision, NodeCase, breakers, decide
+from analytics.remediation.device_rules import DraApi, discover, our_rules, rule_object
+from analytics.remediation.live import LiveNode, live_nodes, pool_taints
+from analytics.remediation.plan import RemediationInputs, load_inputs
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.scope import ScopeChoice, dry_run_scope, live_scope
+from analytics.remediation.taints import kubectl_commands, quarantine_notes, taint
 from gpulens.core.errors import UserError
 from gpulens.core.kube_api import KubernetesApiError, KubernetesClient
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.analytics.remediation.device_rules import DraApi, DraDevice, describe_error, node_devices
+from analytics.remediation.device_rules import DraApi, DraDevice, describe_error, node_devices
 from gpulens.core.kube_api import KubernetesApiError, KubernetesReads
 
 

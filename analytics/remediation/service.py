@@ -21,15 +21,15 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.remediation.alert_inputs import with_alerts
-from gpulens.analytics.remediation.alerts import GpuAlert, Webhook
-from gpulens.analytics.remediation.apply import NodeOutcome
-from gpulens.analytics.remediation.decide import Decision, breakers
-from gpulens.analytics.remediation.plan import load_inputs
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.record import outcome_columns, record_columns
-from gpulens.analytics.remediation.run import RemediationReport, apply_inputs, plan_inputs
-from gpulens.analytics.remediation.service_metrics import ServiceMetrics
+from analytics.remediation.alert_inputs import with_alerts
+from analytics.remediation.alerts import GpuAlert, Webhook
+from analytics.remediation.apply import NodeOutcome
+from analytics.remediation.decide import Decision, breakers
+from analytics.remediation.plan import load_inputs
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.record import outcome_columns, record_columns
+from analytics.remediation.run import RemediationReport, apply_inputs, plan_inputs
+from analytics.remediation.service_metrics import ServiceMetrics
 from gpulens.core.errors import UserError
 from gpulens.core.kube_api import KubernetesClient
 

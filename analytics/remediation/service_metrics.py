@@ -11,7 +11,7 @@ ACTION_BUCKETS = (1.0, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 60
 
 
 class ServiceMetrics:
-    """Counters and gauges of one :class:`~gpulens.analytics.remediation.service.RemediationService`."""
+    """Counters and gauges of one :class:`~analytics.remediation.service.RemediationService`."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

@@ -15,7 +15,7 @@ import shlex
 from datetime import datetime
 from typing import Any
 
-from gpulens.analytics.remediation.policy import EVIDENCE, OUR_ANNOTATIONS, RUN, TAINT_KEY, TAINTED_AT, WINDOW
+from analytics.remediation.policy import EVIDENCE, OUR_ANNOTATIONS, RUN, TAINT_KEY, TAINTED_AT, WINDOW
 
 _NOT_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
 

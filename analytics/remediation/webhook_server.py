@@ -14,8 +14,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpulens.analytics.remediation.alerts import BadWebhook, parse_webhook
-from gpulens.analytics.remediation.service import Evaluation, RemediationService
+from analytics.remediation.alerts import BadWebhook, parse_webhook
+from analytics.remediation.service import Evaluation, RemediationService
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """Alertmanager sends every alert of a group in one body; 4 MiB holds thousands."""

@@ -1,8 +1,8 @@
 """Workload rightsizing: the smallest MIG profile (or fewer GPUs) that fits what a workload really uses."""
 
-from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
-from gpulens.analytics.rightsizing.evidence import WorkloadUsage, load_workload_usage
-from gpulens.analytics.rightsizing.strategy import (
+from analytics.rightsizing.confidence import Confidence, vpa_confidence
+from analytics.rightsizing.evidence import WorkloadUsage, load_workload_usage
+from analytics.rightsizing.strategy import (
     MigFitSettings,
     MigFitStrategy,
     RightsizingStrategy,

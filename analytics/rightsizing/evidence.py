@@ -7,7 +7,7 @@ and memory in bytes (summed over the pod's devices). Devices shared by several h
 MPS) are left out: their readings cannot be attributed to one workload. A workload with DCGM profiling
 readings (``DCGM_FI_PROF_*``) is sized on those only, never on ``DCGM_FI_DEV_GPU_UTIL`` (a duty cycle that
 overstates compute need); ``activity_signals`` names the metrics used. Facts are read through the
-``f_*`` views (:func:`~gpulens.analytics.facts.bind_facts` first), so Parquet history works as the store.
+``f_*`` views (:func:`~analytics.facts.bind_facts` first), so Parquet history works as the store.
 """
 
 from __future__ import annotations

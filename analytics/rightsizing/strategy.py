@@ -15,8 +15,8 @@ from typing import ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulens.analytics.rightsizing.confidence import Confidence, vpa_confidence
-from gpulens.analytics.rightsizing.evidence import WorkloadUsage
+from analytics.rightsizing.confidence import Confidence, vpa_confidence
+from analytics.rightsizing.evidence import WorkloadUsage
 from gpulens.core.device_model import WHOLE_GPU_PROFILE
 from gpulens.core.mig_catalog import COMPUTE_SLICES, GpuModel, MigProfile, model_by_name
 

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpulens.analytics.quota import QuotaRecommendation
-from gpulens.analytics.writers.base import EntryKey
-from gpulens.analytics.writers.crd import (
+from analytics.quota import QuotaRecommendation
+from analytics.writers.base import EntryKey
+from analytics.writers.crd import (
     CRD_KIND,
     RecommendationPolicy,
     recommendation_path,
 )
-from gpulens.analytics.writers.plan import ObjectPlan, entry_label, opted_out
+from analytics.writers.plan import ObjectPlan, entry_label, opted_out
 from gpulens.core.kube_api import (
     ConflictError,
     ForbiddenError,

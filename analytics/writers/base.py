@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpulens.analytics.quota import QuotaEvidence
+from analytics.quota import QuotaEvidence
 from gpulens.core.kube_api import KubernetesReads
 
 EntryKey = tuple[str, str]

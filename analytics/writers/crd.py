@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpulens.analytics.quota import MigConversion, QuotaRecommendation
+from analytics.quota import MigConversion, QuotaRecommendation
 from gpulens.core.kube_api import segment
 
 CRD_GROUP = "gpulens.io"

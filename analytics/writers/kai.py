@@ -4,7 +4,7 @@
 so an apply carries only ``quota``: ``limit``, ``overQuotaWeight``, ``cpu``, ``memory``, ``parentQueue`` and
 ``priority`` keep their owners. The applier reads the Queue first and sends its ``resourceVersion``.
 
-Guard rails beyond the common ones (:mod:`gpulens.analytics.writers.apply`): a cut waits while the live
+Guard rails beyond the common ones (:mod:`analytics.writers.apply`): a cut waits while the live
 Queue requests more GPUs than it has allocated (``status.requested`` against ``status.allocated``, running
 and pending jobs of the queue and its children), and is refused when the Queue reports no
 ``status.requested``; a queue whose quota is ``-1`` (unlimited) is never given a finite one; a raise above
@@ -17,15 +17,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpulens.analytics.quota import QuotaEvidence
-from gpulens.analytics.writers.base import (
+from analytics.quota import QuotaEvidence
+from analytics.writers.base import (
     EntryKey,
     QuotaTarget,
     RbacRule,
     format_quantity,
 )
-from gpulens.collector.kai_queues import GPU_RESOURCE, UNLIMITED
-from gpulens.collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION
+from collector.kai_queues import GPU_RESOURCE, UNLIMITED
+from collector.queue_systems import KAI_GROUP, KAI_QUEUE, KAI_VERSION
 from gpulens.core.kube_api import segment
 from gpulens.core.quantity import parse_quantity
 

@@ -20,8 +20,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpulens.analytics.quota import QuotaEvidence
-from gpulens.analytics.writers.base import (
+from analytics.quota import QuotaEvidence
+from analytics.writers.base import (
     EntryKey,
     QuotaTarget,
     RbacRule,
@@ -29,7 +29,7 @@ from gpulens.analytics.writers.base import (
     is_device_resource,
     parse_quantity,
 )
-from gpulens.collector.kueue_api import effective_quotas, served_kueue
+from collector.kueue_api import effective_quotas, served_kueue
 from gpulens.core.kube_api import KubernetesReads, segment
 
 KUEUE_GROUP = "kueue.x-k8s.io"

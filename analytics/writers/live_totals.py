@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpulens.analytics.writers.base import QuotaTarget, printable
+from analytics.writers.base import QuotaTarget, printable
 from gpulens.core.kube_api import KubernetesApiError, KubernetesClient
 
 QueueRef = tuple[QuotaTarget, str, str]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from gpulens.analytics.quota import QuotaRecommendation
-from gpulens.analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
-from gpulens.analytics.writers.base import EntryKey
-from gpulens.analytics.writers.plan import ObjectPlan, entry_label
+from analytics.quota import QuotaRecommendation
+from analytics.writers.apply import OUTCOMES, ApplyOutcome, QuotaApplier
+from analytics.writers.base import EntryKey
+from analytics.writers.plan import ObjectPlan, entry_label
 
 Pool = tuple[str, str, str]
 """(object kind, flavor, resource): the quotas that share one capacity."""

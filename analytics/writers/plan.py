@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from gpulens.analytics.quota import MigConversion, QuotaRecommendation
-from gpulens.analytics.writers.base import (
+from analytics.quota import MigConversion, QuotaRecommendation
+from analytics.writers.base import (
     AUDIT_AT,
     AUDIT_FROM,
     AUDIT_RECOMMENDATION,
@@ -24,7 +24,7 @@ from gpulens.analytics.writers.base import (
     format_quantity,
     printable,
 )
-from gpulens.analytics.writers.crd import (
+from analytics.writers.crd import (
     RecommendationPolicy,
     build_recommendation_object,
     recommendation_name,

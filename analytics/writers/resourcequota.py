@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpulens.analytics.quota import QuotaEvidence
-from gpulens.analytics.writers.base import (
+from analytics.quota import QuotaEvidence
+from analytics.writers.base import (
     EntryKey,
     QuotaTarget,
     RbacRule,

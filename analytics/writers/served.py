@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from gpulens.analytics.writers.base import QuotaTarget
-from gpulens.analytics.writers.plan import ObjectPlan
+from analytics.writers.base import QuotaTarget
+from analytics.writers.plan import ObjectPlan
 from gpulens.core.kube_api import KubernetesReads
 
 

@@ -24,7 +24,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from gpulens.analytics.settings import DEFAULT_ACTIVITY_THRESHOLD
+from analytics.settings import DEFAULT_ACTIVITY_THRESHOLD
 from gpulens.core import metric_catalog as M
 
 TAG = "gpulens"

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from gpulens.core import metric_catalog as M
-from gpulens.dashboards.grafana.builders import (
+from dashboards.grafana.builders import (
     GE_UNIT,
     bargauge_panel,
     new_dashboard,
@@ -23,7 +22,8 @@ from gpulens.dashboards.grafana.builders import (
     tenant_variable,
     timeseries_panel,
 )
-from gpulens.dashboards.grafana.price_rules import PRICE_SERIES
+from dashboards.grafana.price_rules import PRICE_SERIES
+from gpulens.core import metric_catalog as M
 
 UID = "gpulens-chargeback"
 T = 'tenant=~"$tenant"'

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard, stat
 
-from gpulens.collector.dcgm_records import BY_KEY
-from gpulens.dashboards.grafana.builders import (
+from collector.dcgm_records import BY_KEY
+from dashboards.grafana.builders import (
     label_variable,
     new_dashboard,
     query,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from gpulens.core import metric_catalog as M
-from gpulens.dashboards.grafana.builders import (
+from dashboards.grafana.builders import (
     GE_UNIT,
     IDLE_THRESHOLD,
     bargauge_panel,
@@ -15,6 +14,7 @@ from gpulens.dashboards.grafana.builders import (
     table_panel,
     timeseries_panel,
 )
+from gpulens.core import metric_catalog as M
 
 UID = "gpulens-fleet"
 

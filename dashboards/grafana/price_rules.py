@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from gpulens.analytics.price_book_actions import store_models
-from gpulens.analytics.prices import PriceBook, run_price_book
-from gpulens.collector.store_errors import connect_store, reading_store
+from analytics.price_book_actions import store_models
+from analytics.prices import PriceBook, run_price_book
+from collector.store_errors import connect_store, reading_store
 from gpulens.core.mig_catalog import MODELS, short_model
 
 PRICE_SERIES = "gpulens:price_usd_per_gpu_hour"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from gpulens.core import metric_catalog as M
-from gpulens.dashboards.grafana.builders import (
+from dashboards.grafana.builders import (
     GE_UNIT,
     IDLE_THRESHOLD,
     new_dashboard,
@@ -16,6 +15,7 @@ from gpulens.dashboards.grafana.builders import (
     tenant_variable,
     timeseries_panel,
 )
+from gpulens.core import metric_catalog as M
 
 UID = "gpulens-tenant"
 T = 'tenant=~"$tenant"'

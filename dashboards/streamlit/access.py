@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from gpulens.analytics.report.scope import TenantScope
+from dashboards.report.scope import TenantScope
 from gpulens.core.config import load_yaml_model
 from gpulens.core.errors import UserError
 

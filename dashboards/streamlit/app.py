@@ -6,8 +6,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from gpulens.dashboards.streamlit.launch import PAGES
-from gpulens.dashboards.streamlit.support import caller, no_access, run_picker, time_range_picker
+from dashboards.streamlit.launch import PAGES
+from dashboards.streamlit.support import caller, no_access, run_picker, time_range_picker
 
 HERE = Path(__file__).parent
 

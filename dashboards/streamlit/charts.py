@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from gpulens.analytics.report.svg import colour_for
+from dashboards.report.svg import colour_for
 
 
 def _scale(states: list[str]) -> alt.Scale:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpulens.dashboards.streamlit.access import TrustedHeaders
+    from dashboards.streamlit.access import TrustedHeaders
 
 APP_PATH = Path(__file__).with_name("app.py")
 DB_ENV = "GPULENS_DB"

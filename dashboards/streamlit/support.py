@@ -22,12 +22,11 @@ from typing import Any
 import polars as pl
 import streamlit as st
 
-from gpulens.analytics.report.data import AnalysisMissing, StoreReader
-from gpulens.analytics.report.scope import TenantScope, scope_reader
-from gpulens.analytics.run_parameters import RunDescription
-from gpulens.collector.store_errors import storage_failures
-from gpulens.core.errors import UserError
-from gpulens.dashboards.streamlit.access import (
+from analytics.run_parameters import RunDescription
+from collector.store_errors import storage_failures
+from dashboards.report.data import AnalysisMissing, StoreReader
+from dashboards.report.scope import TenantScope, scope_reader
+from dashboards.streamlit.access import (
     AccessFile,
     Decision,
     current_options,
@@ -35,7 +34,8 @@ from gpulens.dashboards.streamlit.access import (
     load_access_file,
     require_safe_listen,
 )
-from gpulens.dashboards.streamlit.launch import DB_ENV, db_path_from
+from dashboards.streamlit.launch import DB_ENV, db_path_from
+from gpulens.core.errors import UserError
 
 
 def db_path() -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
-from gpulens.exporter.kubelet.device_ids import is_gpu_resource, shared_base
-from gpulens.exporter.kubelet.proto import api_pb2, api_pb2_grpc
+from exporter.kubelet.device_ids import is_gpu_resource, shared_base
+from exporter.kubelet.proto import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_RECEIVE_BYTES = 16 * 1024 * 1024

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.exporter.nvml.funnel import NvmlFunnel
+from exporter.nvml.funnel import NvmlFunnel
 
 GpmKey = tuple[str, int | None]
 """(parent GPU UUID, GPU-instance id or ``None`` for the whole GPU)."""

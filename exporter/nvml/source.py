@@ -16,6 +16,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from exporter.attribution import PidPodResolver
+from exporter.kubelet.device_ids import DeviceDirectory
+from exporter.nvml.funnel import ErrorClass, GpuLifecycleError, NvmlFunnel
+from exporter.nvml.gpm import GpmSampler
+from exporter.nvml.topology import read_topology
+from exporter.nvml.xid import XidEvent, XidWatcher
 from gpulens.core.device_model import (
     DeviceReadings,
     Gpu,
@@ -27,12 +33,6 @@ from gpulens.core.device_model import (
 from gpulens.core.gpu_topology import GpuTopology, nvlink_domains
 from gpulens.core.mig_catalog import profile_slices
 from gpulens.core.vocabulary import NVML_THROTTLE_BITS
-from gpulens.exporter.attribution import PidPodResolver
-from gpulens.exporter.kubelet.device_ids import DeviceDirectory
-from gpulens.exporter.nvml.funnel import ErrorClass, GpuLifecycleError, NvmlFunnel
-from gpulens.exporter.nvml.gpm import GpmSampler
-from gpulens.exporter.nvml.topology import read_topology
-from gpulens.exporter.nvml.xid import XidEvent, XidWatcher
 
 log = logging.getLogger(__name__)
 

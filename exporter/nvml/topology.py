@@ -16,6 +16,7 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
+from exporter.nvml.funnel import NvmlFunnel
 from gpulens.core.gpu_topology import (
     ANCESTOR_NAMES,
     FABRIC_STATE_NAMES,
@@ -26,7 +27,6 @@ from gpulens.core.gpu_topology import (
     cpulist,
     cpus_from_masks,
 )
-from gpulens.exporter.nvml.funnel import NvmlFunnel
 
 P2P_CAPS_INDEX_NVLINK = 2
 AFFINITY_SCOPE_NODE = 0

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from exporter.nvml.funnel import NvmlFunnel
+from exporter.nvml.source import NvmlDeviceSource
 from gpulens.core.device_model import DeviceReadings, Gpu
-from gpulens.exporter.nvml.funnel import NvmlFunnel
-from gpulens.exporter.nvml.source import NvmlDeviceSource
 
 MIB = 1024 * 1024
 

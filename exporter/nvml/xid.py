@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from exporter.nvml.funnel import TIMEOUT, GpuLifecycleError, NvmlFunnel, nvml_error_code
 from gpulens.core.device_model import XidEvent
-from gpulens.exporter.nvml.funnel import TIMEOUT, GpuLifecycleError, NvmlFunnel, nvml_error_code
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from exporter.otel.metrics import register_instruments
+from exporter.settings import ExporterSettings, OtlpProtocol
 from gpulens.core import __version__
 from gpulens.core.device_model import ErrorCounter, ErrorCounting, NodeSnapshot
-from gpulens.exporter.otel.metrics import register_instruments
-from gpulens.exporter.settings import ExporterSettings, OtlpProtocol
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ import typer
 
 from gpulens.cli.commands import COMMAND_MODULES
 from gpulens.core.errors import UserError
+from gpulens.core.own_packages import own_packages_message
 from gpulens.core.version import describe
 
 app = typer.Typer(
@@ -57,6 +58,10 @@ def _say_store_upgrades() -> None:
 def run() -> None:
     """Entry point that turns ``UserError`` and bad flags into a one-line message and a non-zero exit."""
     _say_store_upgrades()
+    clash = own_packages_message()
+    if clash:
+        print(f"gpulens: error: {clash}", file=sys.stderr)
+        sys.exit(2)
     try:
         result = app(standalone_mode=False)
     except UserError as exc:

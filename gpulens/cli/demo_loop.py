@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from gpulens.analytics.miglayout.run import LayoutRun
-    from gpulens.analytics.plan.model import FleetPlan
-    from gpulens.analytics.plan.policy import PlanPolicy
-    from gpulens.analytics.recommend import RecommendationReport
-    from gpulens.analytics.remediation.run import RemediationReport
+    from analytics.miglayout.run import LayoutRun
+    from analytics.plan.model import FleetPlan
+    from analytics.plan.policy import PlanPolicy
+    from analytics.recommend import RecommendationReport
+    from analytics.remediation.run import RemediationReport
     from gpulens.sim.scenario import Scenario
 
 POLICY_FILE = "plan-policy.yaml"
@@ -25,7 +25,7 @@ POLICY_HEADER = (
 
 def demo_policy(scenario: Scenario) -> PlanPolicy:
     """The default policy, except that the flavors of pools dedicated to one tenant keep no reserve."""
-    from gpulens.analytics.plan.policy import PlanPolicy, ReservePolicy
+    from analytics.plan.policy import PlanPolicy, ReservePolicy
 
     dedicated = sorted({p.flavor for p in scenario.pools if p.dedicated_tenant is not None and p.flavor})
     return PlanPolicy(reserve=ReservePolicy(flavors=dict.fromkeys(dedicated, 0)))
@@ -41,8 +41,8 @@ def write_policy(policy: PlanPolicy, out: Path) -> Path:
 
 def plan_quotas(db: Path, policy: PlanPolicy, out_dir: Path) -> tuple[FleetPlan, list[Path]]:
     """Plan and record the fleet's quotas; write the dry-run ClusterQueue YAML of the pools that fit."""
-    from gpulens.analytics.plan.fleet import plan_store
-    from gpulens.analytics.plan.output import object_plans, write_plan_yaml
+    from analytics.plan.fleet import plan_store
+    from analytics.plan.output import object_plans, write_plan_yaml
 
     plan = plan_store(db, policy)
     return plan, write_plan_yaml(plan, object_plans(plan), out_dir)
@@ -50,17 +50,17 @@ def plan_quotas(db: Path, policy: PlanPolicy, out_dir: Path) -> tuple[FleetPlan,
 
 def what_if_default_reserve(db: Path) -> FleetPlan:
     """The same plan under the default policy (n+1 on every flavor); nothing is written or stored."""
-    from gpulens.analytics.plan.fleet import plan_store
-    from gpulens.analytics.plan.policy import PlanPolicy
+    from analytics.plan.fleet import plan_store
+    from analytics.plan.policy import PlanPolicy
 
     return plan_store(db, PlanPolicy(), store=False)
 
 
 def quarantine(db: Path, out_dir: Path) -> tuple[RemediationReport, list[Path]]:
     """`gpulens remediate` as a dry run under its default guard rails; the decisions are recorded in the store."""
-    from gpulens.analytics.remediation.policy import RemediationPolicy
-    from gpulens.analytics.remediation.record import record_outcomes
-    from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
+    from analytics.remediation.policy import RemediationPolicy
+    from analytics.remediation.record import record_outcomes
+    from analytics.remediation.run import check_out, plan, write_dry_run
 
     check_out(out_dir)
     now = datetime.now(UTC).replace(tzinfo=None)

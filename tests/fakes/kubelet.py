@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from gpulens.exporter.kubelet.proto import api_pb2, api_pb2_grpc
+from exporter.kubelet.proto import api_pb2, api_pb2_grpc
 
 
 def pod(namespace: str, name: str, containers: list[api_pb2.ContainerResources]) -> api_pb2.PodResources:

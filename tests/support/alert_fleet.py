@@ -14,9 +14,9 @@ from typing import Any
 
 import duckdb
 
-from gpulens.analytics.remediation.policy import TAINT_KEY
-from gpulens.analytics.result_tables import create_result_tables, insert_rows
-from gpulens.collector.schema import create_schema
+from analytics.remediation.policy import TAINT_KEY
+from analytics.result_tables import create_result_tables, insert_rows
+from collector.schema import create_schema
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 
 RUN = "alertfleet000001"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.prices import Price, record_price
-from gpulens.collector.schema import create_schema
+from analytics.prices import Price, record_price
+from collector.schema import create_schema
 from gpulens.core.mig_catalog import short_model
 from tests.support.bulk_insert import insert_rows
 

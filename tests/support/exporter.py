@@ -16,9 +16,9 @@ from pathlib import Path
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from exporter.cycle import CollectionCycle, ExporterState
+from exporter.exposition import SnapshotCollector
 from gpulens.core.device_model import Allocation, DeviceReadings
-from gpulens.exporter.cycle import CollectionCycle, ExporterState
-from gpulens.exporter.exposition import SnapshotCollector
 from tests.support.fakes import NODE, FakeAllocationSource, FakeClock, FakeDeviceSource
 from tests.support.prometheus import free_port
 

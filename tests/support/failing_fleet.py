@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
 from gpulens.sim.fault_fleet import fault_fleet
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario import Scenario

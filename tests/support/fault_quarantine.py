@@ -25,13 +25,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpulens.analytics.remediation.policy import RemediationPolicy
-from gpulens.analytics.remediation.service import RemediationService
-from gpulens.analytics.remediation.webhook_server import RemediationServer
+from analytics.remediation.policy import RemediationPolicy
+from analytics.remediation.service import RemediationService
+from analytics.remediation.webhook_server import RemediationServer
+from exporter.server import serve_in_thread
+from exporter.settings import ExporterSettings
 from gpulens.core.device_model import DeviceReadings, Gpu, HealthReadings, SharingMode
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
-from gpulens.exporter.server import serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.alert_fleet import gpu_uuid, healthy_fleet_store, node_name, our_taints, put_nodes
 from tests.support.alertmanager import running_alertmanager, webhook_config

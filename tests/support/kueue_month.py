@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from gpulens.collector.mapping import map_kueue
-from gpulens.collector.store import Store
+from collector.mapping import map_kueue
+from collector.store import Store
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 DAYS = 31

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpulens.analytics.run import analyze
-from gpulens.analytics.settings import AnalysisSettings
-from gpulens.collector.backfill import backfill_simulated
+from analytics.run import analyze
+from analytics.settings import AnalysisSettings
+from collector.backfill import backfill_simulated
 
 END = 1_780_000_200.0
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from gpulens.collector.schema import create_schema
+from collector.schema import create_schema
 from gpulens.core.mig_catalog import MIB, model_by_name
 
 GIB = 1024**3

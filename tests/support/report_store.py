@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
-from gpulens.analytics.prices import Price, record_price
-from gpulens.collector.schema import create_schema
+from analytics.prices import Price, record_price
+from collector.schema import create_schema
 from tests.support.bulk_insert import insert_rows
 
 EVIL_TENANT = "<script>alert(1)</script>\"'"
@@ -120,7 +120,7 @@ WINDOW = (T0, T0 + SAMPLES * STEP)
 
 def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
     """A ``recommendations`` table as ``gpulens recommend`` writes it: two workloads and one quota."""
-    from gpulens.analytics.result_tables import ddl
+    from analytics.result_tables import ddl
 
     con.execute(ddl("recommendations"))
     head = {"run_id": "rec-run-1", "generated_at": WINDOW[1], "window_start": WINDOW[0], "window_end": WINDOW[1],
@@ -147,10 +147,10 @@ def build_recommendations(con: duckdb.DuckDBPyConnection) -> None:
 
 def build_quota_plan(con: duckdb.DuckDBPyConnection) -> None:
     """A ``quota_plan`` as ``gpulens plan`` records it (the real solver): one flavor, two queues."""
-    from gpulens.analytics.plan.model import FleetPlan, PoolCapacity, QueueDemand
-    from gpulens.analytics.plan.policy import PlanPolicy
-    from gpulens.analytics.plan.record import store_plan
-    from gpulens.analytics.plan.solve import solve_pool
+    from analytics.plan.model import FleetPlan, PoolCapacity, QueueDemand
+    from analytics.plan.policy import PlanPolicy
+    from analytics.plan.record import store_plan
+    from analytics.plan.solve import solve_pool
 
     res = "nvidia.com/mig-1g.18gb"
     pool = solve_pool(PoolCapacity("h200-mig", res, 14, nodes=1, largest_node=14), [
@@ -162,7 +162,7 @@ def build_quota_plan(con: duckdb.DuckDBPyConnection) -> None:
 
 def build_results(con: duckdb.DuckDBPyConnection) -> None:
     """Analytics result tables for the fixture, consistent with its facts (hourly buckets)."""
-    from gpulens.analytics.result_tables import append_run_rows, create_result_tables
+    from analytics.result_tables import append_run_rows, create_result_tables
 
     create_result_tables(con)
     build_recommendations(con)

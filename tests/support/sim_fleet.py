@@ -5,8 +5,8 @@ from __future__ import annotations
 from contextlib import ExitStack
 from functools import cache
 
-from gpulens.exporter.server import serve_in_thread
-from gpulens.exporter.settings import ExporterSettings
+from exporter.server import serve_in_thread
+from exporter.settings import ExporterSettings
 from gpulens.sim.fleet import SimulatedFleet
 from gpulens.sim.scenario import Scenario
 from gpulens.sim.scenario_file import load_scenario

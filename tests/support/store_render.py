@@ -12,7 +12,7 @@ from typing import Literal
 
 import polars as pl
 
-from gpulens.collector.mapping import MIB
+from collector.mapping import MIB
 from gpulens.core import metric_catalog as M
 
 Naming = Literal["gpulens", "dcgm"]

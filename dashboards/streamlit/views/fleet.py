@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import IDLE_RULE, in_time_range, load, overview, run_header, table
+from dashboards.streamlit import charts
+from dashboards.streamlit.support import IDLE_RULE, in_time_range, load, overview, run_header, table
 
 CHART_POINTS = 1000  # most time buckets drawn; longer windows average neighbouring buckets
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from dashboards.streamlit.support import in_time_range, load, run_header, table, try_load
 from gpulens.core.states import HealthState
-from gpulens.dashboards.streamlit.support import in_time_range, load, run_header, table, try_load
 
 st.title("Health and drain list")
 run_header()

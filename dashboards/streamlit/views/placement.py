@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit.support import run_header, table, try_load
+from dashboards.streamlit.support import run_header, table, try_load
 
 st.title("Placement by topology")
 run_header()

@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit.support import table, try_load
+from dashboards.streamlit.support import table, try_load
 
 st.title("Quota plan")
 plan = try_load("quota_plan")

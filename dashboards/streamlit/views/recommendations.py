@@ -7,8 +7,8 @@ import json
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import in_time_range, load, table
+from dashboards.streamlit import charts
+from dashboards.streamlit.support import in_time_range, load, table
 
 
 def _readable(key: str, value: object) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import load, run_header, table
+from dashboards.streamlit import charts
+from dashboards.streamlit.support import load, run_header, table
 
 st.title("Isolation risk")
 run_header()

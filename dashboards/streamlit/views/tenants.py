@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from gpulens.dashboards.streamlit import charts
-from gpulens.dashboards.streamlit.support import IDLE_RULE, load, run_header, table
+from dashboards.streamlit import charts
+from dashboards.streamlit.support import IDLE_RULE, load, run_header, table
 
 st.title("Tenants")
 run_header()

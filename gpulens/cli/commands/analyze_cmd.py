@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gpulens.analytics.focus_formats import FOCUS_FORMATS, chosen
+from analytics.focus_formats import FOCUS_FORMATS, chosen
 from gpulens.cli.flag_errors import Flag, duration, finite
 from gpulens.core.errors import UserError
 
@@ -108,11 +108,11 @@ def register(app: typer.Typer) -> None:
         """
         from pydantic import ValidationError
 
-        from gpulens.analytics.run import analyze as run_analysis
-        from gpulens.analytics.settings import AnalysisSettings
+        from analytics.run import analyze as run_analysis
+        from analytics.settings import AnalysisSettings
+        from collector.store_errors import storage_failures
         from gpulens.cli.flag_errors import describe_flag_errors
         from gpulens.cli.given_flags import given_flags
-        from gpulens.collector.store_errors import storage_failures
         from gpulens.core.config import load_yaml_model
 
         base = load_yaml_model(config, AnalysisSettings).model_dump() if config else {}
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
             raise UserError("--dimensions-from is for a worker: give --slice INDEX/COUNT too")
         with storage_failures(db):  # a damaged block, a full disk: one line naming the store
             if slice_ is not None:
-                from gpulens.analytics.slices import Slice, analyze_slice, copy_dimensions
+                from analytics.slices import Slice, analyze_slice, copy_dimensions
 
                 part = Slice.parse(slice_)
                 if parts_from:
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"  {run.window_start:%Y-%m-%d %H:%M} .. {run.window_end:%Y-%m-%d %H:%M} UTC: run {run.run_id}")
                 return
             if parts_from:
-                from gpulens.analytics.day_parts import import_parts
+                from analytics.day_parts import import_parts
 
                 for worker in _stores(parts_from):
                     typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from collector.store_errors import storage_failures
 from gpulens.cli.flag_errors import days as days_flag
-from gpulens.collector.store_errors import storage_failures
 from gpulens.core.errors import UserError
 from gpulens.core.redact import redact
 from gpulens.core.timeparse import format_time
@@ -66,8 +66,8 @@ def _pairs(pairs: list[str], option: str) -> dict[str, str]:
 
 def _run_scrape(urls: list[str], db: Path, interval: str, duration: str | None, once: bool, timeout: str,
                 schema: str, max_body_size: str) -> None:
-    from gpulens.collector.scrape import ScrapeSummary, scrape_loop
-    from gpulens.collector.sizeparse import parse_size
+    from collector.scrape import ScrapeSummary, scrape_loop
+    from collector.sizeparse import parse_size
     from gpulens.core.timeparse import parse_duration
 
     if not urls:
@@ -125,9 +125,9 @@ def _require_http_url(url: str, flag: str) -> None:
 def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, schema: str,
                     token: Path | None, ca: Path | None, insecure: bool, labels: list[str], timeout: str,
                     retries: int, headers: list[str], rollups: bool = False) -> None:
-    from gpulens.collector.prometheus import HttpSettings, PrometheusClient, collect_range, source_of
-    from gpulens.collector.prometheus_rollups import ROLLUP_INTERVAL_SECONDS
-    from gpulens.collector.store import Store, WindowResult
+    from collector.prometheus import HttpSettings, PrometheusClient, collect_range, source_of
+    from collector.prometheus_rollups import ROLLUP_INTERVAL_SECONDS
+    from collector.store import Store, WindowResult
     from gpulens.core.timeparse import parse_duration, parse_time
 
     _require_http_url(url, "--prometheus")
@@ -180,8 +180,8 @@ def _run_prometheus(url: str, db: Path, start: str | None, end: str, step: str, 
 
 
 def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | None, timeout: str) -> None:
-    from gpulens.collector.inventory import collect_inventory
-    from gpulens.collector.store import Store
+    from collector.inventory import collect_inventory
+    from collector.store import Store
     from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
     from gpulens.core.tenancy.rules import load_tenancy_config
     from gpulens.core.timeparse import parse_duration
@@ -196,7 +196,7 @@ def _run_kubernetes(db: Path, kubeconfig: Path | None, tenancy_config: Path | No
 
 
 def _run_simulate(db: Path, scenario: Path | None, days: float, step: str, end: str | None) -> None:
-    from gpulens.collector.backfill import ChunkProgress, backfill_simulated
+    from collector.backfill import ChunkProgress, backfill_simulated
     from gpulens.core.timeparse import parse_duration, parse_time
 
     step_s = parse_duration(step, what="--step")
@@ -287,7 +287,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Export the store to Hive-partitioned Parquet (facts by date, one file per dimension)."""
-        from gpulens.collector.parquet import export_parquet
+        from collector.parquet import export_parquet
 
         summary = export_parquet(str(db), out)
         total = sum(summary.rows.values())

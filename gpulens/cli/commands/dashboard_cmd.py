@@ -56,14 +56,14 @@ def register(app: typer.Typer) -> None:
         import os
         import sys
 
-        from gpulens.analytics.report.data import StoreReader
-        from gpulens.dashboards.streamlit.access import (
+        from dashboards.report.data import StoreReader
+        from dashboards.streamlit.access import (
             PROXY_FLAG,
             load_access_file,
             require_safe_listen,
             trusted_headers_from,
         )
-        from gpulens.dashboards.streamlit.launch import streamlit_command, streamlit_environment
+        from dashboards.streamlit.launch import streamlit_command, streamlit_environment
 
         given = {"--trusted-user-header": trusted_user_header, "--trusted-groups-header": trusted_groups_header,
                  "--access-file": None if access_file is None else str(access_file)}

@@ -13,7 +13,7 @@ from gpulens.cli.flag_errors import number
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from gpulens.exporter.server import ExporterHandle
+    from exporter.server import ExporterHandle
     from gpulens.sim.fleet import SimulatedFleet
     from gpulens.sim.scenario import Scenario
 
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--serve/--no-serve", help="Keep the live exporters serving after the demo until Ctrl-C."),
         ] = False,
     ) -> None:
-        from gpulens.collector.store_errors import storage_failures
+        from collector.store_errors import storage_failures
 
         with storage_failures(out / "gpulens.duckdb"):  # a full disk under --out: one line naming the store
             run_demo(out=out, scenario_path=scenario, days=days, step=step, serve=serve)
@@ -108,7 +108,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         decided.insert(3, _quarantine(db, out / "remediation"))
 
         _step(8, total, "writing the report")
-        from gpulens.analytics.report.writer import write_report
+        from dashboards.report.writer import write_report
 
         report = write_report(db, out / "report")
         _say("\nWhat the loop decided on this fleet:")
@@ -147,8 +147,8 @@ def _program() -> str:
 
 
 def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
-    from gpulens.exporter.server import serve_in_thread
-    from gpulens.exporter.settings import ExporterSettings
+    from exporter.server import serve_in_thread
+    from exporter.settings import ExporterSettings
 
     handles: list[ExporterHandle] = []
     try:
@@ -171,9 +171,9 @@ def _start_exporters(fleet: SimulatedFleet) -> list[ExporterHandle]:
 
 
 def _scrape_and_show(db: Path, urls: list[str]) -> None:
-    from gpulens.analytics.tenant_snapshot import current_holdings, render_holdings
-    from gpulens.collector.scrape import scrape_once
-    from gpulens.collector.store_errors import connect_store, reading_store
+    from analytics.tenant_snapshot import current_holdings, render_holdings
+    from collector.scrape import scrape_once
+    from collector.store_errors import connect_store, reading_store
 
     summary = scrape_once(str(db), urls)
     for error in summary.errors:
@@ -186,7 +186,7 @@ def _scrape_and_show(db: Path, urls: list[str]) -> None:
 
 
 def _backfill(db: Path, fleet: SimulatedFleet, days: float, step_seconds: float) -> None:
-    from gpulens.collector.backfill import ChunkProgress, backfill_simulated
+    from collector.backfill import ChunkProgress, backfill_simulated
 
     end = (time.time() // step_seconds) * step_seconds
     start = end - days * 86400
@@ -199,20 +199,20 @@ def _backfill(db: Path, fleet: SimulatedFleet, days: float, step_seconds: float)
 
 
 def _analyze(db: Path, out: Path) -> None:
-    from gpulens.analytics.run import analyze
-    from gpulens.analytics.settings import AnalysisSettings
+    from analytics.run import analyze
+    from analytics.settings import AnalysisSettings
 
     summary = analyze(db, AnalysisSettings(out_dir=out / "chargeback"))
     print(summary.render(), flush=True)
-    from gpulens.analytics.placement_text import render_placement
+    from analytics.placement.text import render_placement
 
     print("\n" + render_placement(db), flush=True)
 
 
 def _recommend(db: Path, out_dir: Path) -> list[str]:
     """Recommend quotas and a MIG layout; the lines of the quota cut and of the layout."""
-    from gpulens.analytics.miglayout.run import layout_for_recommendations, write_layout_files
-    from gpulens.analytics.recommend import recommend, write_dry_run
+    from analytics.miglayout.run import layout_for_recommendations, write_layout_files
+    from analytics.recommend import recommend, write_dry_run
     from gpulens.cli.demo_loop import cut_line, layout_line
 
     report = recommend(db)
@@ -229,7 +229,7 @@ def _recommend(db: Path, out_dir: Path) -> list[str]:
 
 def _plan(db: Path, out: Path, scenario: Scenario) -> list[str]:
     """The quota plan under the demo's policy, recorded for the report, and its what-if; their lines."""
-    from gpulens.analytics.plan.render import render_plan
+    from analytics.plan.render import render_plan
     from gpulens.cli.demo_loop import (
         demo_policy,
         plan_line,

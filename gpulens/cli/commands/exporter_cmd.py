@@ -12,7 +12,7 @@ from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
 
-    from gpulens.exporter.settings import ExporterSettings
+    from exporter.settings import ExporterSettings
 
 HELP = (
     "Serve this node's GPU metrics on /metrics (Prometheus text or OpenMetrics) and /healthz.\n\n"
@@ -107,8 +107,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
+        from exporter.settings import ExporterSettings
         from gpulens.cli.flag_errors import describe_flag_errors
-        from gpulens.exporter.settings import ExporterSettings
 
         raw: dict[str, object] = {
             "backend": backend, "listen": listen, "scenario": scenario, "node": node,
@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _list_nodes(settings: ExporterSettings) -> None:
-    from gpulens.exporter.settings import Backend
+    from exporter.settings import Backend
 
     if settings.backend is not Backend.SIM:
         raise UserError("--list-nodes lists the nodes of a simulator scenario: use it with --backend sim")
@@ -148,8 +148,8 @@ def _serve(settings: ExporterSettings) -> None:
     import signal
     import threading
 
-    from gpulens.exporter.cycle import CollectionCycle
-    from gpulens.exporter.server import auth_warnings, build_server, open_sources, web_config_of
+    from exporter.cycle import CollectionCycle
+    from exporter.server import auth_warnings, build_server, open_sources, web_config_of
 
     logging.basicConfig(level=settings.log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.node is None and os.environ.get("NODE_NAME"):
@@ -162,7 +162,7 @@ def _serve(settings: ExporterSettings) -> None:
     server = build_server(cycle, settings, backend=backend, web=web)
     otel = None
     if settings.otlp_endpoint:
-        from gpulens.exporter.otel.setup import start_otel
+        from exporter.otel.setup import start_otel
 
         otel = start_otel(settings, cycle)
     stop = threading.Event()

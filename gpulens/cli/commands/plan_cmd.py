@@ -13,10 +13,10 @@ from gpulens.cli.flag_errors import days
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from gpulens.analytics.plan.model import FleetPlan
-    from gpulens.analytics.writers.apply import ApplyOutcome
-    from gpulens.analytics.writers.live_totals import LiveTotal
-    from gpulens.analytics.writers.plan import ObjectPlan
+    from analytics.plan.model import FleetPlan
+    from analytics.writers.apply import ApplyOutcome
+    from analytics.writers.live_totals import LiveTotal
+    from analytics.writers.plan import ObjectPlan
 
 PLAN_HELP = (
     "Plan the nominalQuota of every Kueue ClusterQueue of each ResourceFlavor and resource together, under "
@@ -44,7 +44,7 @@ _ADD = re.compile(r"^(?P<flavor>[^=/]+)(/(?P<resource>[^=]+))?=(?P<n>\d+)$")
 
 def parse_add_capacity(values: list[str]) -> dict[tuple[str, str], int]:
     """``FLAVOR=N`` (nvidia.com/gpu) or ``FLAVOR/RESOURCE=N`` -> {(flavor, resource): N}."""
-    from gpulens.analytics.plan.policy import MAX_UNITS
+    from analytics.plan.policy import MAX_UNITS
 
     out: dict[tuple[str, str], int] = {}
     for v in values:
@@ -95,13 +95,13 @@ def register(app: typer.Typer) -> None:
                               "applied.")
         ] = "30s",
     ) -> None:
-        from gpulens.analytics.plan.fleet import PlanConflict, plan_store
-        from gpulens.analytics.plan.output import object_plans, write_plan_yaml
-        from gpulens.analytics.plan.policy import load_capacity, load_policy
-        from gpulens.analytics.plan.record import record_outcomes
-        from gpulens.analytics.plan.render import render_plan, render_what_if
-        from gpulens.analytics.writers.local_paths import check_out_dir
-        from gpulens.analytics.writers.order import unsettled_line
+        from analytics.plan.fleet import PlanConflict, plan_store
+        from analytics.plan.output import object_plans, write_plan_yaml
+        from analytics.plan.policy import load_capacity, load_policy
+        from analytics.plan.record import record_outcomes
+        from analytics.plan.render import render_plan, render_what_if
+        from analytics.writers.local_paths import check_out_dir
+        from analytics.writers.order import unsettled_line
         from gpulens.core.timeparse import parse_duration
 
         extra = parse_add_capacity(add_capacity or [])
@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
 
 def _echo_outcomes(outcomes: list[ApplyOutcome], totals: list[LiveTotal]) -> None:
     """One line per object, the live totals after a partial apply, and the counts of every outcome."""
-    from gpulens.analytics.writers.order import closing_line
+    from analytics.writers.order import closing_line
 
     for o in outcomes:
         typer.echo(f"{o.ref}: {o.status.upper()}: {o.message}")
@@ -173,8 +173,8 @@ def _apply(
     plan: FleetPlan, objects: list[ObjectPlan], kubeconfig: Path | None, timeout_s: float
 ) -> tuple[list[ApplyOutcome], list[LiveTotal]]:
     """Every object's outcome, cuts first; after a partial apply, each planned flavor's live total."""
-    from gpulens.analytics.plan.output import apply_plan, live_totals
-    from gpulens.analytics.writers.order import partial
+    from analytics.plan.output import apply_plan, live_totals
+    from analytics.writers.order import partial
     from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
                                                  "makes.")] = "set by gpulens prices set",
     ) -> None:
         """Set one model's price (replaces the entry of the same model and validity)."""
-        from gpulens.analytics.price_book_actions import set_price as run
+        from analytics.price_book_actions import set_price as run
 
         start, end = _time("--valid-from", valid_from), _time("--valid-to", valid_to)
         if start and end and end <= start:
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
                                                     "now.")] = None,
     ) -> None:
         """The price in force per model (with its source), the models of the store without one, every entry."""
-        from gpulens.analytics.price_book_actions import show as run
+        from analytics.price_book_actions import show as run
 
         typer.echo(run(db, _time("--at", at) or datetime.now(UTC).replace(tzinfo=None)))
 
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Effective USD per GPU-hour per model from a cloud bill (commitment discounts included) into the book;
         the share bought under a commitment splits idle cost into committed (already paid) and on demand."""
-        from gpulens.analytics.price_book_actions import import_focus as run
+        from analytics.price_book_actions import import_focus as run
 
         typer.echo(run(db, bill, instance_type or [], _time("--valid-to", valid_to)))
 
@@ -101,6 +101,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the book as Prometheus recording rules gpulens:price_usd_per_gpu_hour{gpu_model, model} (the
         price paid), which the Grafana chargeback dashboard prices with; load them next to gpulens' rules."""
-        from gpulens.dashboards.grafana.price_rules import write_price_rules
+        from dashboards.grafana.price_rules import write_price_rules
 
         typer.echo(write_price_rules(db, out))

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpulens.analytics.quota_targets import QUOTA_TARGETS
+from analytics.quota_targets import QUOTA_TARGETS
 from gpulens.cli.flag_errors import Flag, days, finite, percent
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from gpulens.analytics.recommend import RecommendationReport
+    from analytics.recommend import RecommendationReport
 
 WORKLOADS = "workloads"
 """The ``--target`` of the MIG layout plan and workload patches (files only), beside the quota targets."""
@@ -120,11 +120,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from pydantic import ValidationError
 
-        from gpulens.analytics.quota import QuotaSettings
-        from gpulens.analytics.recommend import RecommendSettings, recommend, write_dry_run
-        from gpulens.analytics.rightsizing import MigFitSettings
-        from gpulens.analytics.writers.local_paths import check_out_dir
-        from gpulens.analytics.writers.order import closing_line
+        from analytics.quota import QuotaSettings
+        from analytics.recommend import RecommendSettings, recommend, write_dry_run
+        from analytics.rightsizing import MigFitSettings
+        from analytics.writers.local_paths import check_out_dir
+        from analytics.writers.order import closing_line
         from gpulens.cli.flag_errors import describe_flag_errors
         from gpulens.core.timeparse import parse_duration
 
@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) -> None:
-    from gpulens.analytics.miglayout.run import layout_for_recommendations, write_layout_files
+    from analytics.miglayout.run import layout_for_recommendations, write_layout_files
 
     run = layout_for_recommendations(db, report.window_start, report.window_end, report.workloads)
     try:
@@ -190,7 +190,7 @@ def _write_layout(db: Path, report: RecommendationReport, out: Path, dra: bool) 
 
 def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: float) -> RecommendationReport:
     """Every object gets an outcome (a failing API server fails objects, not the run)."""
-    from gpulens.analytics.recommend import apply_recommendations
+    from analytics.recommend import apply_recommendations
     from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     connection = connection_from_kubeconfig(kubeconfig)
@@ -201,7 +201,7 @@ def _apply(report: RecommendationReport, kubeconfig: Path | None, timeout_s: flo
 def _exit_on_failures(report: RecommendationReport) -> None:
     """Exit non-zero (one line, after the outcome table) when an object failed, may have been applied, or was
     not recorded."""
-    from gpulens.analytics.writers.order import unsettled_line
+    from analytics.writers.order import unsettled_line
 
     problem = unsettled_line(report.outcomes)
     unrecorded = [o for o in report.outcomes if o.record_error]

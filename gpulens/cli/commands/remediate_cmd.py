@@ -12,8 +12,8 @@ from gpulens.cli.flag_errors import Flag, describe_flag_errors, duration, finite
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from gpulens.analytics.remediation.policy import RemediationPolicy
-    from gpulens.analytics.remediation.run import RemediationReport
+    from analytics.remediation.policy import RemediationPolicy
+    from analytics.remediation.run import RemediationReport
 
 REMEDIATE_HELP = (
     "Keep new work off failing GPUs, or GPUs trending towards failure: the drain candidates of the latest "
@@ -72,7 +72,7 @@ def build_policy(max_share: float, max_nodes: int | None, breaker_share: float, 
     """The guard rails from the flags (``UserError`` naming the flag of a bad value)."""
     from pydantic import ValidationError
 
-    from gpulens.analytics.remediation.policy import RemediationPolicy
+    from analytics.remediation.policy import RemediationPolicy
     from gpulens.core.timeparse import parse_duration
 
     try:
@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--request-timeout", help="--apply: how long to wait for each API request.")
         ] = "30s",
     ) -> None:
-        from gpulens.analytics.remediation.run import check_out, plan, write_dry_run
+        from analytics.remediation.run import check_out, plan, write_dry_run
         from gpulens.core.timeparse import parse_duration
 
         policy = build_policy(max_share, max_nodes, breaker_share, breaker_window, healthy_hours, scope, no_execute)
@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
 
 def _record(db: Path, report: RemediationReport, now: datetime) -> str:
     """Record the decisions and outcomes in the store; the reason they could not be, else ''."""
-    from gpulens.analytics.remediation.record import record_outcomes
+    from analytics.remediation.record import record_outcomes
 
     try:
         record_outcomes(db, report, now)
@@ -149,7 +149,7 @@ def _record(db: Path, report: RemediationReport, now: datetime) -> str:
 
 
 def _apply(db: Path, policy: RemediationPolicy, kubeconfig: Path | None, timeout_s: float) -> RemediationReport:
-    from gpulens.analytics.remediation.run import apply_plan
+    from analytics.remediation.run import apply_plan
     from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     with KubernetesClient(connection_from_kubeconfig(kubeconfig), timeout_s=timeout_s) as api:

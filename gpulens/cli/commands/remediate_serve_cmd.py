@@ -22,7 +22,7 @@ from gpulens.cli.commands.remediate_cmd import (
 from gpulens.core.errors import UserError
 
 if TYPE_CHECKING:
-    from gpulens.analytics.remediation.policy import RemediationPolicy
+    from analytics.remediation.policy import RemediationPolicy
 
 SERVE_HELP = (
     "Receive Alertmanager webhooks (POST /alerts, payload version 4) for the GPU hard-fault and early-warning "
@@ -65,8 +65,8 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--request-timeout", help="--apply: how long to wait for each API request.")
         ] = "30s",
     ) -> None:
+        from exporter.settings import parse_listen
         from gpulens.core.timeparse import parse_duration
-        from gpulens.exporter.settings import parse_listen
 
         policy = build_policy(max_share, max_nodes, breaker_share, breaker_window, healthy_hours, scope, no_execute)
         resync_s = parse_duration(resync, what="--resync")
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
 def _check_store(db: Path) -> None:
     """A store that is not one fails now; a store not written yet (a new install, before the first
     ``gpulens analyze``) is only warned about: each alert answers 503 until it is there."""
-    from gpulens.analytics.remediation.plan import NoHealthRun, load_inputs
+    from analytics.remediation.plan import NoHealthRun, load_inputs
 
     if not db.exists():
         typer.echo(f"gpulens: warning: --db {db}: no store yet; alerts are answered 503 until `gpulens analyze` "
@@ -102,8 +102,8 @@ def _serve(db: Path, record_db: Path | None, policy: RemediationPolicy, address:
     import threading
     from contextlib import AbstractContextManager
 
-    from gpulens.analytics.remediation.service import RemediationService
-    from gpulens.analytics.remediation.webhook_server import WEBHOOK_PATH, RemediationServer, resync_loop
+    from analytics.remediation.service import RemediationService
+    from analytics.remediation.webhook_server import WEBHOOK_PATH, RemediationServer, resync_loop
     from gpulens.core.kube_api import KubernetesClient, connection_from_kubeconfig
 
     resync_s, ttl_s, timeout_s = seconds

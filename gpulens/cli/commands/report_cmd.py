@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         source) and notes parameters that are not the defaults. With --tenant or --per-tenant, each
         report shows one tenant only (showback).
         """
-        from gpulens.collector.store_errors import storage_failures
+        from collector.store_errors import storage_failures
         from gpulens.core.errors import UserError
 
         if tenant is not None and per_tenant:
@@ -56,18 +56,18 @@ def register(app: typer.Typer) -> None:
 def _write(db: Path, out: Path, run_id: str | None, tenant: str | None, per_tenant: bool, grid: float) -> None:
     """Write the fleet report, one tenant's, or every tenant's with their index, and say where."""
     if per_tenant:
-        from gpulens.analytics.report.tenant_reports import write_per_tenant_reports
+        from dashboards.report.tenant_reports import write_per_tenant_reports
 
         index, reports = write_per_tenant_reports(db, out, run_id=run_id, grid_gco2_per_kwh=grid)
         typer.echo(f"{len(reports)} tenant reports written under {out}; the platform team's index: {index}")
         typer.echo(f"open it in a browser: file://{index.resolve()}")
         return
     if tenant is not None:
-        from gpulens.analytics.report.tenant_reports import write_tenant_report
+        from dashboards.report.tenant_reports import write_tenant_report
 
         index = write_tenant_report(db, out, tenant, run_id=run_id, grid_gco2_per_kwh=grid)
     else:
-        from gpulens.analytics.report import write_report
+        from dashboards.report import write_report
 
         index = write_report(db, out, run_id=run_id, grid_gco2_per_kwh=grid)
     typer.echo(f"report written: {index}")

@@ -16,10 +16,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpulens.analytics.miglayout.run import LayoutRun, layout_from_store
-from gpulens.analytics.report.evidence_text import evidence_line
-from gpulens.analytics.run_parameters import RunDescription, describe_run
-from gpulens.collector.store_errors import connect_store
+from analytics.miglayout.run import LayoutRun, layout_from_store
+from analytics.run_parameters import RunDescription, describe_run
+from collector.store_errors import connect_store
+from dashboards.report.evidence_text import evidence_line
 from gpulens.core.errors import UserError
 from gpulens.core.states import DeviceState
 
@@ -92,7 +92,7 @@ class StoreReader:
         layout_view: Callable[[LayoutRun], LayoutRun] | None = None,
     ) -> StoreReader:
         """A reader of the same kind (held or per query) on the same file whose connections come from
-        ``connect`` (how :mod:`gpulens.analytics.report.scope` narrows a reader to some tenants), showing
+        ``connect`` (how :mod:`dashboards.report.scope` narrows a reader to some tenants), showing
         the fleet's MIG layout plan through ``layout_view``."""
         return StoreReader(None if self._con is None else connect(self.db_path), self.db_path, self.run_id,
                            connect=connect, layout_view=layout_view)
@@ -379,10 +379,10 @@ class StoreReader:
         Columns: ``account, tenant`` (NULL for ``__unallocated__`` / ``__unknown__``), ``billed_usd, share,
         idle_usd, shared_unallocated_usd, ge_hours, energy_kwh, energy_coverage, co2e_kg``; tenants by cost,
         then the fleet's own accounts. Money is the chargeback's cents (they add up to the fleet total);
-        energy is :func:`~gpulens.analytics.tenant_energy.tenant_energy` over the run's window (NULL where not
+        energy is :func:`~analytics.tenant_energy.tenant_energy` over the run's window (NULL where not
         measured; the unallocated energy only where the chargeback has an unallocated account).
         """
-        from gpulens.analytics.tenant_energy import tenant_energy
+        from analytics.tenant_energy import tenant_energy
 
         run_id = self._run_id("chargeback")
         money = self.frame(
@@ -448,7 +448,7 @@ class StoreReader:
 
     def write_focus(self, out_dir: Path) -> list[Path]:
         """Write the newest run's FOCUS chargeback as CSV and Parquet into ``out_dir`` (analytics' exporter)."""
-        from gpulens.analytics.chargeback import write_focus
+        from analytics.chargeback import write_focus
 
         run_id = self._run_id("chargeback")
         with self._cursor() as cur:
@@ -504,7 +504,7 @@ class StoreReader:
         early warning: ``trend_start_ts, warning_ts, failure_ts, lead_hours`` (NULL where there is none).
 
         ``evidence`` is a readable string: ``signal: reason`` items joined by '; ', what was found first
-        (:func:`~gpulens.analytics.report.evidence_text.evidence_line`).
+        (:func:`~dashboards.report.evidence_text.evidence_line`).
         """
         run_id = self._run_id("health")
         rows = self.frame(

@@ -1,6 +1,6 @@
 """GE-hours a workload held in placements that spanned more domains than needed, per level, for all its placements at once.
 
-The same figures :func:`gpulens.analytics.placement.spread` gives placement by placement (a level counts
+The same figures :func:`analytics.placement.spread` gives placement by placement (a level counts
 for a placement when every GPU of it has a key there and the fleet's shapes give its fewest domains;
 it is affected when it spans more domains than that), worked out as arrays: a workload's placements
 share most of their (pod, GPU) pairs, so each distinct pair is split and placed once, and a placement
@@ -14,7 +14,7 @@ from itertools import chain
 
 import numpy as np
 
-from gpulens.analytics.placement import LEVELS, FleetShapes, GpuPlace, least_domains
+from analytics.placement.spread import LEVELS, FleetShapes, GpuPlace, least_domains
 
 
 def affected_hours(pairs: Sequence[Sequence[str]], ge_hours: Sequence[float], places: Mapping[str, GpuPlace],

@@ -21,8 +21,9 @@ from datetime import datetime
 
 import duckdb
 
-from gpulens.analytics.placement import place_keys
-from gpulens.analytics.tas_advice import (
+from analytics.placement.settings import TopologySettings
+from analytics.placement.spread import place_keys
+from analytics.placement.tas_advice import (
     HOSTNAME_LABEL,
     Consolidation,
     LevelFigures,
@@ -31,7 +32,6 @@ from gpulens.analytics.tas_advice import (
     WorkloadSpread,
     advise_queue,
 )
-from gpulens.analytics.topology_settings import TopologySettings
 
 Queue = tuple[str, str, str]
 

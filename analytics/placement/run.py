@@ -4,9 +4,9 @@ Reads whole-GPU, exclusive allocations (MIG instances and shared replicas have n
 their own), groups them by owner (namespace, workload kind, workload name; where the pod inventory
 names a LeaderWorkerSet or pod group, see ``gpulens/core/tenancy/gangs.py``, that group), and, per distinct
 placement (the set of pod/GPU pairs held at a sample time), measures every topology level with
-:mod:`gpulens.analytics.placement`. A workload's row per level describes the placement it held
+:mod:`analytics.placement.spread`. A workload's row per level describes the placement it held
 longest; ``ge_hours_affected`` adds up every placement of it that spanned more domains than needed
-(:mod:`gpulens.analytics.placement_affected`, all of a workload's placements at once).
+(:mod:`analytics.placement.affected`, all of a workload's placements at once).
 
 Stranded by topology is measured at the newest GPU sample of the window (``topology_stranded``).
 """
@@ -21,12 +21,12 @@ from functools import cached_property
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.placement import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
-from gpulens.analytics.placement_affected import affected_hours
-from gpulens.analytics.result_tables import append_columns, column_names, insert_columns
-from gpulens.analytics.topology_settings import TopologySettings
-from gpulens.analytics.topology_stranded import StrandedRow, stranded_by_topology
+from analytics.facts import Window
+from analytics.placement.affected import affected_hours
+from analytics.placement.settings import TopologySettings
+from analytics.placement.spread import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
+from analytics.placement.stranded import StrandedRow, stranded_by_topology
+from analytics.result_tables import append_columns, column_names, insert_columns
 from gpulens.core.tenancy.gangs import GROUP_KINDS
 
 

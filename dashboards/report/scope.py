@@ -8,7 +8,7 @@ honours the scope without knowing about it. Fleet figures become the tenant's sh
 what the tenant held, the cost split is its own cost.
 
 Decisions are the fleet's, shown filtered, never decided again on the scoped rows: the MIG layout plan is
-made over the whole store and narrowed by :func:`~gpulens.analytics.miglayout.tenant_view.tenant_view`.
+made over the whole store and narrowed by :func:`~analytics.miglayout.tenant_view.tenant_view`.
 
 Other tenants never appear by name: in free text (risk reasons, health evidence, recommendation
 reasons, event details) every name, namespace, pod, workload and queue of another tenant becomes
@@ -29,8 +29,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gpulens.analytics.miglayout.tenant_view import tenant_view
-from gpulens.analytics.report.data import StoreReader, open_store
+from analytics.miglayout.tenant_view import tenant_view
+from dashboards.report.data import StoreReader, open_store
 from gpulens.core.errors import UserError
 
 ANOTHER_TENANT = "another tenant"

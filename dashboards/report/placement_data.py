@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpulens.analytics.report.data import StoreReader
+from dashboards.report.data import StoreReader
 
 
 def placement_run(reader: StoreReader) -> str | None:

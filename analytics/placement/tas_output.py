@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpulens.analytics.tas_advice import QueueAdvice
-from gpulens.analytics.tas_evidence import TasEvidence
+from analytics.placement.tas_advice import QueueAdvice
+from analytics.placement.tas_evidence import TasEvidence
 
 SCOPE = "topology"
 

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from gpulens.analytics.facts import Window
-from gpulens.analytics.placement import GpuPlace
+from analytics.facts import Window
+from analytics.placement.spread import GpuPlace
 
 FRESH_SECONDS = 600
 PARENT = {"nvlink": "node", "numa": "node", "node": ("rack", "block", "zone"), "rack": "block", "block": "zone"}

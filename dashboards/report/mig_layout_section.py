@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpulens.analytics.miglayout.run import LayoutRun
-from gpulens.analytics.miglayout.tenant_view import SHARED_DEVICE
-from gpulens.analytics.report import html_parts as h
-from gpulens.analytics.report.data import StoreReader
+from analytics.miglayout.run import LayoutRun
+from analytics.miglayout.tenant_view import SHARED_DEVICE
+from dashboards.report import html_parts as h
+from dashboards.report.data import StoreReader
 
 
 def mig_layout_section(reader: StoreReader) -> str:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 
-from gpulens.analytics.report import html_parts as h
-from gpulens.analytics.report.data import AnalysisMissing, StoreReader
-from gpulens.analytics.report.scope import TenantDirectory, TenantScope
-from gpulens.analytics.report.writer import INDEX, run_header_line, write_report
-from gpulens.analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from dashboards.report import html_parts as h
+from dashboards.report.data import AnalysisMissing, StoreReader
+from dashboards.report.scope import TenantDirectory, TenantScope
+from dashboards.report.writer import INDEX, run_header_line, write_report
 from gpulens.core.errors import UserError
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import polars as pl
 
-from gpulens.analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
-from gpulens.analytics.csv_cells import safe_frame
-from gpulens.analytics.focus_formats import chosen
-from gpulens.analytics.report import html_parts as h
-from gpulens.analytics.report import svg
-from gpulens.analytics.report.data import AnalysisMissing, StoreReader
-from gpulens.analytics.report.health_timeline import section as health_timeline_section
-from gpulens.analytics.report.mig_layout_section import mig_layout_section
-from gpulens.analytics.report.placement_section import placement_section
-from gpulens.analytics.report.scope import TenantDirectory, TenantScope, scope_reader
-from gpulens.analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from analytics.chargeback import TENANT_COST_STATES, UNALLOCATED, UNKNOWN
+from analytics.csv_cells import safe_frame
+from analytics.focus_formats import chosen
+from analytics.tenant_energy import DEFAULT_GRID_GCO2_PER_KWH
+from dashboards.report import html_parts as h
+from dashboards.report import svg
+from dashboards.report.data import AnalysisMissing, StoreReader
+from dashboards.report.health_timeline import section as health_timeline_section
+from dashboards.report.mig_layout_section import mig_layout_section
+from dashboards.report.placement_section import placement_section
+from dashboards.report.scope import TenantDirectory, TenantScope, scope_reader
 from gpulens.core.errors import UserError
 from gpulens.core.states import HealthState
 

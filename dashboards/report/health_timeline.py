@@ -18,11 +18,11 @@ from typing import Any
 
 import polars as pl
 
-from gpulens.analytics.remediation.decide import Decision, NodeCase, decide
-from gpulens.analytics.remediation.policy import TAINT_KEY, RemediationPolicy
-from gpulens.analytics.remediation.taints import taint_value
-from gpulens.analytics.report import html_parts as h
-from gpulens.analytics.report.data import StoreReader
+from analytics.remediation.decide import Decision, NodeCase, decide
+from analytics.remediation.policy import TAINT_KEY, RemediationPolicy
+from analytics.remediation.taints import taint_value
+from dashboards.report import html_parts as h
+from dashboards.report.data import StoreReader
 
 _RANK = {"ok": 0, "info": 0, "watch": 1, "warn": 2, "drain": 3}
 MAX_EVENTS = 40

@@ -1,5 +1,5 @@
 """The HTML/CSV/Parquet report and the read-only store queries the Streamlit app shares."""
 
-from gpulens.analytics.report.writer import write_report
+from dashboards.report.writer import write_report
 
 __all__ = ["write_report"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpulens.analytics.report import html_parts as h
-from gpulens.analytics.report import svg
-from gpulens.analytics.report.data import StoreReader
-from gpulens.analytics.report.placement_data import (
+from dashboards.report import html_parts as h
+from dashboards.report import svg
+from dashboards.report.data import StoreReader
+from dashboards.report.placement_data import (
     placement_by_tenant,
     placement_run,
     stranded_domains,

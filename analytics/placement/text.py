@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpulens.collector.store_errors import connect_store, reading_store
+from collector.store_errors import connect_store, reading_store
 
 
 def render_placement(db_path: str | Path, limit: int = 10) -> str:
