@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 
+from analytics.cost_rules import UNALLOCATED_SHARING
 from analytics.facts import Window
 from analytics.focus_formats import chosen
 from analytics.result_tables import append_columns, column_names
@@ -189,9 +190,11 @@ def _lines(con: duckdb.DuckDBPyConnection) -> list[Line]:
 
 
 def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, float]) -> list[Line]:
-    """Spread each day's unallocated lines over that day's tenants: ``even``, or ``proportional`` to
-    each tenant's allocated cost that day (OpenCost's ShareWeighted)."""
-    if policy == "own-line":
+    """Spread each day's unallocated lines over that day's tenants by the rule ``policy`` names
+    (:data:`~analytics.cost_rules.UNALLOCATED_SHARING`: ``even``, or ``proportional`` to each tenant's
+    allocated cost that day, OpenCost's ShareWeighted); ``own-line`` keeps them on their own line."""
+    rule = UNALLOCATED_SHARING.load(policy)
+    if rule is None:
         return lines
     out = [ln for ln in lines if ln.state != "unallocated"]
     by_day: dict[date, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -203,9 +206,8 @@ def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, flo
         if not weights:
             out.append(ln)
             continue
-        total = sum(weights.values())
-        for tenant, w in sorted(weights.items()):
-            share = 1.0 / len(weights) if policy == "even" or total == 0 else w / total
+        shares = rule(weights)
+        for tenant, share in sorted(shares.items()):
             out.append(
                 Line(ln.day, tenant, tenant, SHARED_UNALLOCATED, ln.model, ln.ge_hours * share, ln.gpu_hours * share)
             )

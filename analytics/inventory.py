@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from analytics.cost_rules import MIG_PRORATIONS
 from analytics.facts import Window
 from analytics.result_tables import insert_columns
 from gpulens.core.mig_catalog import (
     COMPUTE_SLICES,
-    MEMORY_SLICES,
     MODELS,
     layout_problems,
     model_by_name,
@@ -64,6 +64,7 @@ def _temp_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, tu
 
 def build_inventory(con: duckdb.DuckDBPyConnection, window: Window, mig_proration: str) -> None:
     """Create ``an_dev`` and ``an_addable`` for the window (prices NULL where the model is unpriced)."""
+    mig_share = MIG_PRORATIONS.load(mig_proration)  # our SQL constant for the rule's name
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE an_dev AS
@@ -75,8 +76,7 @@ def build_inventory(con: duckdb.DuckDBPyConnection, window: Window, mig_proratio
                 AS sharing_mode,
             d.gpu_equivalents AS ge,
             coalesce(d.slices, p.compute_slices) AS slices,
-            CASE WHEN d.kind = 'mig' AND $proration = 'memory' AND p.memory_slices IS NOT NULL
-                 THEN p.memory_slices / $mem_slices ELSE d.gpu_equivalents END AS cost_share,
+            CASE WHEN d.kind = 'mig' THEN {mig_share} ELSE d.gpu_equivalents END AS cost_share,
             m.list_price, m.contracted_price,
             d.first_seen, d.last_seen, d.gpu_instance_id,
             coalesce(d.memory_total_bytes, g.memory_total_bytes) AS memory_total_bytes,
@@ -92,13 +92,8 @@ def build_inventory(con: duckdb.DuckDBPyConnection, window: Window, mig_proratio
         LEFT JOIN an_profiles p ON p.gpu_model = coalesce(m.short, d.gpu_model) AND p.profile = d.profile
         WHERE (d.first_seen IS NULL OR d.first_seen < $end)
           AND (d.last_seen IS NULL OR d.last_seen >= $start)
-        """,
-        {
-            "start": window.start,
-            "end": window.end,
-            "proration": mig_proration,
-            "mem_slices": float(MEMORY_SLICES),
-        },
+        """.replace("{mig_share}", mig_share),
+        {"start": window.start, "end": window.end},
     )
     _build_addable(con)
 

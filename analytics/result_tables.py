@@ -203,8 +203,8 @@ TABLES: dict[str, list[Column]] = {
         _c("x_GpuModel", "VARCHAR", "Short GPU model name."),
         _c("x_GeHours", "DOUBLE NOT NULL", "Compute GE-hours behind the line (g/7 for MIG, whatever the proration)."),
         _c("x_UnroundedCost", "DOUBLE NOT NULL", "Cost before rounding to cents."),
-        _c("x_MigProration", "VARCHAR NOT NULL", "'slices' or 'memory'."),
-        _c("x_UnallocatedPolicy", "VARCHAR NOT NULL", "'own-line', 'even' or 'proportional'."),
+        _c("x_MigProration", "VARCHAR NOT NULL", "The MIG proration rule (analytics/cost_rules.py: 'slices', 'memory')."),
+        _c("x_UnallocatedPolicy", "VARCHAR NOT NULL", "The unallocated cost rule (analytics/cost_rules.py: 'own-line', 'even', 'proportional')."),
         _c("x_Namespace", "VARCHAR", "Kubernetes namespace of a tenant's held line (NULL on shared-unallocated "
            "and the fleet's own lines)."),
         _c("x_WorkloadKind", "VARCHAR", "Owner kind of the workload (Job, Deployment, ...); NULL when not known."),

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from analytics.cost_rules import MIG_PRORATIONS, UNALLOCATED_SHARING
 from analytics.focus_formats import FOCUS_FORMATS
 from analytics.placement.settings import TopologySettings
 from gpulens.core.states import HealthState
@@ -190,8 +190,10 @@ class AnalysisSettings(BaseModel):
     sample_interval_seconds: float | None = Field(None, gt=0)
     """Time one sample stands for; default: inferred from the samples."""
     prices_path: Path | None = None
-    mig_proration: Literal["slices", "memory"] = "slices"
-    unallocated: Literal["own-line", "even", "proportional"] = "own-line"
+    mig_proration: str = "slices"
+    """A rule of :data:`~analytics.cost_rules.MIG_PRORATIONS`: how a MIG instance's share of its GPU is priced."""
+    unallocated: str = "own-line"
+    """A rule of :data:`~analytics.cost_rules.UNALLOCATED_SHARING`: where unallocated cost goes."""
     parquet_dir: Path | None = None
     """Read fact tables from Hive-partitioned Parquet here (``<dir>/<table>/...``) instead of the store."""
     out_dir: Path | None = None
@@ -208,6 +210,22 @@ class AnalysisSettings(BaseModel):
     @classmethod
     def _duration(cls, value: str | int) -> int:
         return parse_duration(value)
+
+    @field_validator("mig_proration")
+    @classmethod
+    def _proration(cls, value: str) -> str:
+        why = MIG_PRORATIONS.refusal(value)
+        if why:
+            raise ValueError(why)
+        return value
+
+    @field_validator("unallocated")
+    @classmethod
+    def _unallocated(cls, value: str) -> str:
+        why = UNALLOCATED_SHARING.refusal(value)
+        if why:
+            raise ValueError(why)
+        return value
 
     @field_validator("focus_formats")
     @classmethod

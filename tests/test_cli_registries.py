@@ -2,21 +2,24 @@
 is refused with them, so a new entry appears in the CLI without editing the command.
 
 - FOCUS export formats (``analyze --format``, ``analytics/focus_formats.py``);
-- quota targets (``recommend --target``, ``analytics/quota_targets.py``).
+- quota targets (``recommend --target``, ``analytics/quota_targets.py``);
+- the chargeback's cost rules (``analyze --mig-proration``, ``--unallocated``, ``analytics/cost_rules.py``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from analytics.cost_rules import UNALLOCATED_SHARING
 from analytics.focus_formats import FOCUS_FORMATS, FocusFormat
 from analytics.quota_targets import QUOTA_TARGETS
 from analytics.writers.resourcequota import ResourceQuotaTarget
@@ -118,3 +121,51 @@ def test_a_name_is_registered_once() -> None:
     formats.add("csv", "rows", lambda: 1)
     with pytest.raises(ValueError, match="'csv' is registered twice"):
         formats.add("csv", "rows again", lambda: 2)
+
+
+@pytest.fixture
+def to_first_tenant() -> Iterator[str]:
+    def rule(weights: Mapping[str, float]) -> Mapping[str, float]:
+        return {min(weights): 1.0}
+
+    UNALLOCATED_SHARING.add("to-first", "all of it to the first tenant by name", lambda: rule)
+    yield "to-first"
+    UNALLOCATED_SHARING.remove("to-first")
+
+
+def _two_tenants_and_a_free_gpu(tmp_path: Path) -> Path:
+    path = tmp_path / "store.duckdb"
+    f = Fleet(path)
+    f.node("n1")
+    for gpu, tenant in (("GPU-A", "team-a"), ("GPU-B", "team-b"), ("GPU-C", None)):
+        f.gpu(gpu, "n1")
+        f.samples(gpu, count=60, activity=0.5)
+        if tenant:
+            f.alloc(gpu, tenant, count=60)
+    f.close()
+    return path
+
+
+def test_a_cost_rule_added_to_the_registry_is_listed_and_decides_the_chargeback(
+    tmp_path: Path, to_first_tenant: str
+) -> None:
+    app = _cli(analyze_cmd.register)
+    assert "to-first (all of it to the first tenant by name)" in _help(app, "analyze")
+    db = _two_tenants_and_a_free_gpu(tmp_path)
+    end = (T0 + timedelta(hours=1)).isoformat()
+    result = CliRunner().invoke(app, ["analyze", "--db", str(db), "--window", "1h", "--end", end,
+                                      "--unallocated", to_first_tenant])
+    assert result.exit_code == 0, result.output
+    with duckdb.connect(str(db), read_only=True) as con:
+        shared = con.execute("SELECT DISTINCT x_Tenant, x_UnallocatedPolicy FROM chargeback "
+                             "WHERE x_CostState = 'shared-unallocated'").fetchall()
+        own = con.execute("SELECT count(*) FROM chargeback WHERE SubAccountId = '__unallocated__'").fetchone()
+    assert shared == [("team-a", "to-first")] and own == (0,)
+
+
+def test_the_command_line_refuses_an_unknown_cost_rule_on_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(gpulens("analyze", "--db", str(tmp_path / "s.duckdb"), "--unallocated", "nope"),
+                          "--unallocated: 'nope' is not a rule for unallocated cost: use one of own-line, even, "
+                          "proportional")
+    assert_one_line_error(gpulens("analyze", "--db", str(tmp_path / "s.duckdb"), "--mig-proration", "power"),
+                          "--mig-proration: 'power' is not a MIG proration: use one of slices, memory")

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from analytics.cost_rules import MIG_PRORATIONS, UNALLOCATED_SHARING
 from analytics.focus_formats import FOCUS_FORMATS, chosen
 from gpulens.cli.flag_errors import Flag, duration, finite
 from gpulens.core.errors import UserError
@@ -54,10 +55,10 @@ def register(app: typer.Typer) -> None:
                               "is unpriced."),
         ] = None,
         mig_proration: Annotated[
-            str, typer.Option(help="Price a MIG instance by compute 'slices' or by 'memory'.")
+            str, typer.Option(help=f"How a MIG instance's share of its GPU is priced: {MIG_PRORATIONS.help()}.")
         ] = "slices",
         unallocated: Annotated[
-            str, typer.Option(help="Unallocated cost: 'own-line', or shared 'even' / 'proportional' between tenants.")
+            str, typer.Option(help=f"Where unallocated cost goes: {UNALLOCATED_SHARING.help()}.")
         ] = "own-line",
         parquet: Annotated[
             Path | None, typer.Option(help="Read fact tables from Hive-partitioned Parquet here (<dir>/<table>/...).")
