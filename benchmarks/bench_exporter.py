@@ -55,7 +55,7 @@ def bench_readings() -> tuple[DeviceReadings, tuple[Allocation, ...]]:
         shared = i >= len(migs) or i < BENCH_POD_COUNT - len(migs)
         tenant = tenants[i % len(tenants)]
         allocations.append(Allocation(
-            device_uuid=mig.uuid, namespace=tenant, pod=f"bench-{i:03d}-7f9c", container="main", tenant=tenant,
+            device_id=mig.uuid, namespace=tenant, pod=f"bench-{i:03d}-7f9c", container="main", tenant=tenant,
             sharing_mode=SharingMode.TIME_SLICING if shared else SharingMode.MIG,
             gpu_equivalents=mig.gpu_equivalents / (2 if shared else 1), replica=(i // len(migs)) if shared else None,
             workload_kind="Deployment", workload_name=f"bench-{i:03d}",

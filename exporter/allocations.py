@@ -223,7 +223,7 @@ def _device_share(uuid: str, resource_name: str, directory: DeviceDirectory) -> 
 def _allocation(info: PodInfo, container: str, uuid: str, mode: SharingMode, share: float,
                 replica: int | None) -> Allocation:
     return Allocation(
-        device_uuid=uuid,
+        device_id=uuid,
         namespace=info.namespace,
         pod=info.name,
         container=container,

@@ -172,7 +172,7 @@ def pod_sm_shares(processes: Iterable[GpuProcess]) -> dict[tuple[str, str], floa
     shares: dict[tuple[str, str], float] = {}
     for p in processes:
         if p.pod_uid is not None and p.sm_utilization_ratio is not None:
-            key = (p.device_uuid, p.pod_uid)
+            key = (p.device_id, p.pod_uid)
             shares[key] = shares.get(key, 0.0) + p.sm_utilization_ratio
     return shares
 
@@ -182,7 +182,7 @@ def holder_gpu_equivalents(allocations: Iterable[Allocation]) -> dict[tuple[str,
     held: dict[tuple[str, str], float] = defaultdict(float)
     for a in allocations:
         if a.pod_uid is not None:
-            held[(a.device_uuid, a.pod_uid)] += a.gpu_equivalents
+            held[(a.device_id, a.pod_uid)] += a.gpu_equivalents
     return dict(held)
 
 
@@ -201,9 +201,9 @@ def allocation_activity(
     a part of allocated: it never exceeds ``allocation.gpu_equivalents``.
     """
     if allocation.pod_uid is not None:
-        share = sm_shares.get((allocation.device_uuid, allocation.pod_uid))
+        share = sm_shares.get((allocation.device_id, allocation.pod_uid))
         if share is not None and math.isfinite(share):
-            holder = (held or {}).get((allocation.device_uuid, allocation.pod_uid), allocation.gpu_equivalents)
+            holder = (held or {}).get((allocation.device_id, allocation.pod_uid), allocation.gpu_equivalents)
             holder = max(holder, allocation.gpu_equivalents)
             device_ge = 1.0 if device is None else device.gpu_equivalents
             holder_active = min(_ratio(share) * device_ge, holder)
@@ -233,10 +233,10 @@ def allocation_families(snapshot: NodeSnapshot, devices: dict[str, DeviceIdentit
     sm_shares = pod_sm_shares(snapshot.processes)  # indexed once, not scanned per allocation
     held = holder_gpu_equivalents(snapshot.allocations)
     for a in snapshot.allocations:
-        d = devices.get(a.device_uuid)
+        d = devices.get(a.device_id)
         gpu = d.gpu if d is not None else ""
         profile = d.profile if d is not None else ""
-        key = (node, gpu, a.device_uuid, profile, a.namespace, a.pod, a.container, a.tenant,
+        key = (node, gpu, a.device_id, profile, a.namespace, a.pod, a.container, a.tenant,
                a.sharing_mode.value, a.workload_kind or "", a.workload_name or "")
         per_container[key] += a.gpu_equivalents
         tkey = (a.tenant, profile)

@@ -42,7 +42,7 @@ def test_hami_and_milli_gpu_holders_hold_their_fraction_and_the_rest_stays_free(
                         pod("infer", "milli-450", [container("c", "nvidia.com/gpu", [f"{GPU}-1"])])]
         source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)), directory=lambda: devices.directory,
                                          tenants=TenantResolver(KubernetesClient(api.url), NODE))
-        got = {a.pod: (a.device_uuid, round(a.gpu_equivalents, 6), a.sharing_mode)
+        got = {a.pod: (a.device_id, round(a.gpu_equivalents, 6), a.sharing_mode)
                for a in source.read_allocations(0.0)}
     devices.close()
     # 30 % of the cores is more than 8 GiB of an 80 GB H100; 450 milli-GPU is 0.45: 0.25 of the GPU is free
@@ -58,7 +58,7 @@ def test_a_holder_of_whole_gpus_still_holds_the_whole_device(api: FakeKubernetes
         kubelet.pods = [pod("train", "whole", [container("c", "nvidia.com/gpu", [GPU])])]
         source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)), directory=lambda: devices.directory,
                                          tenants=TenantResolver(KubernetesClient(api.url), NODE))
-        got = [(a.device_uuid, a.gpu_equivalents, a.sharing_mode) for a in source.read_allocations(0.0)]
+        got = [(a.device_id, a.gpu_equivalents, a.sharing_mode) for a in source.read_allocations(0.0)]
     devices.close()
     assert got == [(GPU, 1.0, SharingMode.EXCLUSIVE)]
 
@@ -77,7 +77,7 @@ def test_kai_fraction_pods_hold_their_fraction_of_the_gpu_their_groups_reservati
         kubelet.pods = [pod("kai-resource-reservation", "reservation-g-1", [container("c", "nvidia.com/gpu", [GPU])])]
         source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)), directory=lambda: devices.directory,
                                          tenants=TenantResolver(KubernetesClient(api.url), NODE))
-        got = {(a.namespace, a.pod): (a.device_uuid, a.gpu_equivalents, a.sharing_mode)
+        got = {(a.namespace, a.pod): (a.device_id, a.gpu_equivalents, a.sharing_mode)
                for a in source.read_allocations(0.0)}
     devices.close()
     assert got == {("infer", "half"): (GPU, 0.5, SharingMode.TIME_SLICING),

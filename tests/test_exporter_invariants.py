@@ -51,9 +51,9 @@ def test_active_never_exceeds_allocated_per_tenant_and_device_on_every_simulated
             shares, held = pod_sm_shares(snap.processes), holder_gpu_equivalents(snap.allocations)
             per_device: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
             for a in snap.allocations:
-                act = allocation_activity(a, devices.get(a.device_uuid), shares, held)
-                per_device[(a.tenant, a.device_uuid)][0] += a.gpu_equivalents
-                per_device[(a.tenant, a.device_uuid)][1] += act or 0.0
+                act = allocation_activity(a, devices.get(a.device_id), shares, held)
+                per_device[(a.tenant, a.device_id)][0] += a.gpu_equivalents
+                per_device[(a.tenant, a.device_id)][1] += act or 0.0
             for key, (allocated, active) in per_device.items():
                 assert active <= allocated + EPS, (node, offset, key, active, allocated)
             families = _families(render_text(state))
@@ -77,7 +77,7 @@ def test_with_attribution_off_the_simulator_gives_no_pod_uids_and_active_is_shar
     assert snap is not None
     devices = device_identities(snap.gpus)
     for a in snap.allocations:
-        d = devices[a.device_uuid]
+        d = devices[a.device_id]
         expected = None if d.activity_ratio is None else a.gpu_equivalents * d.activity_ratio
         assert allocation_activity(a, d, pod_sm_shares(snap.processes)) == expected
 

@@ -73,9 +73,9 @@ def test_mig_single_strategy_and_gke_ids_resolve_through_the_nvml_directory(
                     pod("ns", "gke", [container("c", "nvidia.com/gpu", ["nvidia0/gi3"])]),
                     pod("ns", "gke-whole", [container("c", "nvidia.com/gpu", ["nvidia1"])])]
     got = {a.pod: a for a in allocations_source(kubelet, nvml_source).read_allocations(0.0)}
-    assert got["single"].device_uuid == migs[2] and got["single"].gpu_equivalents == pytest.approx(2 / 7)
-    assert got["gke"].device_uuid == migs[2], "nvidia0/gi3 is GPU index 0, GPU instance 3"
-    assert got["gke-whole"].device_uuid == H100
+    assert got["single"].device_id == migs[2] and got["single"].gpu_equivalents == pytest.approx(2 / 7)
+    assert got["gke"].device_id == migs[2], "nvidia0/gi3 is GPU index 0, GPU instance 3"
+    assert got["gke-whole"].device_id == H100
 
 
 def test_time_slicing_replicas_share_the_gpu_by_advertised_replicas(
@@ -88,7 +88,7 @@ def test_time_slicing_replicas_share_the_gpu_by_advertised_replicas(
     got = sorted(source.read_allocations(0.0), key=lambda a: a.pod)
     source.read_allocations(0.0)
     assert kubelet.allocatable_calls == 1, "advertised replicas are cached between cycles"
-    assert [(a.device_uuid, a.replica, a.sharing_mode) for a in got] == [
+    assert [(a.device_id, a.replica, a.sharing_mode) for a in got] == [
         (H100, 0, SharingMode.TIME_SLICING), (H100, 3, SharingMode.TIME_SLICING)]
     assert [a.gpu_equivalents for a in got] == [0.25, 0.25]
     nvml_source.replicas = source.advertised_replicas
@@ -113,8 +113,8 @@ def test_dra_claims_resolve_to_uuids_through_resource_slices(
         slices = ResourceSliceDirectory(KubernetesClient(api.url), "node-a")
         source = allocations_source(kubelet, nvml_source, slices=slices)
         got = {a.pod: a for a in source.read_allocations(0.0)}
-    assert got["dra-whole"].device_uuid == H100 and got["dra-whole"].gpu_equivalents == 1.0
-    assert got["dra-mig"].device_uuid == migs[3] and got["dra-mig"].sharing_mode is SharingMode.MIG
+    assert got["dra-whole"].device_id == H100 and got["dra-whole"].gpu_equivalents == 1.0
+    assert got["dra-mig"].device_id == migs[3] and got["dra-mig"].sharing_mode is SharingMode.MIG
     assert source.take_errors() == {}
 
 
@@ -188,7 +188,7 @@ def _read(tmp_path: Path, api: FakeKubernetesApi, nvml_source: NvmlDeviceSource,
                         for claim, device in claims]
         source = KubeletAllocationSource(PodResourcesClient(str(kubelet.socket)), directory=lambda: nvml_source.directory,
                                          slices=ResourceSliceDirectory(KubernetesClient(api.url), "node-a"))
-        got = {a.pod: (a.device_uuid, a.sharing_mode, round(a.gpu_equivalents, 6)) for a in source.read_allocations(0.0)}
+        got = {a.pod: (a.device_id, a.sharing_mode, round(a.gpu_equivalents, 6)) for a in source.read_allocations(0.0)}
         assert source.take_errors() == {}
     return got
 

@@ -49,7 +49,7 @@ def test_the_backend_joins_nvml_devices_kubelet_pods_and_tenants(tmp_path: Path)
             devices.close()
             allocations.close()
     assert len(readings.gpus[0].mig_instances) == 5
-    assert (allocation.device_uuid, allocation.tenant) == (mig, "vision-team")
+    assert (allocation.device_id, allocation.tenant) == (mig, "vision-team")
     assert allocation.gpu_equivalents == pytest.approx(2 / 7)
 
 

@@ -57,7 +57,7 @@ def test_h100_mig_reports_per_instance_processes_and_no_whole_gpu_utilization() 
     h100 = next(g for g in readings.gpus if g.uuid == H100_UUID)
     assert [m.profile for m in h100.mig_instances] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
     gi2 = h100.mig_instances[0]
-    procs = [p for p in readings.processes if p.device_uuid == gi2.uuid]
+    procs = [p for p in readings.processes if p.device_id == gi2.uuid]
     assert sorted(p.pid for p in procs) == [21180, 21181, 21198]
     assert sum(p.used_memory_bytes or 0 for p in procs) == (2296 + 1272 + 7484) * MIB
     assert h100.health.remapped_rows_failure is None, "N/A in the capture stays absent"

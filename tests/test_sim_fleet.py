@@ -57,7 +57,7 @@ def test_compute_instances_of_a_split_gpu_instance_share_its_memory(fleet: Simul
     assert split[0].memory_used_bytes == split[1].memory_used_bytes
     assert split[0].memory_total_bytes == 33280 * 1024 * 1024
     assert all(m.gpu_equivalents == pytest.approx(1 / 7) for m in split)
-    procs = [p for p in snap.processes if p.device_uuid in {m.uuid for m in split}]
+    procs = [p for p in snap.processes if p.device_id in {m.uuid for m in split}]
     assert len(procs) == 2
     assert sum(p.used_memory_bytes or 0 for p in procs) < (split[0].memory_used_bytes or 0)
 
@@ -76,12 +76,12 @@ def test_time_sliced_replicas_hold_a_share_of_one_over_replicas(fleet: Simulated
     assert all(g.sharing_mode is SharingMode.TIME_SLICING and g.replicas == 4 for g in snap.gpus)
     assert snap.allocations
     for a in snap.allocations:
-        assert a.device_uuid in gpus
+        assert a.device_id in gpus
         assert a.gpu_equivalents == pytest.approx(0.25)
         assert a.replica is not None and 0 <= a.replica < 4
     by_gpu: dict[str, list[int]] = {}
     for a in snap.allocations:
-        by_gpu.setdefault(a.device_uuid, []).append(a.replica or 0)
+        by_gpu.setdefault(a.device_id, []).append(a.replica or 0)
     assert all(len(r) == len(set(r)) and len(r) <= 4 for r in by_gpu.values())
     # Per-process memory and SM share make per-pod attribution possible on the shared GPU.
     for p in snap.processes:
@@ -108,7 +108,7 @@ def test_exclusive_training_gpus_are_busy_and_hold_most_memory(fleet: SimulatedF
 def test_inference_holds_memory_at_low_activity_with_a_daily_cycle(fleet: SimulatedFleet, scenario: Scenario) -> None:
     def ranker_devices(t: float) -> list[tuple[float, float]]:
         snap = fleet.node_snapshot("gpu-h200-mig-0", t)
-        held = {a.device_uuid for a in snap.allocations if a.workload_name == "ranker-serving"}
+        held = {a.device_id for a in snap.allocations if a.workload_name == "ranker-serving"}
         return [
             (m.activity_ratio or 0.0, (m.memory_used_bytes or 0) / m.memory_total_bytes)
             for g in snap.gpus for m in g.mig_instances if m.uuid in held
@@ -126,7 +126,7 @@ def test_notebooks_are_mostly_idle(fleet: SimulatedFleet, scenario: Scenario) ->
     values = []
     for hour in range(0, 7 * 24, 5):
         snap = fleet.node_snapshot("gpu-h200-mig-0", at(scenario, 20 * DAY + hour * 3600))
-        held = {a.device_uuid for a in snap.allocations if a.workload_name == "jupyter"}
+        held = {a.device_id for a in snap.allocations if a.workload_name == "jupyter"}
         values += [m.activity_ratio or 0 for g in snap.gpus for m in g.mig_instances if m.uuid in held]
     idle = sum(1 for v in values if v < 0.05)
     assert idle / len(values) > 0.8
@@ -162,8 +162,8 @@ def test_xid79_takes_the_gpu_off_the_bus_for_a_while(fleet: SimulatedFleet, scen
     assert after.up and after.health.power_watts is not None and after.health.xid_counts == {79: 1}
     assert gpu5(12 * DAY + 1).health.xid_counts == {79: 2}  # every 9 days, cumulative
     snap = fleet.node_snapshot("gpu-h100-train-1", at(scenario, 3 * DAY + 600))
-    assert during.uuid not in {p.device_uuid for p in snap.processes}
-    assert during.uuid in {a.device_uuid for a in snap.allocations}  # the kubelet still assigns it
+    assert during.uuid not in {p.device_id for p in snap.processes}
+    assert during.uuid in {a.device_id for a in snap.allocations}  # the kubelet still assigns it
     assert all(g.up for g in snap.gpus if g.index != 5)  # a lost GPU keeps the others reporting
 
 
@@ -306,7 +306,7 @@ def test_free_mig_slices_on_the_default_node_cannot_serve_the_pending_shapes(
 ) -> None:
     t = at(scenario, 12 * DAY + 7 * 3600)
     snap = fleet.node_snapshot("gpu-h200-mig-0", t)
-    held = {a.device_uuid for a in snap.allocations}
+    held = {a.device_id for a in snap.allocations}
     plan = fleet.node_plan("gpu-h200-mig-0")
     free = [d for d in plan.devices if d.uuid not in held]
     assert sum(d.compute_share for d in free) >= 3 / 7  # enough slices in total for a 3g.71gb...

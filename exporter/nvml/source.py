@@ -379,7 +379,7 @@ class NvmlDeviceSource:
         memory = int(getattr(attrs, "memorySizeMB", 0)) * MIB
         return _MigIdentity(int(gi), int(ci or 0), profile, gi_slices, ci_slices, memory)
 
-    def _processes(self, handle: Any, device_uuid: str, state: _GpuState | None) -> list[GpuProcess]:
+    def _processes(self, handle: Any, device_id: str, state: _GpuState | None) -> list[GpuProcess]:
         """Compute processes with their memory; per-process SM utilization on non-MIG GPUs only."""
         running = self.funnel.call("nvmlDeviceGetComputeRunningProcesses", handle) or []
         sm: dict[int, float] = {}
@@ -394,7 +394,7 @@ class NvmlDeviceSource:
             used = getattr(p, "usedGpuMemory", None)
             out.append(GpuProcess(
                 pid=pid,
-                device_uuid=device_uuid,
+                device_id=device_id,
                 used_memory_bytes=int(used) if used is not None else None,
                 sm_utilization_ratio=sm.get(pid),
                 pod_uid=self._pids.pod_uid(pid) if self._pids is not None else None,

@@ -88,7 +88,7 @@ def run_validation(nvml: Any, out: TextIO, *, cycles: int = 3, interval: float =
     for gpu in readings.gpus:
         print("\n".join(describe_gpu(gpu)), file=out)
     for p in readings.processes:
-        print(f"  process pid={p.pid} device={p.device_uuid} memory={_fmt(p.used_memory_bytes, MIB, ' MiB')}"
+        print(f"  process pid={p.pid} device={p.device_id} memory={_fmt(p.used_memory_bytes, MIB, ' MiB')}"
               f" sm={_fmt(p.sm_utilization_ratio)}", file=out)
     print("", file=out)
     print("\n".join(latency_table(source.funnel)), file=out)

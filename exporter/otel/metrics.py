@@ -92,7 +92,7 @@ def register_instruments(meter: Meter, snapshot: SnapshotProvider,
 
     def allocations(s: NodeSnapshot) -> Iterable[Observation]:
         for a in s.allocations:
-            attrs: dict[str, Any] = {"hw.id": a.device_uuid, "k8s.namespace.name": a.namespace,
+            attrs: dict[str, Any] = {"hw.id": a.device_id, "k8s.namespace.name": a.namespace,
                                      "k8s.pod.name": a.pod, "k8s.container.name": a.container,
                                      "gpulens.tenant": a.tenant, "gpulens.sharing_mode": a.sharing_mode.value}
             if a.pod_uid:

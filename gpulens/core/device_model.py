@@ -150,7 +150,7 @@ class GpuProcess:
     """A process holding memory on a device (GPU or MIG instance)."""
 
     pid: int
-    device_uuid: str
+    device_id: str
     used_memory_bytes: int | None = None
     sm_utilization_ratio: float | None = None
     """Per-process SM utilization (non-MIG GPUs only); absent otherwise."""
@@ -161,8 +161,8 @@ class GpuProcess:
 class Allocation:
     """One container holding one device (or a replica of a shared GPU)."""
 
-    device_uuid: str
-    """GPU or MIG UUID; a time-slicing replica ``GPU-x::3`` is stored as ``GPU-x`` with ``replica=3``."""
+    device_id: str
+    """The device's id, as the store's ``device_id``: the GPU or MIG UUID; a time-slicing replica ``GPU-x::3`` is stored as ``GPU-x`` with ``replica=3``."""
     namespace: str
     pod: str
     container: str

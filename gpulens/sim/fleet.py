@@ -186,7 +186,7 @@ class SimulatedFleet:
                 d = plan.devices[h.device]
                 out.append(
                     Allocation(
-                        device_uuid=d.uuid, namespace=pod.namespace, pod=name, container=pod.container,
+                        device_id=d.uuid, namespace=pod.namespace, pod=name, container=pod.container,
                         tenant=pod.tenant, sharing_mode=plan.pool.sharing, gpu_equivalents=h.gpu_equivalents,
                         replica=h.replica, pod_uid=uid, workload_kind=pod.workload.workload_kind,
                         workload_name=pod.workload.name, queue=pod.queue,
@@ -210,7 +210,7 @@ class SimulatedFleet:
                     continue
                 out.append(
                     GpuProcess(
-                        pid=process_pid(pod.key, slot, hi), device_uuid=d.uuid,
+                        pid=process_pid(pod.key, slot, hi), device_id=d.uuid,
                         used_memory_bytes=int(a.hold_memory[hi, 0]),
                         sm_utilization_ratio=None if mig else float(a.hold_activity[hi, 0]),
                         pod_uid=uid,

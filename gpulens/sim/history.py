@@ -527,7 +527,7 @@ def snapshot_rows(snap: NodeSnapshot) -> dict[str, list[dict[str, object]]]:
             })
     for a in snap.allocations:
         alloc.append({
-            "ts": ts, "node": snap.node, "gpu_uuid": device_gpu[a.device_uuid], "device_id": a.device_uuid,
+            "ts": ts, "node": snap.node, "gpu_uuid": device_gpu[a.device_id], "device_id": a.device_id,
             "namespace": a.namespace, "pod": a.pod, "container": a.container, "tenant": a.tenant,
             "sharing_mode": str(a.sharing_mode), "gpu_equivalents": a.gpu_equivalents,
             "workload_kind": a.workload_kind, "workload_name": a.workload_name, "source": SOURCE,
