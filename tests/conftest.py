@@ -16,8 +16,8 @@ copies it first (``shutil.copy``; a DuckDB file copies in milliseconds), e.g. ``
 - ``prometheus_binary`` / ``promtool_binary``: paths of the real binaries (skip loudly, or fail under ``CI=true``).
 
 A test that needs a different scenario builds its own (module-scoped) fixture. The first test to use a
-session fixture also pays for building it, so each test that uses one gets that build's time on top of its
-``timeout`` (``SESSION_BUILD_SECONDS``; add a new session fixture there).
+session fixture also pays for building it (or waits for another worker's build), so each test that uses one
+gets that build's time on top of its ``timeout`` (``SESSION_BUILD_SECONDS``; add a new session fixture there).
 """
 
 from __future__ import annotations
