@@ -1,7 +1,8 @@
 """Suite-wide pytest configuration and the expensive fixtures several modules share.
 
 Shared helpers live in ``tests/support/``; import them explicitly. The session fixtures below are built
-once per test session in a temporary folder and are **read-only** for their users: each checks at the end
+once per test run (the first xdist worker to ask builds, the others wait and reuse:
+``tests.support.shared_build``) and are **read-only** for their users: each checks at the end
 of the session that no test wrote to it (size and mtime of every file). A test that must change a store
 copies it first (``shutil.copy``; a DuckDB file copies in milliseconds), e.g. ``demo_run.copy_store(tmp_path)``.
 
@@ -15,8 +16,8 @@ copies it first (``shutil.copy``; a DuckDB file copies in milliseconds), e.g. ``
 - ``prometheus_binary`` / ``promtool_binary``: paths of the real binaries (skip loudly, or fail under ``CI=true``).
 
 A test that needs a different scenario builds its own (module-scoped) fixture. The first test to use a
-session fixture also pays for building it, so each test that uses one gets that build's time on top of its
-``timeout`` (``SESSION_BUILD_SECONDS``; add a new session fixture there).
+session fixture also pays for building it (or waits for another worker's build), so each test that uses one
+gets that build's time on top of its ``timeout`` (``SESSION_BUILD_SECONDS``; add a new session fixture there).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 
 from tests.support.prometheus import require_binary
 from tests.support.read_only import kept_read_only
+from tests.support.shared_build import shared_folder
 
 if TYPE_CHECKING:
     from tests.support.demo_run import DemoRun
@@ -68,10 +70,10 @@ def promtool_binary() -> str:
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
-    """One ``gpulens demo`` per session, read-only (its exit status is the reader's to check)."""
-    from tests.support.demo_run import run_demo
+    """One ``gpulens demo`` per test run, read-only (its exit status is the reader's to check)."""
+    from tests.support.demo_run import read_demo, record_demo
 
-    run = run_demo(tmp_path_factory.mktemp("demo"))
+    run = read_demo(shared_folder(tmp_path_factory, "demo", record_demo))
     with kept_read_only(run.out):
         yield run
 
@@ -81,22 +83,19 @@ def placement_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The analyzed simulated day of :mod:`tests.support.placement_fleet`, read-only."""
     from tests.support.placement_fleet import build_placement_store
 
-    folder = tmp_path_factory.mktemp("placement")
-    path = build_placement_store(folder / "fleet.duckdb")
+    folder = shared_folder(tmp_path_factory, "placement", lambda f: build_placement_store(f / "fleet.duckdb"))
     with kept_read_only(folder):
-        yield path
+        yield folder / "fleet.duckdb"
 
 
 @pytest.fixture(scope="session")
 def failing_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FailingStore]:
     """The analyzed fault fleet of :mod:`tests.support.failing_fleet`, read-only."""
-    from tests.support.failing_fleet import FailingStore, build_failing_store
+    from tests.support.failing_fleet import FailingStore, build_failing_store, failing_fleet
 
-    folder = tmp_path_factory.mktemp("failing")
-    path = folder / "gpulens.duckdb"
-    store = FailingStore(path, build_failing_store(path))
+    folder = shared_folder(tmp_path_factory, "failing", lambda f: build_failing_store(f / "gpulens.duckdb"))
     with kept_read_only(folder):
-        yield store
+        yield FailingStore(folder / "gpulens.duckdb", failing_fleet())
 
 
 @pytest.fixture

@@ -11,15 +11,15 @@ import pytest
 
 from tests.fakes.kubernetes_api import FakeKubernetesApi
 from tests.support.cli import assert_one_line_error, gpulens
-from tests.support.failing_fleet import DEGRADING, FAILED, build_failing_store
+from tests.support.failing_fleet import DEGRADING, FAILED, FailingStore
 from tests.test_remediation_writer import cluster, node_path
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    path = tmp_path_factory.mktemp("cli") / "gpulens.duckdb"
-    fleet = build_failing_store(path)
-    return path, fleet.node_names()
+def store(failing_store: FailingStore, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A copy of the session's analyzed fault fleet (remediate records its runs in it) and its node names."""
+    path = failing_store.copy_store(tmp_path_factory.mktemp("cli"))
+    return path, failing_store.fleet.node_names()
 
 
 def remediate(fake: FakeKubernetesApi, db: Path, tmp: Path, *args: str) -> Any:

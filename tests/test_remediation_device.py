@@ -13,7 +13,7 @@ from analytics.remediation.policy import RemediationPolicy
 from analytics.remediation.run import RemediationReport, apply_plan
 from gpulens.core.kube_api import KubeConnection, KubernetesClient
 from tests.fakes.kubernetes_api import FakeKubernetesApi
-from tests.support.failing_fleet import DEGRADING, FAILED, build_failing_store
+from tests.support.failing_fleet import DEGRADING, FAILED, FailingStore
 
 NOW = datetime(2026, 1, 4, 1, 0)
 GROUP = "/apis/resource.k8s.io"
@@ -21,10 +21,10 @@ HEALED = "train-h100-0"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    path = tmp_path_factory.mktemp("device") / "gpulens.duckdb"
-    fleet = build_failing_store(path)
-    return path, fleet.node_names()
+def store(failing_store: FailingStore, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A copy of the session's analyzed fault fleet (remediate records its runs in it) and its node names."""
+    path = failing_store.copy_store(tmp_path_factory.mktemp("device"))
+    return path, failing_store.fleet.node_names()
 
 
 def gpu_uuids(db: Path, node: str) -> list[str]:

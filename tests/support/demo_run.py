@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -38,4 +39,18 @@ def run_demo(out: Path) -> DemoRun:
         capture_output=True, text=True, timeout=600,
     )
     return DemoRun(out, proc)
+
+
+def record_demo(folder: Path) -> None:
+    """Run the demo into ``folder/out`` and keep what it printed in ``folder/proc.json`` (for :func:`read_demo`)."""
+    proc = run_demo(folder / "out").proc
+    record = {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    (folder / "proc.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+def read_demo(folder: Path) -> DemoRun:
+    """The run that :func:`record_demo` left in ``folder``."""
+    record = json.loads((folder / "proc.json").read_text(encoding="utf-8"))
+    proc = subprocess.CompletedProcess(record["args"], record["returncode"], record["stdout"], record["stderr"])
+    return DemoRun(folder / "out", proc)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +35,14 @@ def failing_scenario() -> Scenario:
     return Scenario.model_validate({**base.model_dump(), "faults": faults})
 
 
+def failing_fleet() -> SimulatedFleet:
+    """The simulated fault fleet (deterministic: every call gives the same nodes, GPUs and faults)."""
+    return SimulatedFleet(failing_scenario())
+
+
 def build_failing_store(path: Path) -> SimulatedFleet:
     """Backfill 3 days at 5 minutes and analyze them (the whole history in one window)."""
-    fleet = SimulatedFleet(failing_scenario())
+    fleet = failing_fleet()
     start = fleet.scenario.epoch_seconds
     backfill_simulated(str(path), fleet=fleet, start=start, end=start + 3 * DAY, step=300.0)
     analyze(path, AnalysisSettings(window_seconds="3d", bucket_seconds="5m"))
@@ -49,3 +55,10 @@ class FailingStore:
 
     path: Path
     fleet: SimulatedFleet
+
+    def copy_store(self, folder: Path) -> Path:
+        """A private copy of the store (and its WAL, if any) in ``folder``, for a test that writes to it."""
+        wal = self.path.with_name(self.path.name + ".wal")
+        if wal.exists():
+            shutil.copy(wal, folder / wal.name)
+        return Path(shutil.copy(self.path, folder / self.path.name))
