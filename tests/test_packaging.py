@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def source_copy_without_git(where: Path) -> Path:
     """The files a build reads, copied where no git repository is (as an image build's context)."""
     copy = where / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build_commit.txt")
-    for name in ("pyproject.toml", "README.md", "scripts/build/gpulens_build_backend.py"):
+    for name in ("pyproject.toml", "README.md", "scripts/build_backend/gpulens_build_backend.py"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, copy / name)
     for folder in ("gpulens", *OWN_PACKAGES):
@@ -133,3 +134,12 @@ def test_our_own_packages_pass_the_check() -> None:
     from gpulens.core.own_packages import foreign_packages
 
     assert foreign_packages() == []
+
+
+def test_the_build_backend_pyproject_names_is_tracked_so_a_fresh_clone_can_build() -> None:
+    build_system = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["build-system"]
+    (folder,) = build_system["backend-path"]
+    backend = Path(folder, build_system["build-backend"] + ".py")
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", str(backend)],
+                             capture_output=True, text=True, check=False)
+    assert tracked.returncode == 0, f"{backend} is not in git (ignored?): {tracked.stderr.strip()}"

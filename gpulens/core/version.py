@@ -1,7 +1,7 @@
 """The version and the commit of this gpulens, as ``gpulens --version`` prints them.
 
 The version is the package's (``pyproject.toml``, the one place it is written). The commit is baked
-into a built package by the build backend (``scripts/build/gpulens_build_backend.py``); an editable install run from its git checkout asks git instead.
+into a built package by the build backend (``scripts/build_backend/gpulens_build_backend.py``); an editable install run from its git checkout asks git instead.
 """
 
 from __future__ import annotations
