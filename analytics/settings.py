@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from analytics.cost_rules import MIG_PRORATIONS, UNALLOCATED_SHARING
 from analytics.focus_formats import FOCUS_FORMATS
 from analytics.placement.settings import TopologySettings
+from gpulens.core.registry import Registry
 from gpulens.core.states import HealthState
 from gpulens.core.timeparse import duration_seconds, time_seconds, utc_datetime
 
@@ -174,6 +176,12 @@ DEFAULT_ACTIVITY_THRESHOLD = 0.05
 recording rule ``tenant:gpulens_idle_gpu_equivalents:sum`` states the same number)."""
 
 
+_REGISTERED: dict[str, Registry[Any]] = {
+    "mig_proration": MIG_PRORATIONS, "unallocated": UNALLOCATED_SHARING, "focus_formats": FOCUS_FORMATS,
+}
+"""The settings that name a registered choice, and the registry of each."""
+
+
 class AnalysisSettings(BaseModel):
     """Parameters of ``analyze``: all of them are recorded with the results."""
 
@@ -211,26 +219,13 @@ class AnalysisSettings(BaseModel):
     def _duration(cls, value: str | int) -> int:
         return parse_duration(value)
 
-    @field_validator("mig_proration")
+    @field_validator("mig_proration", "unallocated", "focus_formats")
     @classmethod
-    def _proration(cls, value: str) -> str:
-        why = MIG_PRORATIONS.refusal(value)
-        if why:
-            raise ValueError(why)
-        return value
-
-    @field_validator("unallocated")
-    @classmethod
-    def _unallocated(cls, value: str) -> str:
-        why = UNALLOCATED_SHARING.refusal(value)
-        if why:
-            raise ValueError(why)
-        return value
-
-    @field_validator("focus_formats")
-    @classmethod
-    def _formats(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        refused = [why for name in value or () if (why := FOCUS_FORMATS.refusal(name))]
+    def _registered(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> str | tuple[str, ...] | None:
+        """A named choice must be in its registry (the refusal names the choices there are)."""
+        registry = _REGISTERED[str(info.field_name)]
+        names = (value,) if isinstance(value, str) else value or ()
+        refused = [why for name in names if (why := registry.refusal(name))]
         if refused:
             raise ValueError("; ".join(refused))
         return value
