@@ -13,8 +13,9 @@ from pathlib import Path
 
 import duckdb
 
-from collector.parquet import read_fact_parquet
-from collector.schema import FACTS
+from collector.allocation_claims import claims_of_relation_sql
+from collector.parquet import read_fact_claims, read_fact_parquet
+from collector.schema import FACTS, STORED_AS_CLAIMS
 from gpulens.core.errors import UserError
 
 FACT_TABLES = (*FACTS, "gaps")
@@ -33,12 +34,29 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temp
         raise UserError(f"--parquet {parquet_dir}: not a directory")
     for table in tables:
         rel = read_fact_parquet(con, parquet_dir / table) if parquet_dir is not None else None
-        rel = rel if rel is not None else con.table(table)
-        if temporary:
-            con.execute(f"CREATE OR REPLACE TEMP VIEW f_{table} AS {rel.sql_query()}")
-        else:
-            rel.create_view(f"f_{table}", replace=True)
+        _bind(con, f"f_{table}", rel if rel is not None else con.table(table), temporary)
+        if table in STORED_AS_CLAIMS:
+            claims = read_fact_claims(con, parquet_dir / table) if parquet_dir is not None else None
+            _bind(con, f"f_{STORED_AS_CLAIMS[table]}", claims if claims is not None else _store_claims(con, table),
+                  temporary)
     return str(parquet_dir) if parquet_dir is not None else "store"
+
+
+def _bind(con: duckdb.DuckDBPyConnection, view: str, rel: duckdb.DuckDBPyRelation, temporary: bool) -> None:
+    if temporary:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {rel.sql_query()}")
+    else:
+        rel.create_view(view, replace=True)
+
+
+def _store_claims(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPyRelation:
+    """The store's claims of ``table``; a store of an older schema, opened read-only, has per-sample rows."""
+    claims = STORED_AS_CLAIMS[table]
+    if con.execute("SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND table_name = ?",
+                   [claims]).fetchall():
+        return con.table(claims)
+    rel = con.table(table)
+    return con.sql(claims_of_relation_sql(rel.sql_query(), set(rel.columns)))
 
 
 def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Mapping[str, Sequence[str]]) -> None:
@@ -46,9 +64,13 @@ def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Ma
     day's partition while a day part is computed: a query then binds and prunes those files, not the whole
     history's. ``bind_facts`` points them back at every file."""
     for table, names in files.items():
-        rel = read_fact_parquet(con, parquet_dir / table, [parquet_dir / table / n for n in names])
+        paths = [parquet_dir / table / n for n in names]
+        rel = read_fact_parquet(con, parquet_dir / table, paths)
         if rel is not None:
             rel.create_view(f"f_{table}", replace=True)
+        claims = read_fact_claims(con, parquet_dir / table, paths) if table in STORED_AS_CLAIMS else None
+        if claims is not None:
+            claims.create_view(f"f_{STORED_AS_CLAIMS[table]}", replace=True)
 
 
 _EPOCH = datetime(1970, 1, 1)

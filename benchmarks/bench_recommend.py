@@ -28,6 +28,7 @@ import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analytics.recommend import RecommendSettings, recommend  # noqa: E402
+from collector.allocation_claims import add_sample_rows  # noqa: E402
 from collector.schema import create_schema  # noqa: E402
 
 START = datetime(2026, 3, 2)
@@ -59,10 +60,12 @@ def generate(path: Path, workloads: int, days: int) -> int:
                   profile, ge, 85899345920, CASE WHEN profile = 'gpu' THEN 'exclusive' ELSE 'mig' END
            FROM fleet"""
     )
-    con.execute(
-        """INSERT INTO allocations
-           SELECT $start + to_minutes(s), node, gpu_uuid, device_id, tenant, printf('srv-%05d-0', w), 'main',
-                  tenant, NULL, ge, 'Deployment', printf('srv-%05d', w), 'bench'
+    add_sample_rows(
+        con,
+        """SELECT $start + to_minutes(s) AS ts, node, gpu_uuid, device_id, tenant AS namespace,
+                  printf('srv-%05d-0', w) AS pod, 'main' AS container, tenant, NULL AS sharing_mode,
+                  ge AS gpu_equivalents, 'Deployment' AS workload_kind, printf('srv-%05d', w) AS workload_name,
+                  'bench' AS source
            FROM fleet, range($steps) t(s)""",
         p,
     )

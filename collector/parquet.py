@@ -14,7 +14,8 @@ from pathlib import Path
 
 import duckdb
 
-from collector.schema import ALL_TABLES, FACTS
+from collector.allocation_claims import claims_by_day_sql, claims_of_relation_sql, expand_sql
+from collector.schema import ALL_TABLES, FACTS, STORED_AS_CLAIMS, fact_columns
 from collector.store_errors import StoreMissing, connect_store, storage_error
 from gpulens.core.errors import UserError
 
@@ -52,8 +53,11 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
                 target = out / table
                 if rows[table] == 0:
                     continue
+                # a fact stored as claims is written as claims, cut at midnights so a day's files hold that day
+                rows_of = (f"({claims_by_day_sql(STORED_AS_CLAIMS[table])})" if table in STORED_AS_CLAIMS
+                           else f"(SELECT *, CAST(ts AS DATE) AS date FROM {table})")  # noqa: S608 - schema names
                 con.execute(
-                    f"COPY (SELECT *, CAST(ts AS DATE) AS date FROM {table}) "  # noqa: S608
+                    f"COPY {rows_of} "  # noqa: S608
                     f"TO '{_sql_path(target)}' (FORMAT parquet, PARTITION_BY (date), OVERWRITE)"
                 )
             else:
@@ -75,7 +79,26 @@ def read_fact_parquet(con: duckdb.DuckDBPyConnection, folder: Path,
     local folder here).
 
     Columns the store has and the files lack (files written before a column existed, e.g. an older
-    export without ``ecc_corrected_total``) read as typed NULLs: not measured, never zero."""
+    export without ``ecc_corrected_total``) read as typed NULLs: not measured, never zero. A fact stored as
+    claims (allocations) reads as the per-sample rows its claims stand for."""
+    claims = read_fact_claims(con, folder, files) if folder.name in STORED_AS_CLAIMS else None
+    if claims is not None:
+        return con.sql(expand_sql(f"({claims.sql_query()})", fact_columns(folder.name)))
+    return _read_files(con, folder, files)
+
+
+def read_fact_claims(con: duckdb.DuckDBPyConnection, folder: Path,
+                     files: Sequence[Path] | None = None) -> duckdb.DuckDBPyRelation | None:
+    """The claims of a fact stored as claims, from its Parquet files (per-sample files of an earlier export
+    read as one-sample claims); None when the folder holds no Parquet file."""
+    rel = _read_files(con, folder, files)
+    if rel is None:
+        return None
+    return con.sql(claims_of_relation_sql(rel.sql_query(), set(rel.columns)))
+
+
+def _read_files(con: duckdb.DuckDBPyConnection, folder: Path,
+                files: Sequence[Path] | None = None) -> duckdb.DuckDBPyRelation | None:
     if files is not None:
         if not files:
             return None

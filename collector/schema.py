@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import duckdb
 
+from collector.allocation_claims import CLAIMS_COLUMNS, CLAIMS_TABLE, expand_sql
 from collector.schema_version import SCHEMA_VERSION, check_version, log, migrate, store_path
 from collector.stored_credentials import redact_stored_credentials
 
@@ -131,7 +132,8 @@ FACTS = {
         thermal_violation_seconds_total DOUBLE,
         source VARCHAR NOT NULL
     """,
-    # Which container held which device at a sample time (one row per holder; shared GPUs have many).
+    # Which container held which device at a sample time (one row per holder; shared GPUs have many). Stored
+    # as claims (STORED_AS_CLAIMS): a view of this shape expands them into these rows.
     "allocations": """
         ts TIMESTAMP NOT NULL,
         node VARCHAR NOT NULL,
@@ -263,6 +265,24 @@ BOOKKEEPING = {
 }
 
 ALL_TABLES: dict[str, str] = {**DIMENSIONS, **FACTS, **BOOKKEEPING}
+"""Every table as readers see it (``allocations`` is a view over its claims)."""
+
+STORED_AS_CLAIMS: dict[str, str] = {"allocations": CLAIMS_TABLE}
+"""Facts stored as claims (collector/allocation_claims.py): the fact's name is a view, the table holds claims."""
+
+CLAIMS = {CLAIMS_TABLE: CLAIMS_COLUMNS}
+"""The tables that store claims, with their columns."""
+
+
+def fact_columns(fact: str) -> tuple[str, ...]:
+    """The column names of a fact, in order (as its column list above names them)."""
+    lines = (line.split("--")[0].strip() for line in FACTS[fact].splitlines())
+    return tuple(text.split()[0] for text in lines if text)
+
+
+def _create_claim_views(con: duckdb.DuckDBPyConnection) -> None:
+    for fact, table in STORED_AS_CLAIMS.items():
+        con.execute(f"CREATE OR REPLACE VIEW {fact} AS {expand_sql(table, fact_columns(fact))}")
 
 
 def create_schema(con: duckdb.DuckDBPyConnection, path: str | None = None) -> list[str]:
@@ -272,9 +292,11 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: str | None = None) -> li
     (default: the file DuckDB has open)."""
     path = path or store_path(con)
     check_version(con, path)
-    for name, columns in ALL_TABLES.items():
-        con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
+    for name, columns in {**ALL_TABLES, **CLAIMS}.items():
+        if name not in STORED_AS_CLAIMS:
+            con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
     changes = migrate(con)
+    _create_claim_views(con)
     for change in changes:
         log.warning("the store %s was upgraded: %s", path, change)
     redact_stored_credentials(con)

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import duckdb
 
+from collector.allocation_claims import CLAIMS_TABLE, HOLDING, TIMING, claims_of_samples_sql
 from gpulens.core import __version__
 from gpulens.core.errors import UserError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this gpulens writes and reads (older stores are migrated, newer ones refused)."""
 
 log = logging.getLogger("gpulens.store")
@@ -81,6 +82,15 @@ def _column_nullable(con: duckdb.DuckDBPyConnection, table: str, column: str) ->
     return rows[0][0] == "YES" if rows else None
 
 
+def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute(
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = ?", [name],
+    ).fetchall())
+
+
+_CLAIM_COLUMNS = ", ".join((*TIMING, *HOLDING))
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "pending_demand.quantity may now be unmeasured (NULL): pending workload counts without shapes are kept",
@@ -98,6 +108,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         lambda con: _column_nullable(con, "prices", "gpu_model") is not None,
         "INSERT INTO price_book SELECT gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour, "
         "'store prices table', NULL, NULL, NULL, current_timestamp::TIMESTAMP FROM prices; DROP TABLE prices",
+    ),
+    Migration(
+        "allocations are stored as claims (allocation_claims: one row per run of samples in which a holder held "
+        "a device unchanged, instead of one per sample); the view allocations gives the same rows as before "
+        "(schema version 3)",
+        lambda con: _is_table(con, "allocations"),
+        f"INSERT INTO {CLAIMS_TABLE} ({_CLAIM_COLUMNS}) SELECT {_CLAIM_COLUMNS} FROM "  # noqa: S608 - our names
+        f"({claims_of_samples_sql('allocations')}); DROP TABLE allocations",
     ),
 )
 """What an older store is given, in order; each runs only where the store lacks it."""

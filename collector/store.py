@@ -5,7 +5,7 @@ of simulated history). :meth:`Store.ingest_window` writes the window's fact rows
 upserts, its gaps, its ``ingest_batches`` row and the source's watermark in ONE transaction: a kill in
 the middle leaves no half window, and the same window twice adds nothing: fact rows are inserted in
 bulk from a registered Arrow table (never row by row), less the rows whose key (``FACT_KEYS``) is
-already stored. That check is one anti-join against the stored rows of the batch's own time span,
+already stored (allocations become claims, :mod:`collector.allocation_claims`). That check is one anti-join against the stored rows of the batch's own time span,
 which DuckDB's min/max zone maps narrow to a few row groups, so a window costs the same whatever the
 size of the store (a primary-key index would be probed on every insert and rewritten on every
 checkpoint).
@@ -23,7 +23,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from collector.schema import DIMENSIONS, FACT_KEYS, FACTS, connect
+from collector.allocation_claims import add_samples
+from collector.schema import DIMENSIONS, FACT_KEYS, FACTS, STORED_AS_CLAIMS, connect
 from collector.store_errors import storage_failures, store_error
 
 Frame: TypeAlias = pl.DataFrame | pa.Table
@@ -259,6 +260,10 @@ class Store:
         staged = [*cols, *(f"{columns[k] or 'NULL'} AS {k}" for k in keys if k not in incoming.columns)]
         match = " AND ".join(f"t.{k} = n.{k}" for k in keys)
         name = self._register(incoming.to_arrow())
+        if table in STORED_AS_CLAIMS:  # every column: a claim holds them all
+            every = [c if c in incoming.columns else f"{columns[c] or 'NULL'} AS {c}" for c in columns]
+            staged_all = f"(SELECT {', '.join(every)} FROM {name})"  # noqa: S608 - names from the schema
+            return add_samples(self.con, staged_all, *(span or (None, None)))
         col_list = ", ".join(cols)
         inserted = self.con.execute(
             f"INSERT INTO {table} ({col_list}) SELECT {col_list} "  # noqa: S608 - names from the schema

@@ -23,6 +23,7 @@ from analytics.day_parts import import_parts
 from analytics.result_tables import PART_TABLES
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
+from collector.allocation_claims import add_sample_rows
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet
 
@@ -114,9 +115,9 @@ def test_a_changed_day_alone_is_computed_again_and_its_old_part_dropped(three_da
     analyze(store, settings(END))
     before = parts(store)
     with duckdb.connect(str(store)) as con:  # a late allocation row for the first day
-        con.execute(
-            """INSERT INTO allocations SELECT ts + INTERVAL 1 SECOND, node, gpu_uuid, device_id, namespace, 'late-pod',
-                      container, tenant, sharing_mode, gpu_equivalents, workload_kind, workload_name, source
+        add_sample_rows(
+            con,
+            """SELECT * REPLACE (ts + INTERVAL 1 SECOND AS ts, 'late-pod' AS pod)
                FROM allocations WHERE ts >= ? AND ts < ? LIMIT 1""",
             [at(END - 2 * DAY), at(END - DAY)],
         )

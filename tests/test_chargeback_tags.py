@@ -31,7 +31,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         fleet.gpu(gpu, "n1")
         fleet.samples(gpu, activity=activity)
         fleet.alloc(gpu, tenant, namespace=namespace, pod=f"{namespace}-0")
-    fleet.con.execute("UPDATE allocations SET workload_kind = 'Job', workload_name = namespace || '-job'")
+    fleet.con.execute("UPDATE allocation_claims SET workload_kind = 'Job', workload_name = namespace || '-job'")
     fleet.gpu("GPU-free", "n1")  # nobody holds it: the fleet's own __unallocated__ lines
     fleet.samples("GPU-free", activity=0.0)
     labels = {

@@ -75,7 +75,7 @@ def test_placement_takes_the_inventorys_group_over_split_owners(tmp_path: Path) 
     db = tmp_path / "fleet.duckdb"
     backfill_simulated(str(db), start=END - 6 * 3600, end=END, step=300)
     with duckdb.connect(str(db)) as con:
-        con.execute("UPDATE allocations SET workload_kind = 'StatefulSet', workload_name = pod "
+        con.execute("UPDATE allocation_claims SET workload_kind = 'StatefulSet', workload_name = pod "
                     "WHERE workload_name = 'gpt-pretrain'")
     split = tmp_path / "split.duckdb"
     shutil.copy(db, split)

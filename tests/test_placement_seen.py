@@ -26,7 +26,8 @@ from analytics.placement.run import insert_seen, seen
 from analytics.placement.settings import TopologySettings
 from analytics.placement.stranded import fleet_newest
 from analytics.result_tables import create_result_tables
-from collector.schema import create_schema
+from collector.schema import create_schema, fact_columns
+from tests.support.bulk_insert import insert_rows
 
 START = datetime(2026, 3, 2)
 END = START + timedelta(days=1)
@@ -58,7 +59,8 @@ def _rows(workloads: list[Workload], devices: tuple[str, ...] = (*(d[0] for d in
         st.sampled_from(devices),
         st.sampled_from(modes),
         st.sampled_from([1.0, 0.5]),
-    ), max_size=80)
+    ), max_size=80, unique_by=lambda r: (r[0], workloads[r[1]][0], f"{workloads[r[1]][2] or 'bare'}-{r[2]}", r[3]))
+    # unique as the store keeps allocations: one row per device, time and holder
 
 
 def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
@@ -69,13 +71,12 @@ def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
         con.execute("INSERT INTO devices (device_id, gpu_uuid, node, kind, profile, gpu_equivalents, sharing_mode) "
                     "VALUES (?, ?, 'n1', ?, 'gpu', 1.0, ?)", [device, gpu, kind, mode])
     gpu_of = {d[0]: d[1] for d in DEVICES} | {UNKNOWN[0]: UNKNOWN[1]}
+    held = []
     for minute, w, pod, device, mode, ge in rows:
         ns, kind, name = workloads[w]
-        con.execute(
-            "INSERT INTO allocations VALUES (?, 'n1', ?, ?, ?, ?, 'main', ?, ?, ?, ?, ?, 'test')",
-            [START + timedelta(minutes=minute), gpu_of[device], device, ns, f"{name or 'bare'}-{pod}", f"t-{ns}",
-             mode, ge, kind, name],
-        )
+        held.append((START + timedelta(minutes=minute), "n1", gpu_of[device], device, ns, f"{name or 'bare'}-{pod}",
+                     "main", f"t-{ns}", mode, ge, kind, name, "test"))
+    insert_rows(con, "allocations", fact_columns("allocations"), held)
     if gang:  # the inventory names the StatefulSet's pods as one LeaderWorkerSet (newest snapshot wins)
         for pod in range(3):
             for ts, kind in ((START - timedelta(hours=1), "Job"), (START, "LeaderWorkerSet")):

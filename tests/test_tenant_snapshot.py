@@ -9,6 +9,7 @@ import pytest
 
 from analytics.tenant_snapshot import current_holdings, render_holdings
 from collector.schema import create_schema
+from tests.support.bulk_insert import insert_rows
 
 T0 = datetime(2026, 11, 1, 12, 0, 0)
 T1 = datetime(2026, 11, 1, 12, 0, 15)
@@ -41,11 +42,8 @@ def con() -> duckdb.DuckDBPyConnection:
         allocs.append((ts, "n1", "GPU-1", "MIG-a", "ml", "train-0", "main", "llm", 3 / 7))
         allocs.append((ts, "n1", "GPU-1", "MIG-b", "nb", "nb-0", "main", "notebooks", 1 / 7))
     allocs.append((T0, "n2", "GPU-2", "MIG-c", "ml", "infer-0", "main", "llm", 1 / 7))
-    c.executemany(
-        "INSERT INTO allocations (ts, node, gpu_uuid, device_id, namespace, pod, container, tenant, gpu_equivalents, source)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'test')",
-        allocs,
-    )
+    insert_rows(c, "allocations", ("ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container", "tenant",
+                                    "gpu_equivalents", "source"), [(*a, "test") for a in allocs])
     return c
 
 
@@ -65,7 +63,7 @@ def test_unmeasured_devices_add_no_activity_but_are_counted(con: duckdb.DuckDBPy
 
 
 def test_rendered_table_escapes_control_characters_in_tenant_names(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("UPDATE allocations SET tenant = 'evil\nline' WHERE tenant = 'notebooks'")
+    con.execute("UPDATE allocation_claims SET tenant = 'evil\nline' WHERE tenant = 'notebooks'")
     table = render_holdings(current_holdings(con))
     assert "evil\\nline" in table
     assert all("evil" not in line or "\\n" in line for line in table.splitlines())

@@ -20,6 +20,7 @@ from analytics.facts import Window, bind_facts
 from analytics.placement.spread import GpuPlace, place_keys
 from analytics.placement.stranded import FRESH_SECONDS, stranded_by_topology
 from collector.schema import create_schema
+from tests.support.bulk_insert import insert_rows
 
 START = datetime(2026, 3, 2)
 END = START + timedelta(days=1)
@@ -41,17 +42,16 @@ samples = st.dictionaries(
 def _store(readings: dict[str, dict[int, tuple[bool | None, bool]]]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     create_schema(con)
+    holders = []
     for gpu, by_minute in readings.items():
         for minutes, (up, held) in by_minute.items():
             ts = END - timedelta(minutes=minutes)
             con.execute("INSERT INTO gpu_samples (ts, node, gpu_uuid, up, source) VALUES (?, 'n1', ?, ?, 't')",
                         [ts, gpu, up])
             if held:
-                con.execute(
-                    "INSERT INTO allocations (ts, node, gpu_uuid, device_id, namespace, pod, container, tenant, "
-                    "sharing_mode, gpu_equivalents, source) VALUES (?, 'n1', ?, ?, 'ns', 'p', 'c', 't', 'exclusive', 1, 't')",
-                    [ts, gpu, gpu],
-                )
+                holders.append((ts, "n1", gpu, gpu, "ns", "p", "c", "t", "exclusive", 1.0, "t"))
+    insert_rows(con, "allocations", ("ts", "node", "gpu_uuid", "device_id", "namespace", "pod", "container", "tenant",
+                                     "sharing_mode", "gpu_equivalents", "source"), holders)
     bind_facts(con, None, temporary=True)
     return con
 
