@@ -375,7 +375,8 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
 
 
 @stage("day parts",
-       "f_device_samples f_allocations f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev analysis_parts "
+       "f_device_samples f_allocations f_allocation_claims f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev "
+       "analysis_parts "
        "analysis_spacings",
        "value:interval value:parts value:part_notes an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "

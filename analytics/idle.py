@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from analytics.facts import Window
+from collector.allocation_claims import times_in_sql
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -128,15 +129,26 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes. Grouped by the
     # device id as read, the device key joined to the grouped rows (rows of unlisted devices: dk NULL, one row
     # per device id; only their existence and an_alloc read them).
+    # Read from the claims (collector/allocation_claims.py): per claim and bucket, only its sample times are
+    # generated (no row per sample is read), then the claims' holders are summed as the per-sample rows would be.
+    times = times_in_sql("claims", "node, gpu_uuid, device_id" if gap_filter else "")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_held AS
+        WITH claims AS (
+            SELECT row_number() OVER () AS cid, * FROM f_allocation_claims WHERE ts < $end AND last_ts >= $start
+        ),
+        per_bucket AS (
+            SELECT s.cid, {BUCKET_OF_TS} AS b, count(*) AS m, sum(hash(s.ts)) AS ts_sig,
+                   min(s.ts) AS first_ts, max(s.ts) AS last_ts
+            FROM ({times}) s WHERE true {gap_filter}
+            GROUP BY ALL
+        )
         SELECT d.dk, h.* FROM (
-            SELECT s.device_id, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, count(*) AS m,
-                   sum(s.gpu_equivalents) AS ge, min(s.gpu_equivalents) AS ge_lo, max(s.gpu_equivalents) AS ge_hi,
-                   sum(hash(s.ts)) AS ts_sig, min(s.ts) AS first_ts, max(s.ts) AS last_ts
-            FROM f_allocations s
-            WHERE s.ts >= $start AND s.ts < $end {gap_filter}
+            SELECT c.device_id, p.b, c.tenant, c.namespace, sum(p.m) AS m,
+                   sum(c.gpu_equivalents * p.m) AS ge, min(c.gpu_equivalents) AS ge_lo, max(c.gpu_equivalents) AS ge_hi,
+                   sum(p.ts_sig) AS ts_sig, min(p.first_ts) AS first_ts, max(p.last_ts) AS last_ts
+            FROM per_bucket p JOIN claims c USING (cid)
             GROUP BY ALL
         ) h LEFT JOIN an_dev d USING (device_id)
         """,  # noqa: S608 - constant fragments; values are bound

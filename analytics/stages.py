@@ -67,7 +67,7 @@ def stage(name: str, reads: str, writes: str) -> Callable[[Callable[[RunState], 
     return wrap
 
 
-@stage("read samples and allocations", "f_device_samples f_allocations f_gaps an_dev",
+@stage("read samples and allocations", "f_device_samples f_allocations f_allocation_claims f_gaps an_dev",
        "an_gaps an_held an_hold an_kb an_kb_held an_kb_unlisted an_known an_alloc")
 def _samples(s: RunState) -> None:
     idle.prepare_samples(s.con, s.window, s.settings.activity_threshold)

@@ -80,11 +80,14 @@ def make_store(path: Path, gpus: int) -> None:
     con.close()
 
 
-def make_facts(facts: Path, gpus: int, days: int, block: int, interval: int = INTERVAL) -> None:
+def make_facts(facts: Path, gpus: int, days: int, block: int, interval: int = INTERVAL,
+               allocations: str = "claims") -> None:
     """Hive-partitioned Parquet facts ``<table>/block=B/day=D/``: a fleet of the first k blocks is a subset.
 
     ``interval``: seconds between samples (60 as exporters are scraped; 300 as ``collect --rollups``
-    writes); the fleet's behaviour is the same minute by minute, only sampled less often."""
+    writes); the fleet's behaviour is the same minute by minute, only sampled less often. ``allocations``:
+    ``claims`` (as the store exports them) or ``per-sample`` (one row per holder and sample, as exported
+    before claims)."""
     steps = days * 86400 // interval
     con = duckdb.connect()
     con.execute("SET preserve_insertion_order = false")
@@ -114,9 +117,7 @@ def make_facts(facts: Path, gpus: int, days: int, block: int, interval: int = IN
         FROM fleet f, range($steps) r(t)
     """
     copy("device_samples", samples)
-    copy(
-        "allocations",
-        """
+    held = """
         SELECT $start::TIMESTAMP + to_seconds(t * $every) AS ts, f.node, f.gpu_uuid, f.gpu_uuid AS device_id,
                'ns-' || tn AS namespace, 'pod-' || unit || '-' || blk || '-' || h AS pod, 'main' AS container,
                'tenant-' || tn AS tenant, f.mode AS sharing_mode,
@@ -131,8 +132,18 @@ def make_facts(facts: Path, gpus: int, days: int, block: int, interval: int = IN
                                       ELSE 'g' || f.g END AS unit
                           FROM holders f) u, range($steps) r(t))) f
         WHERE hash(f.unit, f.blk) % 10 < 7
-        """,
-    )
+        """
+    if allocations == "per-sample":  # one row per holder and sample, as an earlier release stored them
+        copy("allocations", held)
+    else:  # claims, as the store keeps them: a holder's run of samples in a day is one row
+        copy("allocations", f"""
+            SELECT min(ts) AS ts, max(ts) AS last_ts,
+                   CASE WHEN count(*) > 1 THEN $every * 1000000 ELSE 0 END AS step_us,
+                   CAST(count(*) AS INTEGER) AS samples,
+                   node, gpu_uuid, device_id, namespace, pod, container, tenant, sharing_mode, gpu_equivalents,
+                   workload_kind, workload_name, source, day, block
+            FROM ({held}) GROUP BY ALL
+        """)  # noqa: S608 - the generator's own SQL
     copy(
         "gpu_samples",
         """
@@ -281,29 +292,39 @@ def _in_child(target, *args) -> dict:  # type: ignore[no-untyped-def]
     return result
 
 
-def _run_fleet(root: Path, gpus: int, block: int, per_gpu: int, args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
+def _bytes_per_gpu_day(facts: Path, gpus: int, days: int) -> dict[str, float]:
+    """Parquet bytes per GPU-day of each fact table under ``facts`` (and their total)."""
+    out = {t.name: sum(f.stat().st_size for f in t.rglob("*.parquet")) / (gpus * days) for t in facts.iterdir()}
+    return {**out, "total": sum(out.values())}
+
+
+def _run_fleet(root: Path, gpus: int, block: int, per_gpu: int, args: argparse.Namespace,  # type: ignore[type-arg]
+               layout: str = "claims") -> dict:
     """One run for one fleet size, each part in a fresh process: the floor, the full analysis of the window on a
     new store, then the next day's files and the same-length window one day later; prints its row."""
-    work = root / f"fleet-{gpus}"
+    work = root / f"fleet-{gpus}-{layout}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    subset(root / "facts", work / "facts", gpus // block, args.days)
+    facts = root / f"facts-{layout}"
+    subset(facts, work / "facts", gpus // block, args.days)
+    sizes = _bytes_per_gpu_day(work / "facts", gpus, args.days)
     make_store(work / "store.duckdb", gpus)
     floor = _in_child(_floor, work / "facts", FLOOR)
     floor_all = _in_child(_floor, work / "facts", FLOOR_ALL_FACTS)
     full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days)
     # The next day arrives (its files only); the same week-long window, one day later, on the analysed store.
-    subset(root / "facts", work / "facts", gpus // block, args.days + 1)
+    subset(facts, work / "facts", gpus // block, args.days + 1)
     more = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days + 1)
-    row = {"gpus": gpus, "samples": gpus * per_gpu, "floor": floor, "floor_all_facts": floor_all, "analyze": full,
+    row = {"gpus": gpus, "layout": layout, "parquet_bytes_per_gpu_day": sizes, "samples": gpus * per_gpu, "floor": floor, "floor_all_facts": floor_all, "analyze": full,
            "next_day": more, "ratio": full["seconds"] / floor["seconds"],
            "ratio_all_facts": full["seconds"] / floor_all["seconds"], "incremental_ratio": more["seconds"] / full["seconds"]}
     print(f"{gpus:>6} {gpus * per_gpu:>11,} {floor['seconds']:>8.2f} {full['seconds']:>10.2f} "
           f"{row['ratio']:>5.1f}x {floor['cpu']:>12.1f} {full['cpu']:>14.1f} "
           f"{floor['rss_gib']:>8.2f} G {full['rss_gib']:>10.2f} G {more['seconds']:>9.2f} "
           f"{row['incremental_ratio']:>11.2f}x  {full['reconciled']}", flush=True)
-    print(f"        floor of all three facts {floor_all['seconds']:.2f} s ({floor_all['cpu']:.1f} CPU s): "
-          f"analyze {row['ratio_all_facts']:.1f}x that", flush=True)
+    print(f"        [{layout}] floor of all three facts {floor_all['seconds']:.2f} s ({floor_all['cpu']:.1f} CPU s): "
+          f"analyze {row['ratio_all_facts']:.1f}x that; Parquet {sizes['total'] / 1024:.1f} KiB per GPU-day "
+          f"(allocations {sizes.get('allocations', 0) / 1024:.2f} KiB)", flush=True)
     print("        phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in full["phases"].items()), flush=True)
     print("        +1 day: " + ", ".join(f"{k} {v:.1f}s" for k, v in more["phases"].items()), flush=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -335,6 +356,9 @@ def main() -> None:
     ap.add_argument("--interval", type=int, default=INTERVAL,
                     help="seconds between samples (default 60; 300 is what `collect --rollups` writes)")
     ap.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one, removed)")
+    ap.add_argument("--allocations", choices=("claims", "per-sample", "both"), default="claims",
+                    help="how the allocations are laid out: claims (as the store exports them, the default), "
+                         "per-sample (one row per holder and sample, as before claims), or both side by side")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of floor, full analysis and next day per fleet (default 1); with more, the JSON's "
                          "ratios are the medians of the runs' own ratios (a shared machine's noise)")
@@ -351,14 +375,16 @@ def main() -> None:
     have = json.loads(marker.read_text()) if marker.exists() else {}
     t0 = time.perf_counter()
     generated = args.days + 1  # the window, and one more day for the incremental run
+    layouts = ["claims", "per-sample"] if args.allocations == "both" else [args.allocations]
     if (have.get("days") == generated and have.get("block") == block and have.get("gpus", 0) >= max(fleets)
-            and have.get("interval", INTERVAL) == args.interval):
+            and have.get("interval", INTERVAL) == args.interval and set(layouts) <= set(have.get("layouts", []))):
         print(f"reusing the facts in {root} ({have['gpus']} GPUs generated earlier)")
     else:
-        shutil.rmtree(root / "facts", ignore_errors=True)
-        make_facts(root / "facts", max(fleets), generated, block, args.interval)
+        for layout in layouts:
+            shutil.rmtree(root / f"facts-{layout}", ignore_errors=True)
+            make_facts(root / f"facts-{layout}", max(fleets), generated, block, args.interval, layout)
         marker.write_text(json.dumps({"gpus": max(fleets), "days": generated, "block": block,
-                                      "interval": args.interval}))
+                                      "interval": args.interval, "layouts": layouts}))
     gen = time.perf_counter() - t0
     print(f"generated {max(fleets)} GPUs x {args.days} d at {args.interval} s = {max(fleets) * per_gpu:,} device samples "
           f"(+ GPU samples and allocations) in {gen:.1f} s")
@@ -367,9 +393,20 @@ def main() -> None:
           f"{'analyze CPU s':>14} {'floor RSS':>10} {'analyze RSS':>12} {'+1 day s':>9} {'+1 day/full':>12}  reconciled")
     results = []
     for gpus in fleets:
-        runs = [_run_fleet(root, gpus, block, per_gpu, args) for _ in range(args.repeat)]
-        row = _median_run(runs)
-        results.append(row)
+        by_layout = {}
+        for layout in layouts:
+            runs = [_run_fleet(root, gpus, block, per_gpu, args, layout) for _ in range(args.repeat)]
+            row = by_layout[layout] = _median_run(runs)
+            results.append(row)
+        if len(by_layout) == 2:
+            c, p = by_layout["claims"], by_layout["per-sample"]
+            print(f"{'':>6} claims / per-sample: analyze {c['analyze']['seconds'] / p['analyze']['seconds']:.2f}x wall, "
+                  f"{c['analyze']['cpu'] / p['analyze']['cpu']:.2f}x CPU, next day "
+                  f"{c['next_day']['seconds'] / p['next_day']['seconds']:.2f}x, peak RSS "
+                  f"{c['analyze']['rss_gib'] / p['analyze']['rss_gib']:.2f}x; Parquet bytes per GPU-day "
+                  f"{c['parquet_bytes_per_gpu_day']['total'] / p['parquet_bytes_per_gpu_day']['total']:.2f}x "
+                  f"(allocations {c['parquet_bytes_per_gpu_day']['allocations'] / p['parquet_bytes_per_gpu_day']['allocations']:.3f}x)",
+                  flush=True)
         if len(runs) > 1:
             ratios = ", ".join(f"{r['ratio']:.1f}" for r in runs)
             nexts = ", ".join(f"{r['incremental_ratio']:.2f}" for r in runs)

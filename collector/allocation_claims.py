@@ -199,3 +199,21 @@ def add_sample_rows(con: duckdb.DuckDBPyConnection, query: str, params: object =
         return add_samples(con, "_claim_rows", lo, hi) if lo is not None else 0
     finally:
         con.execute("DROP TABLE _claim_rows")
+
+
+def times_in_sql(claims: str, columns: str = "") -> str:
+    """SQL: ``(cid, ts[, columns])`` per sample time of each claim of ``claims`` (which has a ``cid``) inside
+    ``[$start, $end)``: only the times in the span are generated, however long the claim."""
+    extra = f", {columns}" if columns else ""
+    return f"""
+        SELECT cid, make_timestamp(t0 + step_us * k) AS ts{extra} FROM (
+            SELECT *, unnest(range(k_lo, k_hi + 1)) AS k FROM (
+                SELECT cid, epoch_us(ts) AS t0, step_us{extra},
+                       CASE WHEN step_us = 0 THEN 0
+                            ELSE greatest(0, (epoch_us($start) - epoch_us(ts) + step_us - 1) // step_us) END AS k_lo,
+                       CASE WHEN step_us = 0 THEN 0
+                            ELSE least(samples - 1, (epoch_us($end) - 1 - epoch_us(ts)) // step_us) END AS k_hi
+                FROM {claims} WHERE ts < $end AND last_ts >= $start
+            )
+        ) WHERE make_timestamp(t0 + step_us * k) >= $start AND make_timestamp(t0 + step_us * k) < $end
+    """  # noqa: S608 - our names
