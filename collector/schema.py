@@ -273,6 +273,9 @@ STORED_AS_CLAIMS: dict[str, str] = {"allocations": CLAIMS_TABLE}
 CLAIMS = {CLAIMS_TABLE: CLAIMS_COLUMNS}
 """The tables that store claims, with their columns."""
 
+FACT_STORAGE: tuple[str, ...] = (*(t for t in FACTS if t not in STORED_AS_CLAIMS), *CLAIMS)
+"""The tables that hold the facts' rows (what a store without facts lacks)."""
+
 
 def fact_columns(fact: str) -> tuple[str, ...]:
     """The column names of a fact, in order (as its column list above names them)."""

@@ -11,6 +11,7 @@ import pytest
 from analytics.day_parts import trusted_tables
 from analytics.run import analyze
 from collector.parquet import export_parquet, read_fact_parquet
+from collector.schema import STORED_AS_CLAIMS
 from tests.support.analytics_fleet import T0, Fleet
 from tests.test_analytics_idle_capacity import build, settings
 
@@ -30,7 +31,7 @@ def test_the_parquet_path_gives_the_same_idle_capacity_and_chargeback(tmp_path: 
     from_store = analyze(store, settings())
     export_parquet(str(store), tmp_path / "export")
     con = duckdb.connect(str(store))
-    for table in ("device_samples", "allocations", "gpu_samples", "events"):
+    for table in ("device_samples", "allocation_claims", "gpu_samples", "events"):
         con.execute(f"DELETE FROM {table}")  # noqa: S608 - constant names: the facts now live only in Parquet
     con.close()
     from_parquet = analyze(store, settings(parquet_dir=tmp_path / "export"))
@@ -103,7 +104,7 @@ def test_facts_across_midnight_give_the_store_s_analysis_however_the_days_are_pa
             f"COPY (SELECT *, CAST(ts + INTERVAL ({partition_offset_hours}) HOUR AS DATE) AS day FROM {table}) "  # noqa: S608
             f"TO '{out / table}' (FORMAT parquet, PARTITION_BY (day))"
         )
-        con.execute(f"DELETE FROM {table}")  # noqa: S608 - constant names: the facts now live only in Parquet
+        con.execute(f"DELETE FROM {STORED_AS_CLAIMS.get(table, table)}")  # noqa: S608 - the facts now live only in Parquet
     con.close()
     from_parquet = analyze(store, window.model_copy(update={"parquet_dir": out}))
     con = duckdb.connect(str(store), read_only=True)

@@ -17,7 +17,7 @@ import pytest
 from analytics.run import analyze
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet
-from collector.schema import FACTS
+from collector.schema import FACT_STORAGE, FACTS
 from tests.test_analytics_day_parts import DAY, END, at, merged_results, results, settings
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def worker_store(store: Path, path: Path) -> Path:
     """The dimensions of ``store`` without any fact row: a worker reads its facts from its Parquet alone."""
     shutil.copy(store, path)
     with duckdb.connect(str(path)) as con:
-        for table in FACTS:
+        for table in FACT_STORAGE:
             con.execute(f"DELETE FROM {table}")  # noqa: S608 - names from the schema
     return path
 

@@ -14,6 +14,7 @@ from analytics.recommend import RecommendationReport, RecommendSettings
 from analytics.recommend import recommend as run_recommend
 from analytics.result_tables import column_names
 from collector.parquet import export_parquet
+from collector.schema import STORED_AS_CLAIMS
 from tests.support.recommend_store import StoreBuilder, gib
 
 DAY = 288  # samples at a 5-minute step
@@ -64,7 +65,7 @@ def test_recommend_reads_its_facts_from_parquet_history_and_decides_the_same(tmp
     export_parquet(str(store), tmp_path / "export")
     with duckdb.connect(str(store)) as con:
         for table in FACT_TABLES:  # the facts now live only in Parquet
-            con.execute(f"DELETE FROM {table}")  # noqa: S608 - constant names
+            con.execute(f"DELETE FROM {STORED_AS_CLAIMS.get(table, table)}")  # noqa: S608 - constant names
     assert recommend(store, settings).workloads == (), "the store alone no longer has the evidence"
     from_parquet = recommend(store, settings, parquet_dir=tmp_path / "export")
     assert from_parquet.workloads == from_store.workloads

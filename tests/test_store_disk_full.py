@@ -45,7 +45,7 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
 
 def test_a_full_disk_while_collecting_is_one_line_naming_the_store(small_disk: Callable[[int], Path]) -> None:
     db = small_disk(1024 * 1024) / "gpulens.duckdb"  # the schema fits; the first window's commit does not
-    proc = gpulens("collect", "--simulate", "--days", "0.01", "--end", "2026-01-01T06:00:00Z", "--db", str(db),
+    proc = gpulens("collect", "--simulate", "--days", "0.1", "--end", "2026-01-01T06:00:00Z", "--db", str(db),
                    timeout=300)
     assert_one_line_error(proc, f"{NO_SPACE[0]}{db}: {NO_SPACE[1]}")
 

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from collector.schema import create_schema
 from gpulens.core.mig_catalog import MIB, model_by_name
+from tests.support.bulk_insert import insert_rows
 
 GIB = 1024**3
 T0 = datetime(2026, 11, 1)
@@ -112,8 +112,7 @@ class StoreBuilder:
             create_schema(con)
             for table, rows in self.rows.items():
                 cols = list(rows[0])
-                data = pa.table({c: [r[c] for r in rows] for c in cols})  # noqa: F841 (read by DuckDB)
-                con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM data")  # noqa: S608
+                insert_rows(con, table, cols, [tuple(r[c] for c in cols) for r in rows])
         return self.path
 
 
