@@ -58,7 +58,7 @@ def export_parquet(db_path: str, out: Path) -> ExportSummary:
                            else f"(SELECT *, CAST(ts AS DATE) AS date FROM {table})")  # noqa: S608 - schema names
                 con.execute(
                     f"COPY {rows_of} "  # noqa: S608
-                    f"TO '{_sql_path(target)}' (FORMAT parquet, PARTITION_BY (date), OVERWRITE)"
+                    f"TO '{_sql_path(target)}' (FORMAT parquet, PARTITION_BY (date), OVERWRITE, COMPRESSION zstd)"
                 )
             else:
                 con.execute(
