@@ -21,6 +21,9 @@ from gpulens.core.errors import UserError
 FACT_TABLES = (*FACTS, "gaps")
 """Every table analytics reads as ``f_<table>``: the collector's facts and its recorded gaps."""
 
+FACT_VIEWS = frozenset({*(f"f_{t}" for t in FACT_TABLES), *(f"f_{t}" for t in STORED_AS_CLAIMS.values())})
+"""The views ``bind_facts`` makes: every fact table's, and the claims of a fact stored as claims."""
+
 
 def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False,
                tables: Sequence[str] = FACT_TABLES) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from analytics import chargeback, fragmentation, health, idle, isolation
-from analytics.facts import FACT_TABLES, Window
+from analytics.facts import FACT_VIEWS, Window
 from analytics.placement.run import assess as assess_placement
 from analytics.placement.run import insert_placement, insert_seen
 from analytics.result_tables import PART_TABLES
@@ -30,8 +30,6 @@ from collector.schema import BOOKKEEPING, DIMENSIONS
 STORE_TABLES = frozenset({*DIMENSIONS, *BOOKKEEPING, *PART_TABLES})
 """What a stage may read without an earlier stage: dimensions, bookkeeping and the day parts earlier runs
 stored (facts only as ``f_*``)."""
-
-FACT_VIEWS = frozenset(f"f_{t}" for t in FACT_TABLES)
 
 
 @dataclass
