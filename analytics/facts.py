@@ -22,9 +22,10 @@ FACT_TABLES = (*FACTS, "gaps")
 
 
 def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False,
-               tables: Sequence[str] = FACT_TABLES) -> str:
+               tables: Sequence[str] = FACT_TABLES, where: str | None = None) -> str:
     """Create the ``f_*`` views (of ``tables``, by default every fact table); a table missing under
-    ``parquet_dir`` falls back to the store's.
+    ``parquet_dir`` falls back to the store's. ``where``: a condition the views keep only the rows of
+    (a node range's, :mod:`analytics.node_ranges`).
 
     ``temporary``: views of this connection only (they work on a read-only store, e.g. ``gpulens recommend``
     without writing results, and ``gpulens plan``).
@@ -34,6 +35,8 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temp
     for table in tables:
         rel = read_fact_parquet(con, parquet_dir / table) if parquet_dir is not None else None
         rel = rel if rel is not None else con.table(table)
+        if where is not None:
+            rel = rel.filter(where)
         if temporary:
             con.execute(f"CREATE OR REPLACE TEMP VIEW f_{table} AS {rel.sql_query()}")
         else:
@@ -41,13 +44,15 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temp
     return str(parquet_dir) if parquet_dir is not None else "store"
 
 
-def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Mapping[str, Sequence[str]]) -> None:
+def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Mapping[str, Sequence[str]],
+                    where: str | None = None) -> None:
     """Point ``f_<table>`` at some of its Parquet files only (paths relative to ``parquet_dir/<table>``), e.g. one
     day's partition while a day part is computed: a query then binds and prunes those files, not the whole
     history's. ``bind_facts`` points them back at every file."""
     for table, names in files.items():
         rel = read_fact_parquet(con, parquet_dir / table, [parquet_dir / table / n for n in names])
         if rel is not None:
+            rel = rel.filter(where) if where is not None else rel
             rel.create_view(f"f_{table}", replace=True)
 
 
