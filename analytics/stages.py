@@ -107,7 +107,7 @@ def _part_sums(s: RunState) -> None:
 
 
 @stage("placements seen", "f_allocations f_pod_snapshots devices",
-       "part_placements part_placement_pods part_placement_times part_placement_pairs")
+       "part_placements part_placement_pods part_placement_times part_placement_pairs an_range_rows")
 def _placements_seen(s: RunState) -> None:
     if s.nodes is None:
         insert_seen(s.con, s.run_id, s.window, s.settings.topology)
