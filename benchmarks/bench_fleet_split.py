@@ -14,9 +14,10 @@ it goes and never holds the day). Each step runs in a fresh child process (its o
 Printed side by side: wall and CPU seconds and peak RSS of each, the merge's share of workers + merge, and
 whether the merged rows equal the single run's (idle, fragmentation, chargeback totals). The last line is JSON.
 
-Disk: about 1.1 GB of Parquet per 100,000 GPU-days at 60 s (measured at 20,000 GPUs: 0.22 GB), so 1,000,000
-GPUs x 1 day needs about 11 GB for the facts plus the stores (about 1 GB each for the central copy and the
-merge at that size) and DuckDB's spill in --dir.
+Disk: about 0.2 GiB of Parquet per 100,000 GPU-days at 60 s (measured at 20,000 GPUs: 0.04 GiB, the generated
+fleet compresses well), so 1,000,000 GPUs x 1 day needs about 2 GiB for the facts, plus about 0.016 GiB of worker
+store per 10,000 GPUs of its range (1.6 GiB in all at 1M), two copies of the merged store and DuckDB's spill in --dir:
+leave about 10 GiB.
 
     .venv/bin/python benchmarks/bench_fleet_split.py --gpus 20000 --workers 2 --dir /tmp/split20k
     .venv/bin/python benchmarks/bench_fleet_split.py --gpus 100000 --workers 4 --dir /tmp/split100k
