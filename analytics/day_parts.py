@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -29,6 +31,9 @@ import duckdb
 
 from analytics.fact_files import FactFile, fact_files
 from analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
+from analytics.node_ranges import NODE_FACTS, NodeRange, node_ranges
+from analytics.placement.range_seen import MERGED_PLACEMENTS
+from analytics.placement.settings import TopologySettings
 from analytics.result_tables import DAY_PARTS, PART_SUMS
 from analytics.settings import EarlyWarningRules
 from analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
@@ -57,6 +62,18 @@ class Span:
     files: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Per fact table read from day-partitioned Parquet: its files of this day (and of no day), which the
     day's stages read instead of the whole history's (``DAY_SCOPED``)."""
+    nodes: NodeRange | None = None
+    """The day's range of nodes this part covers (None: every node, the whole day)."""
+
+    @property
+    def label(self) -> str:
+        """The day (ISO date), and its node range when it has one."""
+        day = self.window.start.date().isoformat()
+        return day if self.nodes is None else f"{day} {self.nodes.label}"
+
+    def scoped(self, parameters: dict[str, object]) -> dict[str, object]:
+        """The part's parameters: the run's, and its node range (a whole day's id is as before)."""
+        return parameters if self.nodes is None else {**parameters, "nodes": self.nodes.key}
 
     @property
     def spacing_key(self) -> str:
@@ -65,7 +82,7 @@ class Span:
 
     def part_id(self, parameters: dict[str, object]) -> str:
         return _hash({"start": self.window.start, "end": self.window.end, "facts": self.facts,
-                      "devices": self.devices, "parameters": parameters})
+                      "devices": self.devices, "parameters": self.scoped(parameters)})
 
 
 def _hash(value: object) -> str:
@@ -83,18 +100,22 @@ def day_windows(window: Window) -> list[Window]:
     return out
 
 
-def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | None) -> list[Span]:
-    """The window's spans with the fingerprints of their facts and of their devices (``an_dev``)."""
+def spans(con: duckdb.DuckDBPyConnection, window: Window, parquet_dir: Path | None, ranges: int = 1) -> list[Span]:
+    """The window's spans with the fingerprints of their facts and of their devices (``an_dev``); with
+    ``ranges`` above 1, each day cut into that many node ranges (day by day, range by range). A range's
+    facts fingerprint is its day's (any change of the day's facts computes each of its ranges again)."""
     files = _parquet_files(con, parquet_dir)
     days = day_windows(window)
+    cuts: list[NodeRange | None] = [None] if ranges == 1 else list(node_ranges(con, ranges))
+    devices = {r: _devices(con, days, cut) for r, cut in enumerate(cuts)}
     out = []
-    for w, devices in zip(days, _devices(con, days), strict=True):
+    for k, w in enumerate(days):
         facts: list[object] = [_store_facts(con, w, [t for t in PART_FACTS if t not in files])]
         mine = {t: [f for f in listed if f.day is None or w.start.date() == f.day] for t, listed in sorted(files.items())}
         facts += [(t, [f.fingerprint for f in listed]) for t, listed in mine.items()]
         scoped = tuple((t, tuple(f.relative for f in mine[t])) for t in DAY_SCOPED
                        if any(f.day is not None for f in mine.get(t, ())))
-        out.append(Span(w, _hash(facts), devices, scoped))
+        out += [Span(w, _hash(facts), devices[r][k], scoped, cut) for r, cut in enumerate(cuts)]
     return out
 
 
@@ -147,11 +168,11 @@ def _store_facts(con: duckdb.DuckDBPyConnection, w: Window, tables: list[str]) -
     return [batches[0] if batches else None, counts]
 
 
-def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window]) -> list[str]:
+def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window], cut: NodeRange | None = None) -> list[str]:
     """Per span, the hash of the devices present in it, as the part's SQL sees them (lifetimes clipped to it):
-    the text of (count, sum of hashes), every span in one statement."""
+    the text of (count, sum of hashes), every span in one statement; ``cut``: of that node range's devices only."""
     rows = con.execute(
-        """
+        f"""
         SELECT w.i, count(d.device_id),
                sum(hash((d.device_id, d.gpu_uuid, d.node, d.gpu_model, d.kind, d.profile, d.sharing_mode, d.ge,
                          d.slices, d.cost_share, d.list_price, d.contracted_price, d.gpu_instance_id, d.multi_device,
@@ -160,8 +181,9 @@ def _devices(con: duckdb.DuckDBPyConnection, spans: list[Window]) -> list[str]:
                  FILTER (WHERE d.device_id IS NOT NULL)
         FROM (SELECT unnest($s) AS s, unnest($e) AS e, generate_subscripts($s, 1) AS i) w
         LEFT JOIN an_dev d ON (d.first_seen IS NULL OR d.first_seen < w.e) AND (d.last_seen IS NULL OR d.last_seen >= w.s)
+                         AND {"true" if cut is None else cut.sql("d.node")}
         GROUP BY w.i
-        """,
+        """,  # noqa: S608 - names quoted as literals
         {"s": [w.start for w in spans], "e": [w.end for w in spans]},
     ).fetchall()
     by_span = {int(i): (n, h) for i, n, h in rows}
@@ -202,6 +224,9 @@ def _ensure_parts(
         ).fetchall()
     }
     fixed = float(settings.sample_interval_seconds) if settings.sample_interval_seconds else None
+    if fixed is None and any(s.nodes is not None for s in span_list):
+        raise UserError("--node-ranges needs sample_interval_seconds (--config interval.yaml): a node range's "
+                        "sample spacing is not its day's")
     if fixed is None and any(s.spacing_key not in spacing for s in span_list):
         for span in span_list:
             if span.spacing_key in spacing:
@@ -226,9 +251,28 @@ def _ensure_parts(
         pid = span.part_id(parameters)
         ids.append(pid)
         if not _stored(con, pid):
-            read(span)
-            _write_part(state, span, pid, parameters, notes)
+            with _node_scope(state, span):
+                read(span)
+                _write_part(state, span, pid, parameters, notes)
     return interval, ids
+
+
+@contextmanager
+def _node_scope(state: RunState, span: Span) -> Iterator[None]:
+    """While a node range's part is computed, ``an_dev`` holds only the range's devices and the node facts'
+    views only its rows; both are the fleet's again after it."""
+    if span.nodes is None:
+        yield
+        return
+    con = state.con
+    con.execute("ALTER TABLE an_dev RENAME TO an_dev_fleet")
+    con.execute(f"CREATE TEMP TABLE an_dev AS SELECT * FROM an_dev_fleet WHERE {span.nodes.sql()}")  # noqa: S608
+    try:
+        yield
+    finally:
+        con.execute("DROP TABLE an_dev")
+        con.execute("ALTER TABLE an_dev_fleet RENAME TO an_dev")
+        bind_facts(con, state.settings.parquet_dir, tables=NODE_FACTS)
 
 
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
@@ -259,9 +303,14 @@ def _stored(con: duckdb.DuckDBPyConnection, part_id: str) -> bool:
 def _read(state: RunState, span: Span, trusted: frozenset[str] = frozenset()) -> None:
     parquet_dir = state.settings.parquet_dir
     scoped = {t: files for t, files in span.files if t in trusted}
+    where = span.nodes.sql() if span.nodes is not None else None
+    if where is not None:  # the range's rows of the node facts (of the day's files where those are bound below)
+        bind_facts(state.con, parquet_dir, tables=[t for t in NODE_FACTS if t not in scoped], where=where)
     if scoped and parquet_dir is not None:
-        bind_fact_files(state.con, parquet_dir, scoped)
-    run_stages(RunState(state.con, state.settings, span.window, values=state.values, done=state.done), PART_READ)
+        for table, files in scoped.items():
+            bind_fact_files(state.con, parquet_dir, {table: files}, where if table in NODE_FACTS else None)
+    run_stages(RunState(state.con, state.settings, span.window, values=state.values, done=state.done,
+                        nodes=span.nodes), PART_READ)
 
 
 def trusted_tables(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None) -> frozenset[str]:
@@ -294,10 +343,12 @@ def _drop(con: duckdb.DuckDBPyConnection) -> None:
 
 def why_computed(con: duckdb.DuckDBPyConnection, span: Span, parameters: dict[str, object]) -> str:
     """Why a span has no stored part: new, or what differs from the part last computed for the same span."""
-    row = con.execute(
+    nodes = json.loads(json.dumps(span.nodes.key)) if span.nodes is not None else None
+    rows = con.execute(
         "SELECT fingerprint, parameters FROM analysis_parts WHERE part_start = ? AND part_end = ? "
-        "ORDER BY created_at DESC LIMIT 1", [span.window.start, span.window.end],
-    ).fetchone()
+        "ORDER BY created_at DESC", [span.window.start, span.window.end],
+    ).fetchall()
+    row = next((r for r in rows if (json.loads(r[1]) if r[1] else {}).get("nodes") == nodes), None)  # its own range
     if row is None:
         return "first analysed"
     facts, _, devices = str(row[0]).partition(":")
@@ -307,7 +358,7 @@ def why_computed(con: duckdb.DuckDBPyConnection, span: Span, parameters: dict[st
     if devices != span.devices:
         reasons.append("its devices changed")
     before = json.loads(row[1]) if row[1] else None
-    now = json.loads(json.dumps(parameters, sort_keys=True, default=str))
+    now = json.loads(json.dumps(span.scoped(parameters), sort_keys=True, default=str))
     if before is None:
         reasons.append("computed by an earlier release that did not record its parameters")
     elif before.get("version") != now.get("version"):
@@ -323,16 +374,16 @@ def _write_part(
 ) -> None:
     """Compute and store one part in its own transaction (a half-written part is never listed)."""
     con = state.con
-    notes.setdefault(span.window.start.date().isoformat(), why_computed(con, span, parameters))  # a guess redone: the first why
+    notes.setdefault(span.label, why_computed(con, span, parameters))  # a guess redone: the first why
     con.execute("BEGIN TRANSACTION")
     try:
         for table in (*DAY_PARTS.values(), *PART_SUMS):
             con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
-        run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done), PART_WRITE)
+        run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done, span.nodes), PART_WRITE)
         con.execute(
             "INSERT INTO analysis_parts VALUES (?, ?, ?, ?, ?, ?)",
             [part_id, span.window.start, span.window.end, f"{span.facts}:{span.devices}",
-             datetime.now(UTC).replace(tzinfo=None), json.dumps(parameters, sort_keys=True, default=str)],
+             datetime.now(UTC).replace(tzinfo=None), json.dumps(span.scoped(parameters), sort_keys=True, default=str)],
         )
         con.execute("COMMIT")
     except BaseException:
@@ -341,9 +392,12 @@ def _write_part(
     _drop(con)
 
 
-def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
+def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
+                gang_kinds: tuple[str, ...] = TopologySettings().gang_kinds) -> None:
     """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_fleet``
-    (chargeback), ``an_placements`` (placement), ``an_health`` (health)."""
+    (chargeback), ``an_placements`` (placement: the whole days' rows, and those of days cut into node ranges
+    added up per day, ``MERGED_PLACEMENTS``), ``an_health`` (health). Every other sum is per device, GPU or
+    node, or adds up over them, so a day in node ranges gives the whole day's."""
     p = {"ids": part_ids}
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_known AS
@@ -360,8 +414,10 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
     )
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_placements AS
-           SELECT * EXCLUDE (part_id) FROM part_placements WHERE list_contains($ids, part_id)
-           ORDER BY namespace, kind, wname, first_ts""", p,
+           SELECT * FROM (
+               SELECT * EXCLUDE (part_id) FROM part_placements WHERE list_contains($ids, part_id)
+               UNION ALL (""" + MERGED_PLACEMENTS + """)
+           ) ORDER BY namespace, kind, wname, first_ts""", {**p, "gang_kinds": sorted(gang_kinds)},  # noqa: S608
     )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE an_health AS SELECT * EXCLUDE (part_id) FROM part_health "
@@ -378,13 +434,14 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str]) -> None:
        "f_device_samples f_allocations f_allocation_claims f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev "
        "analysis_parts "
        "analysis_spacings",
-       "value:interval value:parts value:part_notes an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
+       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
-       "part_placements part_health part_trend_buckets part_trend_quiet part_trend_gpus")
+       "part_placements part_placement_pods part_placement_times part_placement_pairs part_health part_trend_buckets "
+       "part_trend_quiet part_trend_gpus")
 def _parts(s: RunState) -> None:
     notes: dict[str, str] = {}
-    interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir), notes)
-    merge_parts(s.con, ids)
+    interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir, s.settings.node_ranges), notes)
+    merge_parts(s.con, ids, s.settings.topology.gang_kinds)
     s.values.interval, s.values.parts, s.values.part_notes = interval, ids, notes
 
 

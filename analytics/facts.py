@@ -26,9 +26,10 @@ FACT_VIEWS = frozenset({*(f"f_{t}" for t in FACT_TABLES), *(f"f_{t}" for t in ST
 
 
 def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temporary: bool = False,
-               tables: Sequence[str] = FACT_TABLES) -> str:
+               tables: Sequence[str] = FACT_TABLES, where: str | None = None) -> str:
     """Create the ``f_*`` views (of ``tables``, by default every fact table); a table missing under
-    ``parquet_dir`` falls back to the store's.
+    ``parquet_dir`` falls back to the store's. ``where``: a condition the views keep only the rows of
+    (a node range's, :mod:`analytics.node_ranges`).
 
     ``temporary``: views of this connection only (they work on a read-only store, e.g. ``gpulens recommend``
     without writing results, and ``gpulens plan``).
@@ -37,15 +38,17 @@ def bind_facts(con: duckdb.DuckDBPyConnection, parquet_dir: Path | None, *, temp
         raise UserError(f"--parquet {parquet_dir}: not a directory")
     for table in tables:
         rel = read_fact_parquet(con, parquet_dir / table) if parquet_dir is not None else None
-        _bind(con, f"f_{table}", rel if rel is not None else con.table(table), temporary)
+        _bind(con, f"f_{table}", rel if rel is not None else con.table(table), temporary, where)
         if table in STORED_AS_CLAIMS:
             claims = read_fact_claims(con, parquet_dir / table) if parquet_dir is not None else None
             _bind(con, f"f_{STORED_AS_CLAIMS[table]}", claims if claims is not None else _store_claims(con, table),
-                  temporary)
+                  temporary, where)
     return str(parquet_dir) if parquet_dir is not None else "store"
 
 
-def _bind(con: duckdb.DuckDBPyConnection, view: str, rel: duckdb.DuckDBPyRelation, temporary: bool) -> None:
+def _bind(con: duckdb.DuckDBPyConnection, view: str, rel: duckdb.DuckDBPyRelation, temporary: bool,
+          where: str | None = None) -> None:
+    rel = rel.filter(where) if where is not None else rel
     if temporary:
         con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {rel.sql_query()}")
     else:
@@ -62,7 +65,8 @@ def _store_claims(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPy
     return con.sql(claims_of_relation_sql(rel.sql_query(), set(rel.columns)))
 
 
-def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Mapping[str, Sequence[str]]) -> None:
+def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Mapping[str, Sequence[str]],
+                    where: str | None = None) -> None:
     """Point ``f_<table>`` at some of its Parquet files only (paths relative to ``parquet_dir/<table>``), e.g. one
     day's partition while a day part is computed: a query then binds and prunes those files, not the whole
     history's. ``bind_facts`` points them back at every file."""
@@ -70,10 +74,11 @@ def bind_fact_files(con: duckdb.DuckDBPyConnection, parquet_dir: Path, files: Ma
         paths = [parquet_dir / table / n for n in names]
         rel = read_fact_parquet(con, parquet_dir / table, paths)
         if rel is not None:
+            rel = rel.filter(where) if where is not None else rel
             rel.create_view(f"f_{table}", replace=True)
         claims = read_fact_claims(con, parquet_dir / table, paths) if table in STORED_AS_CLAIMS else None
         if claims is not None:
-            claims.create_view(f"f_{STORED_AS_CLAIMS[table]}", replace=True)
+            _bind(con, f"f_{STORED_AS_CLAIMS[table]}", claims, False, where)
 
 
 _EPOCH = datetime(1970, 1, 1)

@@ -366,6 +366,34 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("first_ts", "TIMESTAMP NOT NULL", "First sample time in the span."),
         _c("last_ts", "TIMESTAMP NOT NULL", "Last sample time in the span."),
     ],
+    "part_placement_pods": [
+        PART_KEY,
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload (a node range part's; see analytics/placement/range_seen.py)."),
+        _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
+        _c("wname", "VARCHAR NOT NULL", "Top owner name."),
+        _c("pod", "VARCHAR NOT NULL", "A pod of it that held whole GPUs exclusively in the range."),
+        _c("gpu_lo", "VARCHAR NOT NULL", "Its smallest GPU UUID there."),
+        _c("gpu_hi", "VARCHAR NOT NULL", "Its largest GPU UUID there."),
+    ],
+    "part_placement_times": [
+        PART_KEY,
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
+        _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
+        _c("wname", "VARCHAR NOT NULL", "Top owner name."),
+        _c("ts", "TIMESTAMP NOT NULL", "A sample time it held whole GPUs in the range."),
+        _c("tenant", "VARCHAR", "Tenant of the workload."),
+        _c("sig", "HUGEINT NOT NULL", "Sum of the hashes of its (pod, GPU) rows in the range then."),
+        _c("pairs", "BIGINT NOT NULL", "Those rows."),
+        _c("ge", "DOUBLE NOT NULL", "Their GE."),
+    ],
+    "part_placement_pairs": [
+        PART_KEY,
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
+        _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
+        _c("wname", "VARCHAR NOT NULL", "Top owner name."),
+        _c("sig", "HUGEINT NOT NULL", "A set it held in the range (part_placement_times.sig)."),
+        _c("pairs", "VARCHAR[] NOT NULL", "The set: sorted 'pod|gpu_uuid' pairs."),
+    ],
     "part_health": [
         PART_KEY,
         _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples in the span."),
@@ -440,8 +468,9 @@ PART_TABLES: dict[str, list[Column]] = {
 }
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
-PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_health",
-             "part_trend_buckets", "part_trend_quiet", "part_trend_gpus")
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_placement_pods",
+             "part_placement_times", "part_placement_pairs", "part_health", "part_trend_buckets", "part_trend_quiet",
+             "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""
 
 RESULT_TABLES = (

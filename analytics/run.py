@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +26,7 @@ import duckdb
 
 from analytics import chargeback
 from analytics.checkpoint import background_checkpoint
+from analytics.day_parts import Span, ensure_parts, spans
 from analytics.facts import Window, bind_facts, resolve_window
 from analytics.inventory import build_inventory, register_catalog
 from analytics.pipeline import PARTS, WINDOW, WRITE
@@ -68,6 +70,15 @@ def _no_cycle_collection() -> Iterator[None]:
 def _open_and_analyze(
     db_path: str | Path, settings: AnalysisSettings, now: Callable[[], datetime]
 ) -> AnalysisSummary:
+    con = _open(db_path, settings)
+    try:
+        return _analyze(con, settings, now)
+    finally:
+        con.close()
+
+
+def _open(db_path: str | Path, settings: AnalysisSettings) -> duckdb.DuckDBPyConnection:
+    """The store, set up for a run (memory limit, settings, schema and result tables)."""
     con = connect_store(db_path, read_only=False)
     try:
         if not _MEMORY.match(settings.memory_limit):
@@ -80,7 +91,38 @@ def _open_and_analyze(
         con.execute("SET parquet_metadata_cache = true")
         create_schema(con)
         create_result_tables(con)
-        return _analyze(con, settings, now)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+@dataclass(frozen=True)
+class PartDone:
+    """One part a worker was given: its label (day, node range), id, and why it was computed (None: it was stored)."""
+
+    label: str
+    part_id: str
+    why: str | None
+
+
+def compute_parts(
+    db_path: str | Path, settings: AnalysisSettings, pick: Callable[[list[Span]], list[Span]],
+    *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[PartDone]:
+    """Find or compute only the parts ``pick`` chooses of the window's spans (a node-range worker: no
+    window-level stage, no run; the central run takes the parts with ``--parts-from``)."""
+    con = _open(db_path, settings)
+    try:
+        bind_facts(con, settings.parquet_dir)
+        window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds, clock())
+        register_catalog(con, load_price_book(con, settings.prices_path, window.end))
+        build_inventory(con, window, settings.mig_proration)
+        mine = pick(spans(con, window, settings.parquet_dir, settings.node_ranges))
+        notes: dict[str, str] = {}
+        with _no_cycle_collection():
+            _, ids = ensure_parts(RunState(con, settings, window), mine, notes)
+        return [PartDone(span.label, pid, notes.get(span.label)) for span, pid in zip(mine, ids, strict=True)]
     finally:
         con.close()
 
@@ -131,7 +173,7 @@ def _analyze(
         summary = build_summary(
             con, run_id, window.start, window.end, window.bucket_seconds, interval, source,
             values.fleet, phase_seconds=clock.seconds, prices=prices, days_reused=len(values.parts) - len(notes),
-            days_computed=notes,
+            days_computed=notes, node_ranges=settings.node_ranges,
         )
         con.execute(
             "INSERT INTO analysis_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

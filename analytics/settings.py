@@ -210,6 +210,10 @@ class AnalysisSettings(BaseModel):
     """Names of :data:`~analytics.focus_formats.FOCUS_FORMATS` written to ``out_dir``; None: every one."""
     memory_limit: str = "4GB"
     """DuckDB memory limit (it spills to disk beyond it)."""
+    node_ranges: int = Field(1, ge=1)
+    """Cut each day into this many ranges of nodes, a part each (``analytics/node_ranges.py``); the rows are the
+    same as of whole days, only the parts differ (so it is no parameter of the run). Needs
+    ``sample_interval_seconds``."""
     risk: RiskWeights = RiskWeights()
     health: HealthRules = HealthRules()
     topology: TopologySettings = TopologySettings()
@@ -250,5 +254,6 @@ class AnalysisSettings(BaseModel):
 
     def parameters(self) -> dict[str, object]:
         """The settings that shape the numbers, as JSON-able data (paths and output options left out)."""
-        data = self.model_dump(mode="json", exclude={"out_dir", "focus_formats", "memory_limit", "end"})
+        data = self.model_dump(mode="json", exclude={"out_dir", "focus_formats", "memory_limit", "end",
+                                                          "node_ranges"})
         return data

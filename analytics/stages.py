@@ -20,6 +20,8 @@ import duckdb
 
 from analytics import chargeback, fragmentation, health, idle, isolation
 from analytics.facts import FACT_VIEWS, Window
+from analytics.node_ranges import NodeRange
+from analytics.placement.range_seen import insert_range_seen
 from analytics.placement.run import assess as assess_placement
 from analytics.placement.run import insert_placement, insert_seen
 from analytics.result_tables import PART_TABLES
@@ -43,6 +45,8 @@ class RunState:
     values: RunValues = field(default_factory=RunValues)
     done: Callable[[str], None] = field(default=lambda _name: None)
     """The phase clock: called with a stage's name when it ends."""
+    nodes: NodeRange | None = None
+    """A day part's node range (``analytics/node_ranges.py``; None: every node)."""
 
 
 @dataclass(frozen=True)
@@ -100,9 +104,13 @@ def _part_sums(s: RunState) -> None:
     chargeback.insert_part_inputs(s.con, s.run_id, s.window)
 
 
-@stage("placements seen", "f_allocations f_pod_snapshots devices", "part_placements")
+@stage("placements seen", "f_allocations f_pod_snapshots devices",
+       "part_placements part_placement_pods part_placement_times part_placement_pairs an_range_rows")
 def _placements_seen(s: RunState) -> None:
-    insert_seen(s.con, s.run_id, s.window, s.settings.topology)
+    if s.nodes is None:
+        insert_seen(s.con, s.run_id, s.window, s.settings.topology)
+    else:  # a node range: what adds up to the day's placements (analytics/placement/range_seen.py)
+        insert_range_seen(s.con, s.run_id, s.window, s.settings.topology)
 
 
 @stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_day an_trend_gpus part_health part_trend_buckets part_trend_quiet part_trend_gpus")

@@ -104,7 +104,10 @@ class AnalysisSummary:
     days_reused: int = 0
     """Days of the window whose stored part this run reused."""
     days_computed: dict[str, str] = field(default_factory=dict)
-    """Day (ISO date) -> why this run computed its part (first analysed, its facts changed, a parameter...)."""
+    """Day (ISO date; with node ranges, and the range) -> why this run computed its part (first analysed, its
+    facts changed, a parameter...)."""
+    node_ranges: int = 1
+    """Node ranges per day of the parts the run used (1: whole days); reused and computed count parts."""
 
     @property
     def capacity_ge_hours(self) -> float:
@@ -208,7 +211,11 @@ class AnalysisSummary:
         if not self.days_computed and not self.days_reused:
             return []
         total = self.days_reused + len(self.days_computed)
-        out = [f"days: {total} in the window, {self.days_reused} reused, {len(self.days_computed)} computed"]
+        if self.node_ranges > 1:
+            out = [f"days: {total // self.node_ranges} in the window, each in {self.node_ranges} node ranges: "
+                   f"{total} parts, {self.days_reused} reused, {len(self.days_computed)} computed"]
+        else:
+            out = [f"days: {total} in the window, {self.days_reused} reused, {len(self.days_computed)} computed"]
         first = sorted(d for d, why in self.days_computed.items() if why == "first analysed")
         if first:
             out[0] += f" ({len(first)} first analysed)"
@@ -261,6 +268,7 @@ def build_summary(
     prices: PriceBook | None = None,
     days_reused: int = 0,
     days_computed: dict[str, str] | None = None,
+    node_ranges: int = 1,
 ) -> AnalysisSummary:
     """Read the run's rows back into headline numbers (``prices``: the book the run used, named per model)."""
     ge_by_state = con.execute(
@@ -336,6 +344,7 @@ def build_summary(
         **_price_facts(con, run_id, prices),
         days_reused=days_reused,
         days_computed=dict(days_computed or {}),
+        node_ranges=node_ranges,
     )
 
 

@@ -37,6 +37,8 @@ STAGE_MODULES = {
     "analytics/fragmentation.py": ("write fragmentation",),
     "analytics/chargeback.py": ("write chargeback", "part sums"),
     "analytics/placement/run.py": ("placement", "placements seen"),
+    "analytics/placement/range_seen.py": ("placements seen",),
+    "analytics/node_ranges.py": ("day parts",),
     "analytics/placement/stranded.py": ("placement",),
 }
 

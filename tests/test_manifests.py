@@ -464,3 +464,25 @@ def test_the_day_workers_overlay_splits_the_days_by_job_index_and_the_hourly_run
     assert objects[("PersistentVolumeClaim", "gpulens-store")]["spec"]["accessModes"] == ["ReadWriteMany"]
     minute, hour = objects[("CronJob", "gpulens-analyze-days")]["spec"]["schedule"].split()[:2]
     assert 5 < int(minute) < 30 and hour.isdigit()  # in the collector's half hour: nothing rewrites the Parquet
+
+
+def test_the_fleet_workers_overlay_runs_one_pod_per_node_range_of_a_day_and_the_hourly_run_takes_the_same_ranges(
+        renderings: dict[str, list[dict[str, Any]]]) -> None:
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in renderings["deploy/overlays/fleet-workers"]}
+    job = objects[("CronJob", "gpulens-analyze-days")]["spec"]["jobTemplate"]["spec"]
+    (worker,) = job["template"]["spec"]["containers"]
+    args = dict(a.split("=", 1) for a in worker["args"][1:])
+    ranges = int(args["--node-ranges"])
+    assert job["completionMode"] == "Indexed" and job["completions"] == job["parallelism"] == ranges  # 1 day x ranges
+    assert args["--window"] == "1d" and args["--slice"] == f"$(JOB_COMPLETION_INDEX)/{ranges}"
+    assert args["--dimensions-from"] == "/data/app/gpulens.duckdb" and args["--parquet"] == "/data/parquet"
+    hourly = objects[("CronJob", "gpulens-analyze")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    analyze = hourly["initContainers"][1]
+    assert {f"--node-ranges={ranges}", "--parts-from=/data/workers/*.duckdb", args["--config"]
+            .join(["--config=", ""])} <= set(analyze["args"])
+    interval = objects[("ConfigMap", "gpulens-analysis-interval")]["data"]["interval.yaml"]
+    assert "sample_interval_seconds:" in interval  # a node range's part needs the interval fixed
+    for spec, container in ((job["template"]["spec"], worker), (hourly, analyze)):
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "analysis-interval")
+        assert args["--config"].startswith(mount["mountPath"] + "/")
+        assert any(v.get("configMap", {}).get("name") == "gpulens-analysis-interval" for v in spec["volumes"])

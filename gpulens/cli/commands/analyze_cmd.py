@@ -25,6 +25,7 @@ FLAGS = {
     "parquet_dir": Flag("--parquet"),
     "out_dir": Flag("--out"),
     "focus_formats": Flag("--format"),
+    "node_ranges": Flag("--node-ranges"),
 }
 """The settings field each flag feeds (errors name the flag, in its unit)."""
 
@@ -92,6 +93,16 @@ def register(app: typer.Typer) -> None:
                 "the central store then merges them with --parts-from (docs/architecture.md).",
             ),
         ] = None,
+        node_ranges: Annotated[
+            int,
+            typer.Option(
+                "--node-ranges",
+                help="Cut each day into this many ranges of the fleet's nodes (by name), a part each, for fleets too "
+                "large for one worker a day: with --slice I/N the window's (day, range) parts go to the workers "
+                "(part k = day x RANGES + range, to worker k mod N), each computing its parts only; the central run "
+                "takes them with the same --node-ranges and --parts-from. Needs sample_interval_seconds (--config).",
+            ),
+        ] = 1,
         dimensions_from: Annotated[
             Path | None,
             typer.Option(
@@ -128,6 +139,7 @@ def register(app: typer.Typer) -> None:
             "parquet_dir": parquet,
             "out_dir": out,
             "focus_formats": tuple(FOCUS_FORMATS.check(f, "--format") for f in formats) if formats else None,
+            "node_ranges": node_ranges,
         }, FLAGS)
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
@@ -145,6 +157,16 @@ def register(app: typer.Typer) -> None:
                 if dimensions_from is not None:
                     typer.echo(f"{copy_dimensions(dimensions_from, db)} table(s) copied from {dimensions_from} "
                                "(its fact rows left out)")
+                if settings.node_ranges > 1:
+                    from analytics.run import compute_parts
+                    from analytics.slices import analyze_ranges
+
+                    done = analyze_ranges(db, settings, part, compute_parts, lambda: datetime.now(UTC))
+                    typer.echo(f"slice {part.index}/{part.count}: {len(done)} part(s) of days in "
+                               f"{settings.node_ranges} node ranges analysed into {db}")
+                    for p in done:
+                        typer.echo(f"  {p.label}: part {p.part_id} {'stored already' if p.why is None else p.why}")
+                    return
                 runs = analyze_slice(db, settings, part, run_analysis, lambda: datetime.now(UTC))
                 typer.echo(f"slice {part.index}/{part.count}: {len(runs)} day(s) analysed into {db}")
                 for run in runs:

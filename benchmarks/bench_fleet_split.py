@@ -1,0 +1,177 @@
+"""One day of a large fleet analysed by node ranges on W workers, the way the fleet-workers Indexed Job runs it.
+
+The fleet is ``bench_analytics.py``'s (``make_store``, ``make_facts``: G GPUs sampled every 60 s for one day, in
+Parquet partitioned by GPU block and day, one block per worker, so DuckDB's generator writes a block's files as
+it goes and never holds the day). Each step runs in a fresh child process (its own peak RSS), one after another:
+
+- the floor: one plain grouping of each fact the analysis reads (device samples, allocations, GPU samples);
+- with ``--single`` (default up to 200,000 GPUs): ``analyze`` of the day on one node;
+- worker i of W: ``analyze --slice i/W --node-ranges W --dimensions-from store`` (its store a copy of the
+  central one without facts, then its one (day, node range) part);
+- the merge: a copy of the central store takes the workers' parts (``--parts-from``) and analyses the day with
+  ``--node-ranges W`` (no fact of a part read again; the window-level stages read what they read).
+
+Printed side by side: wall and CPU seconds and peak RSS of each, the merge's share of workers + merge, and
+whether the merged rows equal the single run's (idle, fragmentation, chargeback totals). The last line is JSON.
+
+Disk: about 0.2 GiB of Parquet per 100,000 GPU-days at 60 s (measured at 20,000 GPUs: 0.04 GiB, the generated
+fleet compresses well), so 1,000,000 GPUs x 1 day needs about 2 GiB for the facts, plus about 0.016 GiB of worker
+store per 10,000 GPUs of its range (1.6 GiB in all at 1M), two copies of the merged store and DuckDB's spill in --dir:
+leave about 10 GiB.
+
+    .venv/bin/python benchmarks/bench_fleet_split.py --gpus 20000 --workers 2 --dir /tmp/split20k
+    .venv/bin/python benchmarks/bench_fleet_split.py --gpus 100000 --workers 4 --dir /tmp/split100k
+    .venv/bin/python benchmarks/bench_fleet_split.py --gpus 1000000 --workers 16 --dir /big/split1m   # --single off
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_analytics import (  # noqa: E402
+    FLOOR_ALL_FACTS,
+    START,
+    _cpu_seconds,
+    _floor,
+    _in_child,
+    _peak_rss_gib,
+    make_facts,
+    make_store,
+)
+
+SINGLE_UP_TO = 200_000
+"""Above this many GPUs the single-node run is off unless ``--single`` asks for it."""
+
+
+def _settings(facts: Path, ranges: int):  # type: ignore[no-untyped-def]
+    from analytics.settings import AnalysisSettings
+
+    return AnalysisSettings(window_seconds=86400, bucket_seconds=3600, end=START + timedelta(days=1),
+                            parquet_dir=facts, sample_interval_seconds=60, node_ranges=ranges)
+
+
+def _totals(db: Path, run_id: str) -> dict[str, object]:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        idle = con.execute("SELECT count(*), round(sum(ge_hours), 6), round(sum(cost_usd), 6) FROM idle_capacity "
+                           "WHERE run_id = ?", [run_id]).fetchone()
+        frag = con.execute("SELECT count(*), round(sum(free_ge), 6) FROM fragmentation WHERE run_id = ?",
+                           [run_id]).fetchone()
+        charge = con.execute('SELECT count(*), sum("BilledCost")::VARCHAR FROM chargeback WHERE run_id = ?',
+                             [run_id]).fetchone()
+        place = con.execute("SELECT count(*), round(sum(ge_hours), 6) FROM placement WHERE run_id = ?",
+                            [run_id]).fetchone()
+    return {"idle": list(idle or ()), "fragmentation": list(frag or ()), "chargeback": list(charge or ()),
+            "placement": list(place or ())}
+
+
+def _single(store: Path, work: Path, facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
+    from analytics.run import analyze
+
+    db = work / "single.duckdb"
+    shutil.copy(store, db)
+    t0, c0 = time.perf_counter(), _cpu_seconds()
+    summary = analyze(db, _settings(facts, 1))
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
+               "totals": _totals(db, summary.run_id), "phases": summary.phase_seconds})
+
+
+def _worker(store: Path, work: Path, facts: Path, index: int, count: int, queue) -> None:  # type: ignore[no-untyped-def]
+    from analytics.run import compute_parts
+    from analytics.slices import Slice, analyze_ranges, copy_dimensions
+
+    db = work / "workers" / f"fleet-{index}.duckdb"
+    t0, c0 = time.perf_counter(), _cpu_seconds()
+    copy_dimensions(store, db)
+    done = analyze_ranges(db, _settings(facts, count), Slice(index, count), compute_parts, lambda: START)
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
+               "parts": [p.label for p in done], "store_gib": db.stat().st_size / 1024**3})
+
+
+def _merge(store: Path, work: Path, facts: Path, count: int, queue) -> None:  # type: ignore[no-untyped-def]
+    from analytics.day_parts import import_parts
+    from analytics.run import analyze
+
+    db = work / "central.duckdb"
+    shutil.copy(store, db)
+    t0, c0 = time.perf_counter(), _cpu_seconds()
+    copied = sum(import_parts(db, w) for w in sorted((work / "workers").glob("*.duckdb")))
+    imported = time.perf_counter() - t0
+    summary = analyze(db, _settings(facts, count))
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
+               "import_seconds": imported, "parts_copied": copied, "reused": summary.days_reused,
+               "computed": len(summary.days_computed), "totals": _totals(db, summary.run_id),
+               "phases": summary.phase_seconds})
+
+
+def _size_gib(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1024**3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=20_000, help="GPUs of the fleet (default 20,000)")
+    ap.add_argument("--workers", type=int, default=2, help="workers = node ranges of the day (default 2)")
+    ap.add_argument("--dir", type=Path, required=True,
+                    help="work folder; facts generated there are reused by a later run of the same size")
+    ap.add_argument("--single", action=argparse.BooleanOptionalAction, default=None,
+                    help=f"also analyse the day on one node (default: on up to {SINGLE_UP_TO:,} GPUs)")
+    args = ap.parse_args()
+    if args.workers < 1 or args.gpus < 8 * args.workers:
+        ap.error("--workers must be at least 1 and --gpus at least 8 per worker (a node each)")
+    single_on = args.single if args.single is not None else args.gpus <= SINGLE_UP_TO
+    root: Path = args.dir
+    facts, store = root / "facts", root / "store.duckdb"
+    marker = root / "facts.json"
+    wanted = {"gpus": args.gpus, "block": -(-args.gpus // args.workers), "days": 1}
+    t0 = time.perf_counter()
+    if marker.exists() and json.loads(marker.read_text()) == wanted and store.exists():
+        print(f"reusing the facts in {facts}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        make_facts(facts, args.gpus, 1, wanted["block"])
+        make_store(store, args.gpus)
+        marker.write_text(json.dumps(wanted))
+    print(f"{args.gpus:,} GPUs x 1 day at 60 s: {args.gpus * 1440:,} device samples, facts {_size_gib(facts):.2f} GiB "
+          f"(made in {time.perf_counter() - t0:.1f} s)", flush=True)
+    work = root / "run"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "workers").mkdir(parents=True)
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
+    floor = _in_child(_floor, facts, FLOOR_ALL_FACTS)
+    single = _in_child(_single, store, work, facts) if single_on else None
+    workers = [_in_child(_worker, store, work, facts, i, args.workers) for i in range(args.workers)]
+    merge = _in_child(_merge, store, work, facts, args.workers)
+    total = sum(w["seconds"] for w in workers) + merge["seconds"]
+    total_cpu = sum(w["cpu"] for w in workers) + merge["cpu"]
+    rows = [("all-facts floor", floor), *([("single node", single)] if single else []),
+            *((f"worker {i}/{args.workers}", w) for i, w in enumerate(workers)), ("merge", merge)]
+    print(f"{'step':<18} {'wall s':>8} {'CPU s':>8} {'peak RSS':>10}")
+    for name, r in rows:
+        print(f"{name:<18} {r['seconds']:>8.2f} {r['cpu']:>8.2f} {r['rss_gib']:>8.2f} G", flush=True)
+    share = merge["seconds"] / total
+    print(f"merge share of workers + merge: {share:.1%} wall, {merge['cpu'] / total_cpu:.1%} CPU; slowest worker "
+          f"{max(w['seconds'] for w in workers):.2f} s; largest worker RSS {max(w['rss_gib'] for w in workers):.2f} GiB")
+    print("merge phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in merge["phases"].items()))
+    same = None if single is None else single["totals"] == merge["totals"]
+    if single is not None:
+        print(f"merged totals equal the single node's: {same}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(json.dumps({"gpus": args.gpus, "workers": args.workers, "facts_gib": _size_gib(facts), "floor": floor,
+                      "single": single, "worker_runs": workers, "merge": merge, "merge_share_wall": share,
+                      "merge_share_cpu": merge["cpu"] / total_cpu, "same_as_single": same}, default=str))
+
+
+if __name__ == "__main__":
+    main()
