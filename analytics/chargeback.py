@@ -29,6 +29,7 @@ from analytics.cost_rules import UNALLOCATED_SHARING
 from analytics.facts import Window
 from analytics.focus_formats import chosen
 from analytics.result_tables import append_columns, column_names
+from collector.allocation_claims import times_in_sql
 from gpulens.core.states import DeviceState
 
 UNALLOCATED = "__unallocated__"
@@ -84,16 +85,19 @@ class FleetCost:
 
 
 def apportion(amounts: list[float], total: Decimal) -> list[Decimal]:
-    """Round ``amounts`` to cents so that they sum exactly to ``total`` (largest remainder)."""
+    """Round ``amounts`` to cents so that they sum exactly to ``total`` (largest remainder). The amounts are
+    taken to a billionth of a dollar first, so a line exactly on a half cent (1.625) is a tie however its
+    float was summed (one claim's GE x its samples, or sample by sample), broken by the lines' order."""
     if not amounts:
         return []
     target_cents = int(_cents(total) / CENT)
-    raw_sum = sum(amounts)
     with localcontext() as ctx:
         ctx.prec = 40
+        exact = [Decimal(repr(a)).quantize(NANO_USD, ROUND_HALF_EVEN) for a in amounts]
+        raw_sum = sum(exact, Decimal(0))
         scaled = [
-            Decimal(repr(a)) * target_cents / Decimal(repr(raw_sum)) if raw_sum else Decimal(target_cents) / len(amounts)
-            for a in amounts
+            a * target_cents / raw_sum if raw_sum else Decimal(target_cents) / len(amounts)
+            for a in exact
         ]
         floors = [int(s.to_integral_value(ROUND_FLOOR)) for s in scaled]
         left = target_cents - sum(floors)
@@ -101,6 +105,10 @@ def apportion(amounts: list[float], total: Decimal) -> list[Decimal]:
         for i in order[:left]:
             floors[i] += 1
     return [Decimal(c) * CENT for c in floors]
+
+
+NANO_USD = Decimal("1e-9")
+"""What ``apportion`` reads of an amount: a billionth of a dollar, below any price's precision."""
 
 
 def _cents(amount: Decimal) -> Decimal:
@@ -140,6 +148,13 @@ def insert_part_inputs(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
     con.execute("INSERT INTO part_fleet " + FLEET_SELECT,
                 {"part_id": part_id, "start": window.start, "bs": window.bucket_seconds})
     con.execute("INSERT INTO part_lines " + LINES_SELECT, {"part_id": part_id})
+
+
+def insert_part_workloads(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, threshold: float) -> None:
+    """Write a day part's ``part_workloads`` (who inside each tenant held its time; the caller holds the
+    transaction). ``threshold``: the run's activity threshold."""
+    con.execute("INSERT INTO part_workloads " + PART_WORKLOADS,
+                {"part_id": part_id, "start": window.start, "end": window.end, "thr": threshold})
 
 
 def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCost, dict[date, tuple[Decimal, Decimal]]]:
@@ -214,20 +229,29 @@ def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, flo
     return out
 
 
-WORKLOAD_WEIGHTS = """
-SELECT CAST(a.ts AS DATE) AS day, a.tenant, coalesce(d.gpu_model, '') AS model, a.namespace,
-       coalesce(a.workload_kind, '') AS workload_kind, coalesce(a.workload_name, '') AS workload,
-       CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 'unmeasured'
-            WHEN s.activity_ratio < $thr THEN 'idle' ELSE 'active' END AS state,
-       sum(a.gpu_equivalents) AS ge_samples
-FROM f_allocations a
-JOIN f_device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
-JOIN an_dev d ON d.device_id = a.device_id
-WHERE a.ts >= $start AND a.ts < $end AND s.ts >= $start AND s.ts < $end AND a.tenant IS NOT NULL
+PART_WORKLOADS = f"""
+WITH claims AS (
+    SELECT row_number() OVER () AS cid, * FROM f_allocation_claims
+    WHERE ts < $end AND last_ts >= $start AND tenant IS NOT NULL
+),
+classed AS (  -- each held time classed by the device sample at that time (a time without one holds nothing)
+    SELECT a.cid, CAST(a.ts AS DATE) AS day,
+           CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 'unmeasured'
+                WHEN s.activity_ratio < $thr THEN 'idle' ELSE 'active' END AS state, count(*) AS n
+    FROM ({times_in_sql("claims", "device_id")}) a
+    JOIN f_device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
+    WHERE s.ts >= $start AND s.ts < $end
+    GROUP BY ALL
+)
+SELECT $part_id, k.day, c.tenant, coalesce(d.gpu_model, '') AS model, c.namespace,
+       coalesce(c.workload_kind, '') AS workload_kind, coalesce(c.workload_name, '') AS workload, k.state,
+       fsum(c.gpu_equivalents * k.n) AS ge_samples
+FROM classed k JOIN claims c USING (cid) JOIN an_dev d ON d.device_id = c.device_id
 GROUP BY ALL
-"""
-"""Per day, tenant, GPU model, namespace, workload and cost state: the GE-samples each workload held, each
-allocation row classed by the device sample at its own time, as ``idle_capacity`` classes held time."""
+"""  # noqa: S608 - constant fragments; values are bound
+"""``part_workloads`` rows of one day part: per day, tenant, GPU model, namespace, workload and cost state, the
+GE-samples each workload held, each held time classed by the device sample at its own time, as
+``idle_capacity`` classes held time (read from the allocation claims, their sample times in the part)."""
 
 
 def split_by_workload(lines: list[Line], weights: list[tuple[Any, ...]]) -> list[Line]:
@@ -317,14 +341,15 @@ def insert_chargeback(
     prices: dict[str, tuple[float, float, float | None]],
     mig_proration: str,
     policy: str,
-    threshold: float,
 ) -> FleetCost:
-    """Write this run's chargeback lines, each tenant's split by namespace and workload; returns the fleet
-    cost they reconcile with. ``threshold`` is the run's activity threshold; ``prices``: list, paid and
+    """Write this run's chargeback lines, each tenant's split by namespace and workload (``an_workloads``: the
+    window's ``part_workloads``); returns the fleet cost they reconcile with. ``prices``: list, paid and
     committed share (None: not known) of each priced model."""
     labels = namespace_labels(con, window)
     fleet, per_day = fleet_cost(con, window)
-    weights = con.execute(WORKLOAD_WEIGHTS, {"start": window.start, "end": window.end, "thr": threshold}).fetchall()
+    weights = con.execute(
+        "SELECT day, tenant, model, namespace, workload_kind, workload, state, ge_samples FROM an_workloads"
+    ).fetchall()
     held = split_by_workload(_lines(con), weights)
     lines = share_unallocated(held, policy, {m: p[0] for m, p in prices.items()})
     by_day: dict[date, list[Line]] = defaultdict(list)

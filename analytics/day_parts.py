@@ -275,10 +275,14 @@ def _node_scope(state: RunState, span: Span) -> Iterator[None]:
         bind_facts(con, state.settings.parquet_dir, tables=NODE_FACTS)
 
 
+PART_VERSION = 8
+"""What a part holds changes with it: a part of another version is computed again (8: ``part_workloads``)."""
+
+
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
     s = state.settings
     return {"bucket": state.window.bucket_seconds, "threshold": s.activity_threshold, "interval": interval,
-            "source": "parquet" if s.parquet_dir is not None else "store", "version": 7,
+            "source": "parquet" if s.parquet_dir is not None else "store", "version": PART_VERSION,
             "trends": _trend_parameters(s.health.early_warning), "gang_kinds": sorted(s.topology.gang_kinds)}
 
 
@@ -394,8 +398,8 @@ def _write_part(
 
 def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
                 gang_kinds: tuple[str, ...] = TopologySettings().gang_kinds) -> None:
-    """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_fleet``
-    (chargeback), ``an_placements`` (placement: the whole days' rows, and those of days cut into node ranges
+    """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_workloads``,
+    ``an_fleet`` (chargeback), ``an_placements`` (placement: the whole days' rows, and those of days cut into node ranges
     added up per day, ``MERGED_PLACEMENTS``), ``an_health`` (health). Every other sum is per device, GPU or
     node, or adds up over them, so a day in node ranges gives the whole day's."""
     p = {"ids": part_ids}
@@ -407,6 +411,11 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_alloc AS
            SELECT DISTINCT device_id, tenant, namespace FROM part_tenancy WHERE list_contains($ids, part_id)""", p,
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE an_workloads AS
+           SELECT day, tenant, model, namespace, workload_kind, workload, state, fsum(ge_samples) AS ge_samples
+           FROM part_workloads WHERE list_contains($ids, part_id) GROUP BY ALL""", p,
     )
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_lines AS
@@ -434,8 +443,8 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
        "f_device_samples f_allocations f_allocation_claims f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev "
        "analysis_parts "
        "analysis_spacings",
-       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_fleet an_placements an_health analysis_parts "
-       "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_fleet "
+       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placements an_health analysis_parts "
+       "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_workloads part_fleet "
        "part_placements part_placement_pods part_placement_times part_placement_pairs part_health part_trend_buckets "
        "part_trend_quiet part_trend_gpus")
 def _parts(s: RunState) -> None:

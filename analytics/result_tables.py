@@ -458,6 +458,17 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("thermal_hi", "DOUBLE", "Largest of them."),
         _c("clock_drop_samples", "BIGINT", "Largest of its buckets' clock_drop_samples."),
     ],
+    "part_workloads": [
+        PART_KEY,
+        _c("day", "DATE NOT NULL", "UTC day."),
+        _c("tenant", "VARCHAR NOT NULL", "Tenant that held."),
+        _c("model", "VARCHAR NOT NULL", "Short GPU model ('' when unknown)."),
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the holder."),
+        _c("workload_kind", "VARCHAR NOT NULL", "Top owner kind ('' when not known)."),
+        _c("workload", "VARCHAR NOT NULL", "Top owner name ('' when not known)."),
+        _c("state", "VARCHAR NOT NULL", "Class of the device sample at each held time: idle, active, unmeasured."),
+        _c("ge_samples", "DOUBLE NOT NULL", "GE x samples held in that class."),
+    ],
     "part_fleet": [
         PART_KEY,
         _c("day", "DATE NOT NULL", "UTC day."),
@@ -468,7 +479,7 @@ PART_TABLES: dict[str, list[Column]] = {
 }
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
-PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_fleet", "part_placements", "part_placement_pods",
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_workloads", "part_fleet", "part_placements", "part_placement_pods",
              "part_placement_times", "part_placement_pairs", "part_health", "part_trend_buckets", "part_trend_quiet",
              "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""

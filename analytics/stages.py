@@ -95,13 +95,14 @@ def _write_fragmentation(s: RunState) -> None:
     fragmentation.insert_fragmentation(s.con, s.run_id, s.window)
 
 
-@stage("part sums", "an_known an_alloc an_db an_gpub an_dev idle_capacity_parts",
-       "part_devices part_tenancy part_lines part_fleet")
+@stage("part sums", "an_known an_alloc an_db an_gpub an_dev idle_capacity_parts f_allocation_claims f_device_samples",
+       "part_devices part_tenancy part_lines part_workloads part_fleet")
 def _part_sums(s: RunState) -> None:
     p = {"part_id": s.run_id}
     s.con.execute("INSERT INTO part_devices SELECT $part_id, device_id, n, n_activity FROM an_known", p)
     s.con.execute("INSERT INTO part_tenancy SELECT $part_id, device_id, tenant, namespace FROM an_alloc", p)  # rows distinct
     chargeback.insert_part_inputs(s.con, s.run_id, s.window)
+    chargeback.insert_part_workloads(s.con, s.run_id, s.window, s.settings.activity_threshold)
 
 
 @stage("placements seen", "f_allocations f_pod_snapshots devices",
@@ -167,12 +168,12 @@ def _write_findings(s: RunState) -> None:
     insert_placement(s.con, s.run_id, s.window, s.values.placement, s.values.topology_stranded)
 
 
-@stage("write chargeback", "an_lines an_fleet an_dev f_namespace_snapshots f_allocations f_device_samples "
-       "value:model_prices", "chargeback value:fleet")
+@stage("write chargeback", "an_lines an_fleet an_workloads an_dev f_namespace_snapshots value:model_prices",
+       "chargeback value:fleet")
 def _write_chargeback(s: RunState) -> None:
     s.values.fleet = chargeback.insert_chargeback(
         s.con, s.run_id, s.window, s.values.model_prices,
-        s.settings.mig_proration, s.settings.unallocated, s.settings.activity_threshold,
+        s.settings.mig_proration, s.settings.unallocated,
     )
 
 
