@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,12 +33,15 @@ import duckdb
 from analytics.fact_files import FactFile, fact_files
 from analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
 from analytics.node_ranges import NODE_FACTS, NodeRange, node_ranges
-from analytics.placement.range_seen import MERGED_PLACEMENTS
+from analytics.placement.range_seen import MERGED_PLACEMENTS, incomplete_owners
 from analytics.placement.settings import TopologySettings
 from analytics.result_tables import DAY_PARTS, PART_SUMS
 from analytics.settings import EarlyWarningRules
 from analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
 from gpulens.core.errors import UserError
+
+log = logging.getLogger("gpulens.analytics")
+"""What a run says beside its results (the command line prints it as ``gpulens: note: ...``)."""
 
 PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
 """Facts a day part reads (the window-level stages read the rest)."""
@@ -451,6 +455,11 @@ def _parts(s: RunState) -> None:
     notes: dict[str, str] = {}
     interval, ids = ensure_parts(s, spans(s.con, s.window, s.settings.parquet_dir, s.settings.node_ranges), notes)
     merge_parts(s.con, ids, s.settings.topology.gang_kinds)
+    if s.settings.node_ranges > 1 and (lost := incomplete_owners(s.con, ids, s.settings.topology.gang_kinds)):
+        named = ", ".join(f"{ns}/{kind}/{name} on {day:%Y-%m-%d}" for day, ns, kind, name in lost[:5])
+        log.warning("%d workload(s) held 2+ GPUs in one pod in one node range and single GPUs in another, so "
+                    "their placements lack the single-GPU pods (%s%s): analyse those days without --node-ranges "
+                    "for them in full", len(lost), named, ", ..." if len(lost) > 5 else "")
     s.values.interval, s.values.parts, s.values.part_notes = interval, ids, notes
 
 

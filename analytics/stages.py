@@ -105,8 +105,8 @@ def _part_sums(s: RunState) -> None:
     chargeback.insert_part_workloads(s.con, s.run_id, s.window, s.settings.activity_threshold)
 
 
-@stage("placements seen", "f_allocations f_pod_snapshots devices",
-       "part_placements part_placement_pods part_placement_times part_placement_pairs an_range_rows")
+@stage("placements seen", "f_allocations f_allocation_claims f_pod_snapshots devices",
+       "part_placements part_placement_pods part_placement_times part_placement_pairs an_range_pods an_range_rows")
 def _placements_seen(s: RunState) -> None:
     if s.nodes is None:
         insert_seen(s.con, s.run_id, s.window, s.settings.topology)

@@ -148,3 +148,33 @@ def test_more_ranges_than_nodes_and_ranges_without_a_sample_interval_are_refused
 
 def test_a_name_with_a_quote_is_a_literal() -> None:
     assert NodeRange(1, 3, "o'neil", None).sql("d.node") == "d.node >= 'o''neil'"
+
+
+def test_a_workload_multi_device_in_one_range_and_single_gpu_in_another_is_named_at_the_merge(tmp_path: Path) -> None:
+    """A range keeps the per-sample rows only of owners that look multi-device there; an owner whose 2-GPU pod
+    is in one range and whose 1-GPU pod is in the other has its placements without the latter: the merge
+    names it rather than hide it."""
+    store, facts = fleet(tmp_path)
+    with duckdb.connect(str(store)) as con:
+        con.execute("UPDATE allocation_claims SET namespace = 'ns-split', workload_kind = 'Deployment', "
+                    "workload_name = 'split' WHERE pod LIKE 'bert-distill-0-%'")  # 2 GPUs, range 1
+        con.execute("UPDATE allocation_claims SET namespace = 'ns-split', workload_kind = 'Deployment', "
+                    "workload_name = 'split', pod = 'split-b' WHERE gpu_uuid = "  # 1 GPU, range 2
+                    "(SELECT min(gpu_uuid) FROM allocation_claims WHERE pod LIKE 'rl-reward-0-%')")
+    export_parquet(str(store), facts)
+    config = tmp_path / "interval.yaml"
+    config.write_text("sample_interval_seconds: 900\n", encoding="utf-8")
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    common = ("--parquet", facts, "--window", "1d", "--end", END_ISO, "--config", config, "--dimensions-from", store,
+              "--node-ranges", "2")
+    for proc in [cli("--db", workers / f"worker-{i}.duckdb", "--slice", f"{i}/2", *common) for i in (0, 1)]:
+        finished(proc)
+    central = tmp_path / "central.duckdb"
+    shutil.copy(store, central)
+    proc = cli("--db", central, "--parquet", facts, "--window", "1d", "--end", END_ISO, "--config", config,
+               "--node-ranges", "2", "--parts-from", workers / "*.duckdb")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "gpulens: note: 1 workload(s) held 2+ GPUs in one pod in one node range" in err
+    assert "ns-split/Deployment/split on " in err and "without --node-ranges" in err

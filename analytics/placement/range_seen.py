@@ -24,18 +24,40 @@ from analytics.placement.run import _GANGS, _OWNER, _OWNER_NO_GANGS, _WHOLE_GPU
 from analytics.placement.settings import TopologySettings
 from gpulens.core.tenancy.gangs import GROUP_KINDS
 
+_HELD = """
+CREATE OR REPLACE TEMP TABLE an_range_pods AS
+WITH gangs AS ({gangs}),
+held AS (  -- the range's claims of whole GPUs held exclusively: few rows, one per holder's run
+    SELECT a.namespace, {owner}, a.pod, a.gpu_uuid
+    FROM f_allocation_claims a JOIN devices d ON d.device_id = a.device_id {join}
+    WHERE a.ts < $end AND a.last_ts >= $start AND {whole_gpu}
+)
+SELECT namespace, kind, wname, pod, min(gpu_uuid) AS gpu_lo, max(gpu_uuid) AS gpu_hi FROM held GROUP BY ALL
+"""
+"""Per owner and pod of the range, its smallest and largest whole GPU (read from the claims)."""
+
 _ROWS = """
 CREATE OR REPLACE TEMP TABLE an_range_rows AS
-WITH gangs AS ({gangs})
-SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents, hash(a.pod, a.gpu_uuid) AS h
-FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
-WHERE a.ts >= $start AND a.ts < $end AND {whole_gpu}
+WITH gangs AS ({gangs}),
+candidates AS (  -- owners that may be multi-device from what this range holds: a gang kind, a pod of 2+ GPUs
+    SELECT DISTINCT namespace, kind, wname FROM an_range_pods
+    WHERE gpu_lo <> gpu_hi OR list_contains($gang_kinds, kind)
+),
+rows AS (
+    SELECT a.namespace, {owner}, a.ts, a.pod, a.tenant, a.gpu_uuid, a.gpu_equivalents, hash(a.pod, a.gpu_uuid) AS h
+    FROM f_allocations a JOIN devices d ON d.device_id = a.device_id {join}
+    SEMI JOIN (SELECT DISTINCT p.namespace, p.pod FROM an_range_pods p SEMI JOIN candidates c USING (namespace, kind, wname)) cp
+      ON cp.namespace = a.namespace AND cp.pod = a.pod
+    WHERE a.ts >= $start AND a.ts < $end AND {whole_gpu}
+)
+SELECT r.* FROM rows r SEMI JOIN candidates c USING (namespace, kind, wname)
 """
-"""The range's whole GPUs held exclusively in the span, each row with its owner (as ``seen`` names it)."""
+"""The rows of the range's candidate owners: whole GPUs held exclusively in the span, each with its owner (as
+``seen`` names it). An owner whose pods here are all single-GPU and of no gang kind is left out: it is
+multi-device only if a pod of it elsewhere held 2+ GPUs, which the merge sees in the pods and says."""
 
 _PODS = """
-INSERT INTO part_placement_pods
-SELECT $part_id, namespace, kind, wname, pod, min(gpu_uuid), max(gpu_uuid) FROM an_range_rows GROUP BY ALL
+INSERT INTO part_placement_pods SELECT $part_id, namespace, kind, wname, pod, gpu_lo, gpu_hi FROM an_range_pods
 """
 
 _TIMES = """
@@ -57,17 +79,19 @@ GROUP BY f.namespace, f.kind, f.wname, f.sig
 def insert_range_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, settings: TopologySettings) -> None:
     """Write a node range part's ``part_placement_pods``, ``_times`` and ``_pairs`` (the caller holds the
     transaction)."""
-    del settings  # which owners are multi-device is decided at the merge, over every range
     group_kinds = sorted(GROUP_KINDS)
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": group_kinds}).fetchone()  # noqa: S608
     owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
-    sql = _ROWS.format(gangs=_GANGS, owner=owner, join=join, whole_gpu=_WHOLE_GPU)
-    con.execute(sql, {"start": window.start, "end": window.end, "group_kinds": group_kinds})
+    p = {"start": window.start, "end": window.end, "group_kinds": group_kinds}
+    con.execute(_HELD.format(gangs=_GANGS, owner=owner, join=join, whole_gpu=_WHOLE_GPU), p)
+    con.execute(_ROWS.format(gangs=_GANGS, owner=owner, join=join, whole_gpu=_WHOLE_GPU),
+                {**p, "gang_kinds": sorted(settings.gang_kinds)})
     try:
         for statement in (_PODS, _TIMES, _PAIRS):
             con.execute(statement, {"part_id": part_id})
     finally:
         con.execute("DROP TABLE an_range_rows")
+        con.execute("DROP TABLE an_range_pods")
 
 
 MERGED_PLACEMENTS = """
@@ -107,3 +131,27 @@ FROM placements p JOIN pairs x USING (day, namespace, kind, wname, sig_key)
 """
 """The rows of ``part_placements`` (without ``part_id``) of the node range parts ``$ids``, per day as one whole
 day's part would hold them (``$gang_kinds``: the owner kinds that are multi-device with one GPU per pod)."""
+
+INCOMPLETE_OWNERS = """
+WITH parts AS (SELECT part_id, part_start AS day FROM analysis_parts WHERE list_contains($ids, part_id)),
+pods AS (SELECT p.day, x.part_id, x.namespace, x.kind, x.wname, x.gpu_lo <> x.gpu_hi AS multi_gpu
+         FROM part_placement_pods x JOIN parts p USING (part_id)),
+multi AS (SELECT day, namespace, kind, wname FROM pods GROUP BY ALL HAVING bool_or(multi_gpu)),
+local AS (  -- per part, the owners it stored times of (a candidate there)
+    SELECT part_id, namespace, kind, wname, bool_or(multi_gpu) OR list_contains($gang_kinds, kind) AS candidate
+    FROM pods GROUP BY part_id, namespace, kind, wname
+)
+SELECT DISTINCT m.day, m.namespace, m.kind, m.wname
+FROM multi m JOIN pods p USING (day, namespace, kind, wname) JOIN local l USING (part_id, namespace, kind, wname)
+WHERE NOT l.candidate AND NOT list_contains($gang_kinds, m.kind)
+ORDER BY ALL
+"""
+"""Owners multi-device over the day (a pod of 2+ GPUs in one node range) with single-GPU pods in another range,
+whose times that range did not store: their merged placements lack those pods' pairs."""
+
+
+def incomplete_owners(con: duckdb.DuckDBPyConnection, part_ids: list[str],
+                      gang_kinds: tuple[str, ...]) -> list[tuple[object, ...]]:
+    """The (day, namespace, kind, workload) whose placements a node-range merge gives without the pods of a
+    range where they looked single-device (analysing those days whole gives them in full)."""
+    return con.execute(INCOMPLETE_OWNERS, {"ids": part_ids, "gang_kinds": sorted(gang_kinds)}).fetchall()

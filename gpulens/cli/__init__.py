@@ -42,17 +42,19 @@ for _module in COMMAND_MODULES:
 
 
 class _Notes(logging.Handler):
-    """Prints what the store's migrations changed (logger ``gpulens.store``) as ``gpulens: note: ...``."""
+    """Prints what the store's migrations changed (logger ``gpulens.store``) and what an analysis says beside its
+    results (``gpulens.analytics``) as ``gpulens: note: ...``."""
 
     def emit(self, record: logging.LogRecord) -> None:
         print(f"gpulens: note: {record.getMessage()}", file=sys.stderr, flush=True)
 
 
 def _say_store_upgrades() -> None:
-    store_log = logging.getLogger("gpulens.store")
-    if not any(isinstance(h, _Notes) for h in store_log.handlers):
-        store_log.addHandler(_Notes())
-    store_log.setLevel(logging.INFO)
+    for name in ("gpulens.store", "gpulens.analytics"):
+        notes = logging.getLogger(name)
+        if not any(isinstance(h, _Notes) for h in notes.handlers):
+            notes.addHandler(_Notes())
+        notes.setLevel(logging.INFO)
 
 
 def run() -> None:
