@@ -208,8 +208,9 @@ class AnalysisSettings(BaseModel):
     """Write the FOCUS chargeback here, in each of ``focus_formats``."""
     focus_formats: tuple[str, ...] | None = None
     """Names of :data:`~analytics.focus_formats.FOCUS_FORMATS` written to ``out_dir``; None: every one."""
-    memory_limit: str = "4GB"
-    """DuckDB memory limit (it spills to disk beyond it)."""
+    memory_limit: str = "3GB"
+    """DuckDB memory limit (it spills to disk beyond it): 3 GB leaves the process under the 4 GiB that the
+    manifests give an analysis pod (DuckDB's cache fills up to its limit; Python and Arrow need the rest)."""
     node_ranges: int = Field(1, ge=1)
     """Cut each day into this many ranges of nodes, a part each (``analytics/node_ranges.py``); the rows are the
     same as of whole days, only the parts differ (so it is no parameter of the run). Needs
