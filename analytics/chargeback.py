@@ -29,7 +29,6 @@ from analytics.cost_rules import UNALLOCATED_SHARING
 from analytics.facts import Window
 from analytics.focus_formats import chosen
 from analytics.result_tables import append_columns, column_names
-from collector.allocation_claims import times_in_sql
 from gpulens.core.states import DeviceState
 
 UNALLOCATED = "__unallocated__"
@@ -150,11 +149,11 @@ def insert_part_inputs(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
     con.execute("INSERT INTO part_lines " + LINES_SELECT, {"part_id": part_id})
 
 
-def insert_part_workloads(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, threshold: float) -> None:
+def insert_part_workloads(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
     """Write a day part's ``part_workloads`` (who inside each tenant held its time; the caller holds the
-    transaction). ``threshold``: the run's activity threshold."""
+    transaction)."""
     con.execute("INSERT INTO part_workloads " + PART_WORKLOADS,
-                {"part_id": part_id, "start": window.start, "end": window.end, "thr": threshold})
+                {"part_id": part_id, "start": window.start, "bs": window.bucket_seconds})
 
 
 def fleet_cost(con: duckdb.DuckDBPyConnection, window: Window) -> tuple[FleetCost, dict[date, tuple[Decimal, Decimal]]]:
@@ -229,29 +228,25 @@ def share_unallocated(lines: list[Line], policy: str, list_prices: dict[str, flo
     return out
 
 
-PART_WORKLOADS = f"""
-WITH claims AS (
-    SELECT row_number() OVER () AS cid, * FROM f_allocation_claims
-    WHERE ts < $end AND last_ts >= $start AND tenant IS NOT NULL
-),
-classed AS (  -- each held time classed by the device sample at that time (a time without one holds nothing)
-    SELECT a.cid, CAST(a.ts AS DATE) AS day,
-           CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_ratio) THEN 'unmeasured'
-                WHEN s.activity_ratio < $thr THEN 'idle' ELSE 'active' END AS state, count(*) AS n
-    FROM ({times_in_sql("claims", "device_id")}) a
-    JOIN f_device_samples s ON s.device_id = a.device_id AND s.ts = a.ts
-    WHERE s.ts >= $start AND s.ts < $end
-    GROUP BY ALL
-)
-SELECT $part_id, k.day, c.tenant, coalesce(d.gpu_model, '') AS model, c.namespace,
-       coalesce(c.workload_kind, '') AS workload_kind, coalesce(c.workload_name, '') AS workload, k.state,
-       fsum(c.gpu_equivalents * k.n) AS ge_samples
-FROM classed k JOIN claims c USING (cid) JOIN an_dev d ON d.device_id = c.device_id
+PART_WORKLOADS = """
+SELECT $part_id, CAST($start::TIMESTAMP + to_seconds(h.b * $bs) AS DATE) AS day, h.tenant,
+       coalesce(d.gpu_model, '') AS model, h.namespace, coalesce(h.workload_kind, '') AS workload_kind,
+       coalesce(h.workload_name, '') AS workload, h.state, fsum(h.ge) AS ge_samples
+FROM (
+    SELECT dk, b, tenant, namespace, workload_kind, workload_name, 'idle' AS state, ge_idle AS ge, samples_idle AS n
+    FROM an_hold
+    UNION ALL
+    SELECT dk, b, tenant, namespace, workload_kind, workload_name, 'active', ge_active, samples_active FROM an_hold
+    UNION ALL
+    SELECT dk, b, tenant, namespace, workload_kind, workload_name, 'unmeasured', ge_unmeasured, samples_unmeasured
+    FROM an_hold
+) h JOIN an_dev d USING (dk)
+WHERE h.tenant IS NOT NULL AND h.n > 0
 GROUP BY ALL
-"""  # noqa: S608 - constant fragments; values are bound
+"""
 """``part_workloads`` rows of one day part: per day, tenant, GPU model, namespace, workload and cost state, the
-GE-samples each workload held, each held time classed by the device sample at its own time, as
-``idle_capacity`` classes held time (read from the allocation claims, their sample times in the part)."""
+GE-samples each workload held, each held time classed by the device sample at its own time (``an_hold``, the
+holders ``idle_capacity`` is made of, per workload: the same classes, no second join of samples)."""
 
 
 def split_by_workload(lines: list[Line], weights: list[tuple[Any, ...]]) -> list[Line]:

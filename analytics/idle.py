@@ -17,7 +17,7 @@ integer key ``dk`` from ``an_dev`` joined to the groups, not to every row) and b
 window's first bucket); every later step works on those small integer keys, and names are joined back
 only in the rows written. Temp tables:
 
-- ``an_hold``: per device, bucket, tenant and namespace, the holders' GE-samples, split by the class
+- ``an_hold``: per device, bucket, tenant, namespace and workload, the holders' GE-samples, split by the class
   of the device sample at each allocation row's time (idle, active, unmeasured);
 - ``an_kb``: per device and bucket, samples, first/last time, activity readings, mean memory, and the
   holders' GE-samples (``an_kb_unlisted``: samples of devices the inventory does not list, which
@@ -126,7 +126,7 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         """
     )
     con.execute("DELETE FROM an_kb WHERE dk IS NULL")
-    # Per holder (device, bucket, tenant, namespace): rows, GE and the sum of their time hashes. Grouped by the
+    # Per holder (device, bucket, tenant, namespace, workload): rows, GE and the sum of their time hashes. Grouped by the
     # device id as read, the device key joined to the grouped rows (rows of unlisted devices: dk NULL, one row
     # per device id; only their existence and an_alloc read them).
     # Read from the claims (collector/allocation_claims.py): per claim and bucket, only its sample times are
@@ -145,7 +145,7 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
             GROUP BY ALL
         )
         SELECT d.dk, h.* FROM (
-            SELECT c.device_id, p.b, c.tenant, c.namespace, sum(p.m) AS m,
+            SELECT c.device_id, p.b, c.tenant, c.namespace, c.workload_kind, c.workload_name, sum(p.m) AS m,
                    sum(c.gpu_equivalents * p.m) AS ge, min(c.gpu_equivalents) AS ge_lo, max(c.gpu_equivalents) AS ge_hi,
                    sum(p.ts_sig) AS ts_sig, min(p.first_ts) AS first_ts, max(p.last_ts) AS last_ts
             FROM per_bucket p JOIN claims c USING (cid)
@@ -189,9 +189,11 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         CREATE OR REPLACE TEMP TABLE an_kb_held AS
         SELECT k.* EXCLUDE (device_id), h.ge_samples, p.held_peak FROM an_kb k
         LEFT JOIN (SELECT dk, b, sum(ge_samples) AS ge_samples FROM an_hold GROUP BY dk, b) h USING (dk, b)
-        LEFT JOIN (
+        LEFT JOIN (  -- per tenant and namespace (a workload that follows another inside the bucket: one holder)
             SELECT h.dk, h.b, sum(h.ge_hi * ceil(h.m / k.n)) AS held_peak
-            FROM an_held h JOIN an_kb k USING (dk, b) WHERE k.n > 0 GROUP BY h.dk, h.b
+            FROM (SELECT dk, b, tenant, namespace, sum(m) AS m, max(ge_hi) AS ge_hi FROM an_held
+                  WHERE dk IS NOT NULL GROUP BY ALL) h
+            JOIN an_kb k USING (dk, b) WHERE k.n > 0 GROUP BY h.dk, h.b
         ) p USING (dk, b)
         """
     )
@@ -207,7 +209,8 @@ _CLASS = """CAST(CASE WHEN s.activity_ratio IS NULL OR NOT isfinite(s.activity_r
 
 _DECIDE = """
 holder AS (  -- no sample in the holder's bucket (tier 1) or span (tier 2): it held no measured time
-    SELECT h.dk, h.b, h.tenant, h.namespace, h.ge_lo, coalesce(h.m // c.n, 0) AS k, coalesce(c.n, 0) AS n,
+    SELECT h.dk, h.b, h.tenant, h.namespace, h.workload_kind, h.workload_name, h.ge_lo, coalesce(h.m // c.n, 0) AS k,
+           coalesce(c.n, 0) AS n,
            coalesce(c.n_idle, 0) AS n_idle, coalesce(c.n_active, 0) AS n_active,
            coalesce(c.n_unmeasured, 0) AS n_unmeasured,
            c.n IS NULL OR coalesce(h.m % c.n = 0 AND h.ts_sig = h.m // c.n * c.sig AND h.ge_lo = h.ge_hi, false) AS ok
@@ -217,13 +220,13 @@ held AS (  -- a bucket is exact when all its holders are (a group and a join: ch
     SELECT h.* EXCLUDE (ok), e.exact
     FROM holder h JOIN (SELECT dk, b, bool_and(ok) AS exact FROM holder GROUP BY dk, b) e USING (dk, b)
 )
-SELECT dk, b, tenant, namespace, ge_lo * k * n AS ge_samples, k * n AS samples,
+SELECT dk, b, tenant, namespace, workload_kind, workload_name, ge_lo * k * n AS ge_samples, k * n AS samples,
        ge_lo * k * n_idle AS ge_idle, k * n_idle AS samples_idle,
        ge_lo * k * n_active AS ge_active, k * n_active AS samples_active,
        ge_lo * k * n_unmeasured AS ge_unmeasured, k * n_unmeasured AS samples_unmeasured, false AS joined
 FROM held WHERE exact
 UNION ALL
-SELECT dk, b, tenant, namespace, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
+SELECT dk, b, tenant, namespace, workload_kind, workload_name, 0, 0, 0, 0, 0, 0, 0, 0, true FROM held WHERE NOT exact
 """
 """SQL after ``WITH``: the holders ``{holders}`` (``an_held`` rows) whose rows are k at each sample time
 ``{covered}`` counts (n, class counts, ``sig``: the sum of the times' hashes) take k x those counts; a bucket
@@ -297,7 +300,7 @@ def _join_per_sample(con: duckdb.DuckDBPyConnection, params: dict[str, object], 
             WHERE s.ts >= $start AND s.ts < $end {gap_filter}
         ),
         joined AS (
-            SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace,
+            SELECT d.dk, {BUCKET_OF_TS} AS b, s.tenant, s.namespace, s.workload_kind, s.workload_name,
                    coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c IS NOT NULL), 0) AS ge_samples,
                    count(*) FILTER (WHERE c.c IS NOT NULL) AS samples,
                    coalesce(sum(s.gpu_equivalents) FILTER (WHERE c.c = 0), 0) AS ge_idle,
@@ -480,10 +483,10 @@ _HELD = ("ge_idle", "samples_idle", "ge_active", "samples_active", "ge_unmeasure
 
 
 def idle_select(con: duckdb.DuckDBPyConnection) -> str:
-    """The ``idle_capacity`` query; ``an_hold`` rows are summed over namespaces only where a tenant held
-    one device from several namespaces (``an_alloc`` tells, and it is small)."""
+    """The ``idle_capacity`` query; ``an_hold`` rows are summed over namespaces and workloads only where a
+    tenant held one device in one bucket from several of them."""
     row = con.execute(
-        "SELECT count(*) FROM (SELECT device_id, tenant FROM an_alloc GROUP BY ALL HAVING count(*) > 1)"
+        "SELECT count(*) FROM (SELECT dk, b, tenant FROM an_hold GROUP BY ALL HAVING count(*) > 1 LIMIT 1)"
     ).fetchone()
     if row is not None and row[0]:
         summed = ", ".join(f"sum({c}) AS {c}" for c in _HELD)

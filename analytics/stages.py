@@ -95,14 +95,14 @@ def _write_fragmentation(s: RunState) -> None:
     fragmentation.insert_fragmentation(s.con, s.run_id, s.window)
 
 
-@stage("part sums", "an_known an_alloc an_db an_gpub an_dev idle_capacity_parts f_allocation_claims f_device_samples",
+@stage("part sums", "an_known an_alloc an_hold an_db an_gpub an_dev idle_capacity_parts",
        "part_devices part_tenancy part_lines part_workloads part_fleet")
 def _part_sums(s: RunState) -> None:
     p = {"part_id": s.run_id}
     s.con.execute("INSERT INTO part_devices SELECT $part_id, device_id, n, n_activity FROM an_known", p)
     s.con.execute("INSERT INTO part_tenancy SELECT $part_id, device_id, tenant, namespace FROM an_alloc", p)  # rows distinct
     chargeback.insert_part_inputs(s.con, s.run_id, s.window)
-    chargeback.insert_part_workloads(s.con, s.run_id, s.window, s.settings.activity_threshold)
+    chargeback.insert_part_workloads(s.con, s.run_id, s.window)
 
 
 @stage("placements seen", "f_allocations f_allocation_claims f_pod_snapshots devices",
