@@ -217,3 +217,11 @@ def times_in_sql(claims: str, columns: str = "") -> str:
             )
         ) WHERE make_timestamp(t0 + step_us * k) >= $start AND make_timestamp(t0 + step_us * k) < $end
     """  # noqa: S608 - our names
+
+
+SAMPLES_IN_SPAN = """
+    CASE WHEN step_us = 0 THEN CAST(ts >= $start AND ts < $end AS BIGINT)
+         ELSE greatest(0, least(samples - 1, (epoch_us($end) - 1 - epoch_us(ts)) // step_us)
+                          - greatest(0, (epoch_us($start) - epoch_us(ts) + step_us - 1) // step_us) + 1) END
+"""
+"""SQL: how many of a claim's sample times lie inside ``[$start, $end)`` (no time is generated)."""
