@@ -256,6 +256,22 @@ def _floor(facts: Path, queries: dict[str, str], queue) -> None:  # type: ignore
                "rss_gib": _peak_rss_gib()})
 
 
+def _totals(db: Path, run_id: str) -> dict[str, object]:
+    """A run's result rows in a few sums (rows, GE-hours, cost, free GE, billed cost, placements), to compare two
+    runs of the same facts."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        idle = con.execute("SELECT count(*), round(sum(ge_hours), 6), round(sum(cost_usd), 6) FROM idle_capacity "
+                           "WHERE run_id = ?", [run_id]).fetchone()
+        frag = con.execute("SELECT count(*), round(sum(free_ge), 6) FROM fragmentation WHERE run_id = ?",
+                           [run_id]).fetchone()
+        charge = con.execute('SELECT count(*), sum("BilledCost")::VARCHAR FROM chargeback WHERE run_id = ?',
+                             [run_id]).fetchone()
+        place = con.execute("SELECT count(*), round(sum(ge_hours), 6) FROM placement WHERE run_id = ?",
+                            [run_id]).fetchone()
+    return {"idle": list(idle or ()), "fragmentation": list(frag or ()), "chargeback": list(charge or ()),
+            "placement": list(place or ())}
+
+
 def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, queue) -> None:  # type: ignore[no-untyped-def]
     from analytics.run import analyze
     from analytics.settings import AnalysisSettings
@@ -267,7 +283,7 @@ def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, que
     summary = analyze(store, settings)
     queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "reconciled": summary.reconciled,
                "capacity_ge_hours": summary.capacity_ge_hours, "drain": len(summary.drain_candidates),
-               "phases": summary.phase_seconds, "rss_gib": _peak_rss_gib()})
+               "phases": summary.phase_seconds, "rss_gib": _peak_rss_gib(), "totals": _totals(store, summary.run_id)})
 
 
 def _guarded(target, args, queue) -> None:  # type: ignore[no-untyped-def]
@@ -407,6 +423,8 @@ def main() -> None:
                   f"{c['parquet_bytes_per_gpu_day']['total'] / p['parquet_bytes_per_gpu_day']['total']:.2f}x "
                   f"(allocations {c['parquet_bytes_per_gpu_day']['allocations'] / p['parquet_bytes_per_gpu_day']['allocations']:.3f}x)",
                   flush=True)
+            same = c["analyze"]["totals"] == p["analyze"]["totals"] and c["next_day"]["totals"] == p["next_day"]["totals"]
+            print(f"{'':>6} the same results from both layouts (rows and sums of every result table): {same}", flush=True)
         if len(runs) > 1:
             ratios = ", ".join(f"{r['ratio']:.1f}" for r in runs)
             nexts = ", ".join(f"{r['incremental_ratio']:.2f}" for r in runs)

@@ -44,6 +44,7 @@ from benchmarks.bench_analytics import (  # noqa: E402
     _floor,
     _in_child,
     _peak_rss_gib,
+    _totals,
     make_facts,
     make_store,
 )
@@ -57,22 +58,6 @@ def _settings(facts: Path, ranges: int):  # type: ignore[no-untyped-def]
 
     return AnalysisSettings(window_seconds=86400, bucket_seconds=3600, end=START + timedelta(days=1),
                             parquet_dir=facts, sample_interval_seconds=60, node_ranges=ranges)
-
-
-def _totals(db: Path, run_id: str) -> dict[str, object]:
-    import duckdb
-
-    with duckdb.connect(str(db), read_only=True) as con:
-        idle = con.execute("SELECT count(*), round(sum(ge_hours), 6), round(sum(cost_usd), 6) FROM idle_capacity "
-                           "WHERE run_id = ?", [run_id]).fetchone()
-        frag = con.execute("SELECT count(*), round(sum(free_ge), 6) FROM fragmentation WHERE run_id = ?",
-                           [run_id]).fetchone()
-        charge = con.execute('SELECT count(*), sum("BilledCost")::VARCHAR FROM chargeback WHERE run_id = ?',
-                             [run_id]).fetchone()
-        place = con.execute("SELECT count(*), round(sum(ge_hours), 6) FROM placement WHERE run_id = ?",
-                            [run_id]).fetchone()
-    return {"idle": list(idle or ()), "fragmentation": list(frag or ()), "chargeback": list(charge or ()),
-            "placement": list(place or ())}
 
 
 def _single(store: Path, work: Path, facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
