@@ -53,11 +53,12 @@ SINGLE_UP_TO = 200_000
 """Above this many GPUs the single-node run is off unless ``--single`` asks for it."""
 
 
-def _settings(facts: Path, ranges: int):  # type: ignore[no-untyped-def]
+def _settings(facts: Path, ranges: int, memory_limit: str | None = None):  # type: ignore[no-untyped-def]
     from analytics.settings import AnalysisSettings
 
-    return AnalysisSettings(window_seconds=86400, bucket_seconds=3600, end=START + timedelta(days=1),
-                            parquet_dir=facts, sample_interval_seconds=60, node_ranges=ranges)
+    s = AnalysisSettings(window_seconds=86400, bucket_seconds=3600, end=START + timedelta(days=1),
+                         parquet_dir=facts, sample_interval_seconds=60, node_ranges=ranges)
+    return s.model_copy(update={"memory_limit": memory_limit}) if memory_limit else s
 
 
 def _single(store: Path, work: Path, facts: Path, queue) -> None:  # type: ignore[no-untyped-def]
@@ -83,7 +84,7 @@ def _worker(store: Path, work: Path, facts: Path, index: int, count: int, queue)
                "parts": [p.label for p in done], "store_gib": db.stat().st_size / 1024**3})
 
 
-def _merge(store: Path, work: Path, facts: Path, count: int, queue) -> None:  # type: ignore[no-untyped-def]
+def _merge(store: Path, work: Path, facts: Path, count: int, memory_limit: str | None, queue) -> None:  # type: ignore[no-untyped-def]
     from analytics.day_parts import import_parts
     from analytics.run import analyze
 
@@ -92,7 +93,7 @@ def _merge(store: Path, work: Path, facts: Path, count: int, queue) -> None:  # 
     t0, c0 = time.perf_counter(), _cpu_seconds()
     copied = sum(import_parts(db, w) for w in sorted((work / "workers").glob("*.duckdb")))
     imported = time.perf_counter() - t0
-    summary = analyze(db, _settings(facts, count))
+    summary = analyze(db, _settings(facts, count, memory_limit))
     queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
                "import_seconds": imported, "parts_copied": copied, "reused": summary.days_reused,
                "computed": len(summary.days_computed), "totals": _totals(db, summary.run_id),
@@ -111,6 +112,8 @@ def main() -> None:
                     help="work folder; facts generated there are reused by a later run of the same size")
     ap.add_argument("--single", action=argparse.BooleanOptionalAction, default=None,
                     help=f"also analyse the day on one node (default: on up to {SINGLE_UP_TO:,} GPUs)")
+    ap.add_argument("--merge-memory-limit", default=None,
+                    help="DuckDB memory limit of the merge (default: analyze's); the workers keep analyze's default")
     args = ap.parse_args()
     if args.workers < 1 or args.gpus < 8 * args.workers:
         ap.error("--workers must be at least 1 and --gpus at least 8 per worker (a node each)")
@@ -135,9 +138,14 @@ def main() -> None:
     (work / "workers").mkdir(parents=True)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
     floor = _in_child(_floor, facts, FLOOR_ALL_FACTS)
+    print(f"all-facts floor: {floor['seconds']:.2f} s, {floor['cpu']:.2f} CPU s, {floor['rss_gib']:.2f} GiB", flush=True)
     single = _in_child(_single, store, work, facts) if single_on else None
-    workers = [_in_child(_worker, store, work, facts, i, args.workers) for i in range(args.workers)]
-    merge = _in_child(_merge, store, work, facts, args.workers)
+    workers = []
+    for i in range(args.workers):
+        workers.append(_in_child(_worker, store, work, facts, i, args.workers))
+        w = workers[-1]
+        print(f"worker {i}/{args.workers}: {w['seconds']:.2f} s, {w['cpu']:.2f} CPU s, {w['rss_gib']:.2f} GiB", flush=True)
+    merge = _in_child(_merge, store, work, facts, args.workers, args.merge_memory_limit)
     total = sum(w["seconds"] for w in workers) + merge["seconds"]
     total_cpu = sum(w["cpu"] for w in workers) + merge["cpu"]
     rows = [("all-facts floor", floor), *([("single node", single)] if single else []),
