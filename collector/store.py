@@ -5,10 +5,11 @@ of simulated history). :meth:`Store.ingest_window` writes the window's fact rows
 upserts, its gaps, its ``ingest_batches`` row and the source's watermark in ONE transaction: a kill in
 the middle leaves no half window, and the same window twice adds nothing: fact rows are inserted in
 bulk from a registered Arrow table (never row by row), less the rows whose key (``FACT_KEYS``) is
-already stored (allocations become claims, :mod:`collector.allocation_claims`). That check is one anti-join against the stored rows of the batch's own time span,
+already stored. That check is one anti-join against the stored rows of the batch's own time span,
 which DuckDB's min/max zone maps narrow to a few row groups, so a window costs the same whatever the
 size of the store (a primary-key index would be probed on every insert and rewritten on every
-checkpoint).
+checkpoint). Allocations are stored as claims (:mod:`collector.allocation_claims`): a window's rows
+extend the stored claims they continue.
 """
 
 from __future__ import annotations
