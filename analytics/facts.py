@@ -16,6 +16,7 @@ import duckdb
 from collector.allocation_claims import claims_of_relation_sql
 from collector.parquet import read_fact_claims, read_fact_parquet
 from collector.schema import FACTS, STORED_AS_CLAIMS
+from collector.schema_version import has_table
 from gpulens.core.errors import UserError
 
 FACT_TABLES = (*FACTS, "gaps")
@@ -58,8 +59,7 @@ def _bind(con: duckdb.DuckDBPyConnection, view: str, rel: duckdb.DuckDBPyRelatio
 def _store_claims(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPyRelation:
     """The store's claims of ``table``; a store of an older schema, opened read-only, has per-sample rows."""
     claims = STORED_AS_CLAIMS[table]
-    if con.execute("SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND table_name = ?",
-                   [claims]).fetchall():
+    if has_table(con, claims):
         return con.table(claims)
     rel = con.table(table)
     return con.sql(claims_of_relation_sql(rel.sql_query(), set(rel.columns)))

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from analytics.facts import Window
-from collector.allocation_claims import times_in_sql
+from collector.allocation_claims import SPAN_CLAIMS, times_in_sql
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -136,7 +136,7 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
         f"""
         CREATE OR REPLACE TEMP TABLE an_held AS
         WITH claims AS (
-            SELECT row_number() OVER () AS cid, * FROM f_allocation_claims WHERE ts < $end AND last_ts >= $start
+            SELECT row_number() OVER () AS cid, * FROM f_allocation_claims WHERE {SPAN_CLAIMS}
         ),
         per_bucket AS (
             SELECT s.cid, {BUCKET_OF_TS} AS b, count(*) AS m, sum(hash(s.ts)) AS ts_sig,

@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
+from collector.schema_version import has_table
 from gpulens.core.config import load_yaml_model, parse_yaml_model
 from gpulens.core.mig_catalog import short_model
 
@@ -181,18 +182,11 @@ def _file_prices(file: PriceFile, source: str) -> dict[str, Price]:
 BOOK_COLUMNS = "gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour, source, valid_from, valid_to, committed_share"
 
 
-def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute(
-        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
-        "AND table_name = ?", [name],
-    ).fetchall())
-
-
 def stored_prices(con: duckdb.DuckDBPyConnection) -> list[Price]:
     """Every row of the store's ``price_book``, newest first per model (a store opened read-only before its
     migration: its ``prices`` table)."""
-    if not _has_table(con, "price_book"):
-        if not _has_table(con, "prices"):
+    if not has_table(con, "price_book"):
+        if not has_table(con, "prices"):
             return []
         legacy = con.execute(
             "SELECT gpu_model, usd_per_gpu_hour, contracted_usd_per_gpu_hour FROM prices ORDER BY ALL"
@@ -238,7 +232,7 @@ def load_price_book(
 
 def run_price_book(con: duckdb.DuckDBPyConnection) -> PriceBook:
     """The book the newest analysis run priced with (what its money shows); the store's book without a run."""
-    if _has_table(con, "analysis_runs"):
+    if has_table(con, "analysis_runs"):
         row = con.execute(
             "SELECT run_id, json_extract(parameters, '$.price_book') FROM analysis_runs "
             "ORDER BY created_at DESC, window_end DESC LIMIT 1"

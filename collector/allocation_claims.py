@@ -8,7 +8,9 @@ sample agrees in every column and comes exactly one step later; any change, or a
 scrape that failed, a pod that left and came back), closes it and starts another. The progression is exact,
 so the view ``allocations`` expands the claims into the very rows they stand for: every reader of the
 per-sample table reads the same rows as before, and nothing about a holder is lost (irregular sample times
-make more claims, never wrong ones).
+make more claims, never wrong ones). A claim never runs over a UTC midnight, so the claims that can touch a
+span start at most a day before it: every read of them is bounded by ``ts`` (DuckDB's zone maps), however
+long the store's history.
 
 The SQL here is the one place that builds claims from samples (ingest and the migration of an older store),
 extends stored claims with a new window's, expands them, and cuts them at UTC midnights (Parquet export).
@@ -30,25 +32,18 @@ HOLDING = (
 TIMING = ("ts", "last_ts", "step_us", "samples")
 """How a claim names its sample times: first, last, the step between them (µs; 0 for one) and their count."""
 
-CLAIMS_COLUMNS = """
+TIMING_COLUMNS = """
         ts TIMESTAMP NOT NULL,            -- the claim's first sample time
-        last_ts TIMESTAMP NOT NULL,       -- its last (ts + (samples - 1) x step)
+        last_ts TIMESTAMP NOT NULL,       -- its last (ts + (samples - 1) x step), the same UTC day
         step_us BIGINT NOT NULL,          -- microseconds between its samples; 0 for a one-sample claim
-        samples INTEGER NOT NULL,
-        node VARCHAR NOT NULL,
-        gpu_uuid VARCHAR NOT NULL,
-        device_id VARCHAR NOT NULL,
-        namespace VARCHAR NOT NULL,
-        pod VARCHAR NOT NULL,
-        container VARCHAR NOT NULL,
-        tenant VARCHAR NOT NULL,
-        sharing_mode VARCHAR,
-        gpu_equivalents DOUBLE NOT NULL,
-        workload_kind VARCHAR,
-        workload_name VARCHAR,
-        source VARCHAR NOT NULL
-"""
-"""The columns of ``allocation_claims`` (the store's schema lists them with the other tables)."""
+        samples INTEGER NOT NULL,"""
+"""The columns of ``allocation_claims`` before the allocation's own (``collector/schema.py`` adds those)."""
+
+SPAN_CLAIMS = "ts >= CAST(CAST($start AS DATE) AS TIMESTAMP) AND ts < $end AND last_ts >= $start"
+"""SQL: a claim has sample times inside ``[$start, $end)`` by its bounds (the first condition prunes row groups)."""
+
+DAY_BEFORE = "CAST(CAST($lo AS DATE) AS TIMESTAMP)"
+"""SQL: the UTC midnight before ``$lo``; no claim that reaches ``$lo`` or later starts before it."""
 
 MAX_STEP_US = 3_600_000_000
 """The longest step a claim spans (an hour): samples further apart are separate claims."""
@@ -91,7 +86,7 @@ def claims_of_samples_sql(samples: str) -> str:
         SELECT min(ts) AS ts, max(ts) AS last_ts,
                CASE WHEN count(*) > 1 THEN any_value(step_us) ELSE 0 END AS step_us,
                CAST(count(*) AS INTEGER) AS samples, {_HOLD}
-        FROM runs GROUP BY {_HOLD}, run
+        FROM runs GROUP BY {_HOLD}, run, CAST(ts AS DATE)  -- a run over midnight: one claim per day
     """  # noqa: S608 - our names
 
 
@@ -100,7 +95,8 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: str, lo: object, hi: ob
     already stored (their device, time and holder), extending a stored claim where a new one continues it;
     returns the samples added. Runs in the caller's transaction."""
     stored = expand_sql(
-        f"(SELECT * FROM {CLAIMS_TABLE} WHERE ts <= $hi AND last_ts >= $lo)", ("ts", *HOLDING)  # noqa: S608
+        f"(SELECT * FROM {CLAIMS_TABLE} WHERE ts >= {DAY_BEFORE} AND ts <= $hi AND last_ts >= $lo)",  # noqa: S608
+        ("ts", *HOLDING),
     )
     key = " AND ".join(f"n.{k} = t.{k}" for k in ("device_id", "ts", "namespace", "pod", "container"))
     con.execute(
@@ -125,7 +121,9 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: str, lo: object, hi: ob
                 SELECT c.rowid AS rid, n.nid, c.ts AS c_ts, n.ts AS n_ts,
                        CASE WHEN c.samples = 1 THEN epoch_us(n.ts) - epoch_us(c.ts) ELSE c.step_us END AS step_us
                 FROM {CLAIMS_TABLE} c JOIN _claim_new n ON {_SAME}
-                WHERE c.last_ts < n.ts AND c.last_ts >= $lo - INTERVAL 1 HOUR AND c.ts <= $hi
+                WHERE c.ts >= CAST(CAST($lo - INTERVAL 1 HOUR AS DATE) AS TIMESTAMP) AND c.ts <= $hi
+                  AND c.last_ts < n.ts AND c.last_ts >= $lo - INTERVAL 1 HOUR
+                  AND CAST(c.ts AS DATE) = CAST(n.ts AS DATE)  -- a claim stays within its day
                   AND ((c.samples > 1 AND epoch_us(n.ts) = epoch_us(c.last_ts) + c.step_us
                         AND (n.samples = 1 OR n.step_us = c.step_us))
                     OR (c.samples = 1 AND epoch_us(n.ts) - epoch_us(c.ts) <= {MAX_STEP_US}
@@ -213,9 +211,9 @@ def times_in_sql(claims: str, columns: str = "") -> str:
                             ELSE greatest(0, (epoch_us($start) - epoch_us(ts) + step_us - 1) // step_us) END AS k_lo,
                        CASE WHEN step_us = 0 THEN 0
                             ELSE least(samples - 1, (epoch_us($end) - 1 - epoch_us(ts)) // step_us) END AS k_hi
-                FROM {claims} WHERE ts < $end AND last_ts >= $start
+                FROM {claims} WHERE {SPAN_CLAIMS}
             )
-        ) WHERE make_timestamp(t0 + step_us * k) >= $start AND make_timestamp(t0 + step_us * k) < $end
+        )  -- the bounds of k keep every time inside the span
     """  # noqa: S608 - our names
 
 

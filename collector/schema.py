@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import duckdb
 
-from collector.allocation_claims import CLAIMS_COLUMNS, CLAIMS_TABLE, expand_sql
+from collector.allocation_claims import CLAIMS_TABLE, TIMING_COLUMNS, expand_sql
 from collector.schema_version import SCHEMA_VERSION, check_version, log, migrate, store_path
 from collector.stored_credentials import redact_stored_credentials
 
@@ -270,8 +270,10 @@ ALL_TABLES: dict[str, str] = {**DIMENSIONS, **FACTS, **BOOKKEEPING}
 STORED_AS_CLAIMS: dict[str, str] = {"allocations": CLAIMS_TABLE}
 """Facts stored as claims (collector/allocation_claims.py): the fact's name is a view, the table holds claims."""
 
-CLAIMS = {CLAIMS_TABLE: CLAIMS_COLUMNS}
-"""The tables that store claims, with their columns."""
+CLAIMS = {CLAIMS_TABLE: TIMING_COLUMNS + "\n".join(
+    line for line in FACTS["allocations"].splitlines() if not line.strip().startswith("ts "))}
+"""The tables that store claims, with their columns: the timing of a claim, then every column of its fact
+but ``ts``."""
 
 FACT_STORAGE: tuple[str, ...] = (*(t for t in FACTS if t not in STORED_AS_CLAIMS), *CLAIMS)
 """The tables that hold the facts' rows (what a store without facts lacks)."""

@@ -41,14 +41,18 @@ class StoreVersionUnsupported(UserError):
         )
 
 
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the connection's database has a table ``name`` (a view is not one)."""
+    # fetchall, not fetchone: a result left unfinished blocks the connection's next relation query
+    return bool(con.execute(
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = ?", [name],
+    ).fetchall())
+
+
 def stored_version(con: duckdb.DuckDBPyConnection) -> str | None:
     """The version the store records, as written; ``None`` for a new file or one without the marker."""
-    # fetchall, not fetchone: a result left unfinished blocks the connection's next relation query
-    has_table = con.execute(
-        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
-        "AND table_name = 'schema_info'"
-    ).fetchall()
-    if not has_table:
+    if not has_table(con, "schema_info"):
         return None
     rows = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchall()
     return str(rows[0][0]) if rows else None
@@ -82,13 +86,6 @@ def _column_nullable(con: duckdb.DuckDBPyConnection, table: str, column: str) ->
     return rows[0][0] == "YES" if rows else None
 
 
-def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute(
-        "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
-        "AND table_name = ?", [name],
-    ).fetchall())
-
-
 _CLAIM_COLUMNS = ", ".join((*TIMING, *HOLDING))
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -113,7 +110,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "allocations are stored as claims (allocation_claims: one row per run of samples in which a holder held "
         "a device unchanged, instead of one per sample); the view allocations gives the same rows as before "
         "(schema version 3)",
-        lambda con: _is_table(con, "allocations"),
+        lambda con: has_table(con, "allocations"),
         f"INSERT INTO {CLAIMS_TABLE} ({_CLAIM_COLUMNS}) SELECT {_CLAIM_COLUMNS} FROM "  # noqa: S608 - our names
         f"({claims_of_samples_sql('allocations')}); DROP TABLE allocations",
     ),

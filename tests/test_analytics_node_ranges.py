@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,22 +22,13 @@ from analytics.result_tables import RESULT_TABLES
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet
 from gpulens.core.errors import UserError
+from tests.support.cli import analyze_process as cli
+from tests.support.cli import finished
 from tests.test_analytics_day_parts import DAY, END, at
 
 pytestmark = pytest.mark.slow
 
 END_ISO = at(END).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def cli(*args: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "gpulens.cli", "analyze", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finished(proc: subprocess.Popen[str]) -> str:
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    return out
 
 
 def every_row(path: Path, run_id: str) -> dict[str, list[tuple[object, ...]]]:

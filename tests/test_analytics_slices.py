@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -26,22 +24,13 @@ from analytics.summary import AnalysisSummary
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet
 from gpulens.core.errors import UserError
+from tests.support.cli import analyze_process as cli
+from tests.support.cli import finished
 from tests.test_analytics_day_parts import DAY, END, at, results, settings
 
 pytestmark = pytest.mark.slow
 
 END_ISO = at(END).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def cli(*args: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "gpulens.cli", "analyze", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finished(proc: subprocess.Popen[str]) -> str:
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    return out
 
 
 def test_two_workers_and_a_merge_give_the_single_node_rows(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ WITH gangs AS ({gangs}),
 held AS (  -- the range's claims of whole GPUs held exclusively: few rows, one per holder's run
     SELECT a.namespace, {owner}, a.pod, a.gpu_uuid
     FROM f_allocation_claims a JOIN devices d ON d.device_id = a.device_id {join}
-    WHERE a.ts < $end AND a.last_ts >= $start AND {whole_gpu}
+    WHERE a.ts >= CAST(CAST($start AS DATE) AS TIMESTAMP) AND a.ts < $end AND a.last_ts >= $start AND {whole_gpu}
 )
 SELECT namespace, kind, wname, pod, min(gpu_uuid) AS gpu_lo, max(gpu_uuid) AS gpu_hi FROM held GROUP BY ALL
 """

@@ -27,7 +27,7 @@ from analytics.placement.settings import TopologySettings
 from analytics.placement.spread import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
 from analytics.placement.stranded import StrandedRow, stranded_by_topology
 from analytics.result_tables import append_columns, column_names, insert_columns
-from collector.allocation_claims import SAMPLES_IN_SPAN
+from collector.allocation_claims import SAMPLES_IN_SPAN, SPAN_CLAIMS
 from gpulens.core.tenancy.gangs import GROUP_KINDS
 
 
@@ -139,7 +139,7 @@ MULTI_PODS = """
 WITH gangs AS ({gangs}),
 held AS (  -- what each pod held in the span: one row per distinct holding (from the claims: no row per sample)
     SELECT namespace, workload_kind, workload_name, pod, gpu_uuid, device_id, sharing_mode, sum(n) AS n
-    FROM (SELECT *, {samples_in_span} AS n FROM f_allocation_claims WHERE ts < $end AND last_ts >= $start)
+    FROM (SELECT *, {samples_in_span} AS n FROM f_allocation_claims WHERE {span_claims})
     WHERE n > 0
     GROUP BY ALL
 ),
@@ -264,7 +264,7 @@ def seen(con: duckdb.DuckDBPyConnection, window: Window, gang_kinds: tuple[str, 
     gangs = con.execute(f"SELECT EXISTS ({_GANGS})", {"end": window.end, "group_kinds": p["group_kinds"]}).fetchone()  # noqa: S608
     owner, join = _OWNER if gangs and gangs[0] else _OWNER_NO_GANGS
     sql = {"gangs": _GANGS, "owner": owner, "join": join, "whole_gpu": _WHOLE_GPU}
-    pods = con.execute(MULTI_PODS.format(**sql, samples_in_span=SAMPLES_IN_SPAN),
+    pods = con.execute(MULTI_PODS.format(**sql, samples_in_span=SAMPLES_IN_SPAN, span_claims=SPAN_CLAIMS),
                        {**p, "gang_kinds": sorted(gang_kinds)}).fetchall()
     if not pods:
         return []

@@ -23,3 +23,16 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: st
     assert "Traceback" not in proc.stderr
     for fragment in fragments:
         assert fragment in lines[0], proc.stderr
+
+
+def analyze_process(*args: str | Path) -> subprocess.Popen[str]:
+    """``gpulens analyze <args>`` started in a subprocess (workers of a split run side by side)."""
+    return subprocess.Popen([sys.executable, "-m", "gpulens.cli", "analyze", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen[str]) -> str:
+    """What a started command printed, once it ended with exit code 0."""
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return out
