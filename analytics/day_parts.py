@@ -33,7 +33,7 @@ import duckdb
 from analytics.fact_files import FactFile, fact_files
 from analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, infer_spacing
 from analytics.node_ranges import NODE_FACTS, NodeRange, node_ranges
-from analytics.placement.range_seen import MERGED_PLACEMENTS, incomplete_owners
+from analytics.placement.seen import incomplete_owners, merge_seen
 from analytics.placement.settings import TopologySettings
 from analytics.result_tables import DAY_PARTS, PART_SUMS
 from analytics.settings import EarlyWarningRules
@@ -279,7 +279,7 @@ def _node_scope(state: RunState, span: Span) -> Iterator[None]:
         bind_facts(con, state.settings.parquet_dir, tables=NODE_FACTS)
 
 
-PART_VERSION = 8
+PART_VERSION = 9
 """What a part holds changes with it: a part of another version is computed again (8: ``part_workloads``)."""
 
 
@@ -403,8 +403,8 @@ def _write_part(
 def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
                 gang_kinds: tuple[str, ...] = TopologySettings().gang_kinds) -> None:
     """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_workloads``,
-    ``an_fleet`` (chargeback), ``an_placements`` (placement: the whole days' rows, and those of days cut into node ranges
-    added up per day, ``MERGED_PLACEMENTS``), ``an_health`` (health). Every other sum is per device, GPU or
+    ``an_fleet`` (chargeback), ``an_placement_times`` and ``an_placement_runs`` (placement: the parts' keys per
+    sample time added up over a day's node ranges, and their runs of pairs), ``an_health`` (health). Every other sum is per device, GPU or
     node, or adds up over them, so a day in node ranges gives the whole day's."""
     p = {"ids": part_ids}
     con.execute(
@@ -425,13 +425,7 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
         """CREATE OR REPLACE TEMP TABLE an_lines AS
            SELECT day, tenant, state, model, ge_hours, cost_usd FROM part_lines WHERE list_contains($ids, part_id)""", p,
     )
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE an_placements AS
-           SELECT * FROM (
-               SELECT * EXCLUDE (part_id) FROM part_placements WHERE list_contains($ids, part_id)
-               UNION ALL (""" + MERGED_PLACEMENTS + """)
-           ) ORDER BY namespace, kind, wname, first_ts""", {**p, "gang_kinds": sorted(gang_kinds)},  # noqa: S608
-    )
+    merge_seen(con, part_ids, gang_kinds)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE an_health AS SELECT * EXCLUDE (part_id) FROM part_health "
         "WHERE list_contains($ids, part_id)", p,
@@ -447,9 +441,9 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
        "f_device_samples f_allocations f_allocation_claims f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev "
        "analysis_parts "
        "analysis_spacings",
-       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placements an_health analysis_parts "
+       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placement_times an_placement_runs an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_workloads part_fleet "
-       "part_placements part_placement_pods part_placement_times part_placement_pairs part_health part_trend_buckets "
+       "part_placement_pods part_placement_times part_placement_runs part_health part_trend_buckets "
        "part_trend_quiet part_trend_gpus")
 def _parts(s: RunState) -> None:
     notes: dict[str, str] = {}

@@ -354,24 +354,12 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("ge_hours", "DOUBLE NOT NULL", "fsum of the part's ge_hours."),
         _c("cost_usd", "DOUBLE", "fsum of the part's cost_usd (NULL: unpriced model)."),
     ],
-    "part_placements": [
-        PART_KEY,
-        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
-        _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
-        _c("wname", "VARCHAR NOT NULL", "Top owner name."),
-        _c("tenant", "VARCHAR", "Tenant of the workload."),
-        _c("sig", "VARCHAR[] NOT NULL", "The placement: sorted 'pod|gpu_uuid' pairs."),
-        _c("samples", "BIGINT NOT NULL", "Sample times it was held in the span."),
-        _c("ge_samples", "DOUBLE NOT NULL", "GE x samples."),
-        _c("first_ts", "TIMESTAMP NOT NULL", "First sample time in the span."),
-        _c("last_ts", "TIMESTAMP NOT NULL", "Last sample time in the span."),
-    ],
     "part_placement_pods": [
         PART_KEY,
-        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload (a node range part's; see analytics/placement/range_seen.py)."),
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload (see analytics/placement/seen.py)."),
         _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
         _c("wname", "VARCHAR NOT NULL", "Top owner name."),
-        _c("pod", "VARCHAR NOT NULL", "A pod of it that held whole GPUs exclusively in the range."),
+        _c("pod", "VARCHAR NOT NULL", "A pod of it that held whole GPUs exclusively in the part."),
         _c("gpu_lo", "VARCHAR NOT NULL", "Its smallest GPU UUID there."),
         _c("gpu_hi", "VARCHAR NOT NULL", "Its largest GPU UUID there."),
     ],
@@ -380,19 +368,22 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
         _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
         _c("wname", "VARCHAR NOT NULL", "Top owner name."),
-        _c("ts", "TIMESTAMP NOT NULL", "A sample time it held whole GPUs in the range."),
+        _c("ts", "TIMESTAMP NOT NULL", "A sample time it held whole GPUs in the part."),
         _c("tenant", "VARCHAR", "Tenant of the workload."),
-        _c("sig", "HUGEINT NOT NULL", "Sum of the hashes of its (pod, GPU) rows in the range then."),
-        _c("pairs", "BIGINT NOT NULL", "Those rows."),
-        _c("ge", "DOUBLE NOT NULL", "Their GE."),
+        _c("sig", "HUGEINT NOT NULL", "Sum of the hashes of its distinct (pod, GPU) pairs in the part then."),
+        _c("pairs", "BIGINT NOT NULL", "Those pairs."),
+        _c("ge", "DOUBLE NOT NULL", "GE of its rows then."),
     ],
-    "part_placement_pairs": [
+    "part_placement_runs": [
         PART_KEY,
-        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload."),
+        _c("namespace", "VARCHAR NOT NULL", "Namespace of the workload (see analytics/placement/seen.py)."),
         _c("kind", "VARCHAR NOT NULL", "Top owner kind."),
         _c("wname", "VARCHAR NOT NULL", "Top owner name."),
-        _c("sig", "HUGEINT NOT NULL", "A set it held in the range (part_placement_times.sig)."),
-        _c("pairs", "VARCHAR[] NOT NULL", "The set: sorted 'pod|gpu_uuid' pairs."),
+        _c("pod", "VARCHAR NOT NULL", "The pod of the pair."),
+        _c("gpu_uuid", "VARCHAR NOT NULL", "The GPU of the pair, held whole and exclusively."),
+        _c("from_ts", "TIMESTAMP NOT NULL", "First sample time of the run in the span."),
+        _c("to_ts", "TIMESTAMP NOT NULL", "Last sample time of the run in the span."),
+        _c("step_us", "BIGINT NOT NULL", "Microseconds between its sample times (0: one sample)."),
     ],
     "part_health": [
         PART_KEY,
@@ -479,8 +470,8 @@ PART_TABLES: dict[str, list[Column]] = {
 }
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
-PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_workloads", "part_fleet", "part_placements", "part_placement_pods",
-             "part_placement_times", "part_placement_pairs", "part_health", "part_trend_buckets", "part_trend_quiet",
+PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_workloads", "part_fleet", "part_placement_pods",
+             "part_placement_times", "part_placement_runs", "part_health", "part_trend_buckets", "part_trend_quiet",
              "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""
 
@@ -500,10 +491,17 @@ def ddl(table: str) -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)"
 
 
+RETIRED_PART_TABLES = ("part_placements", "part_placement_pairs")
+"""Part sums of earlier releases (every placement with its pairs): their parts are computed again (the part
+version changed), so the tables are dropped."""
+
+
 def create_result_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create ``analysis_runs``, the day-part tables and every result table or view that does not exist
     yet (idempotent); a store whose ``idle_capacity`` or ``fragmentation`` is still a table keeps its
-    runs: their rows become one part per run."""
+    runs: their rows become one part per run. Part tables of earlier releases are dropped."""
+    for table in RETIRED_PART_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {table}")  # noqa: S608 - constant names
     for table, cols in PART_TABLES.items():
         body = ",\n    ".join(f'"{c.name}" {c.type}' for c in cols)
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)")

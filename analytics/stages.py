@@ -21,9 +21,9 @@ import duckdb
 from analytics import chargeback, fragmentation, health, idle, isolation
 from analytics.facts import FACT_VIEWS, Window
 from analytics.node_ranges import NodeRange
-from analytics.placement.range_seen import insert_range_seen
 from analytics.placement.run import assess as assess_placement
-from analytics.placement.run import insert_placement, insert_seen
+from analytics.placement.run import insert_placement
+from analytics.placement.seen import insert_seen
 from analytics.result_tables import PART_TABLES
 from analytics.run_values import PREFIX, RunValues
 from analytics.settings import AnalysisSettings
@@ -105,13 +105,10 @@ def _part_sums(s: RunState) -> None:
     chargeback.insert_part_workloads(s.con, s.run_id, s.window)
 
 
-@stage("placements seen", "f_allocations f_allocation_claims f_pod_snapshots devices",
-       "part_placements part_placement_pods part_placement_times part_placement_pairs an_range_pods an_range_rows")
+@stage("placements seen", "f_allocation_claims f_pod_snapshots devices",
+       "part_placement_pods part_placement_times part_placement_runs an_seen_claims an_seen_owners")
 def _placements_seen(s: RunState) -> None:
-    if s.nodes is None:
-        insert_seen(s.con, s.run_id, s.window, s.settings.topology)
-    else:  # a node range: what adds up to the day's placements (analytics/placement/range_seen.py)
-        insert_range_seen(s.con, s.run_id, s.window, s.settings.topology)
+    insert_seen(s.con, s.run_id, s.window, s.settings.topology)  # a whole day or a node range: what adds up
 
 
 @stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_day an_trend_gpus part_health part_trend_buckets part_trend_quiet part_trend_gpus")
@@ -140,7 +137,8 @@ def _isolation(s: RunState) -> None:
 
 
 @stage("placement",
-       "an_placements f_allocations f_gpu_samples f_pending_demand gpus gpu_topology nodes an_models value:interval",
+       "an_placement_times an_placement_runs f_gpu_samples f_pending_demand gpus gpu_topology nodes an_models "
+       "value:interval",
        "value:placement value:topology_stranded")
 def _placement(s: RunState) -> None:
     s.values.placement, s.values.topology_stranded = assess_placement(s.con, s.window, s.values.interval,

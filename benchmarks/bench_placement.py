@@ -37,7 +37,8 @@ from analytics import isolation  # noqa: E402
 from analytics.day_parts import day_windows, merge_parts  # noqa: E402
 from analytics.facts import Window, bind_facts, resolve_window  # noqa: E402
 from analytics.inventory import build_inventory, register_catalog  # noqa: E402
-from analytics.placement.run import assess, insert_placement, seen  # noqa: E402
+from analytics.placement.run import assess, insert_placement  # noqa: E402
+from analytics.placement.seen import insert_seen  # noqa: E402
 from analytics.placement.settings import TopologySettings  # noqa: E402
 from analytics.prices import load_price_book  # noqa: E402
 from analytics.result_tables import create_result_tables  # noqa: E402
@@ -121,23 +122,39 @@ def connect(store: Path, settings: AnalysisSettings) -> tuple[duckdb.DuckDBPyCon
     return con, window
 
 
+SEEN_TABLES = ("part_placement_pods", "part_placement_times", "part_placement_runs")
+
+
+def seen_rows(con: duckdb.DuckDBPyConnection, day: Window, hashed: bool) -> list[tuple[object, ...]]:
+    """``placements seen`` of one day, rolled back; ``hashed``: per part table, its rows and their hash."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        insert_seen(con, "bench", day, TopologySettings())
+        return [(t, one(con, f"SELECT count(*) FROM {t} WHERE part_id = 'bench'"),  # noqa: S608
+                 table_hash(con, f"SELECT * EXCLUDE (part_id) FROM {t} WHERE part_id = 'bench'"))  # noqa: S608
+                for t in SEEN_TABLES] if hashed else []
+    finally:
+        con.execute("ROLLBACK")
+
+
 def measure(store: Path, settings: AnalysisSettings, repeat: int) -> dict[str, object]:
     con, window = connect(store, settings)
     out: dict[str, object] = {}
     floor_w = floor_c = seen_w = seen_c = 0.0
-    seen_rows: list[tuple[object, ...]] = []
+    stored: list[tuple[object, ...]] = []
     for day in day_windows(window):
         p = {"start": day.start, "end": day.end}
         w, c, _ = best(lambda p=p: con.execute(FLOOR, p).fetchall(), repeat)  # type: ignore[misc]
         floor_w, floor_c = floor_w + w, floor_c + c
-        w, c, rows = best(lambda day=day: seen(con, day, TopologySettings().gang_kinds), repeat)  # type: ignore[misc]
+        w, c, _ = best(lambda day=day: seen_rows(con, day, hashed=False), repeat)  # type: ignore[misc]
         seen_w, seen_c = seen_w + w, seen_c + c
-        seen_rows += [("bench", *r) for r in rows]  # type: ignore[attr-defined]
+        stored += [(day.start, *r) for r in seen_rows(con, day, hashed=True)]  # untimed
     n = len(day_windows(window))
     out["days"] = n
     out["floor_s_per_day"], out["floor_cpu_per_day"] = floor_w / n, floor_c / n
     out["seen_s_per_day"], out["seen_cpu_per_day"] = seen_w / n, seen_c / n
-    out["part_placements_rows"], out["part_placements_hash"] = len(seen_rows), rows_hash(seen_rows)
+    out["part_placements_rows"] = sum(int(r[2]) for r in stored)  # type: ignore[call-overload]
+    out["part_placements_hash"] = rows_hash(stored)
     run = one(con, "SELECT run_id FROM analysis_runs ORDER BY created_at DESC LIMIT 1")
     ids = [r[0] for r in con.execute("SELECT part_id FROM analysis_run_parts WHERE run_id = ?", [run]).fetchall()]
     merge_parts(con, ids)

@@ -37,7 +37,8 @@ STAGE_MODULES = {
     "analytics/fragmentation.py": ("write fragmentation",),
     "analytics/chargeback.py": ("write chargeback", "part sums"),
     "analytics/placement/run.py": ("placement", "placements seen"),
-    "analytics/placement/range_seen.py": ("placements seen",),
+    "analytics/placement/seen.py": ("placements seen", "day parts"),
+    "analytics/placement/held_pairs.py": ("placement",),
     "analytics/node_ranges.py": ("day parts",),
     "analytics/placement/stranded.py": ("placement",),
 }

@@ -1,9 +1,11 @@
 """A workload's GE-hours affected at a level add up the hours of every placement of it spread worse there.
 
-Stated placement by placement with the pure functions of ``placement.py``: a distinct placement (its
+Stated placement by placement with the pure functions of ``spread.py``: a distinct placement (its
 (pod, GPU) pairs; the same set on two days is one placement) counts at a level when every GPU of it is
 described, every GPU has a key at that level, the fleet gives its fewest domains there and it spans more
-than that; its GE-hours are added in the order the placements are listed (longest held first). Checked
+than that; its GE-hours are added in the order the placements are listed (longest held first, then the
+earliest). The placements reach ``assess`` as the window's parts give them: each set's key per sample
+time and its pairs as runs (one per pair and block of minutes), never as lists of pairs. Checked
 on workloads shaped like real ones: pods restarting onto other GPUs minute to minute, a pod leaving and
 coming back, the same set on two days, a GPU the inventory does not describe, GPUs without NUMA or
 NVLink readings, nodes without rack labels, pod names holding '|', a GPU listed under two pods.
@@ -60,15 +62,23 @@ def _store(workloads: list[tuple[str, list[tuple[list[tuple[str, str]], int, flo
             con.execute("INSERT INTO gpu_topology (gpu_uuid, node, numa_node, nvlink_domain) VALUES (?, ?, ?, ?)",
                         [gpu, node, numa, nvlink])
     con.execute("CREATE TEMP TABLE an_models (alias VARCHAR, short VARCHAR)")
-    con.execute("""CREATE TEMP TABLE an_placements (namespace VARCHAR, kind VARCHAR, wname VARCHAR, tenant VARCHAR,
-                   sig VARCHAR[], samples BIGINT, ge_samples DOUBLE, first_ts TIMESTAMP, last_ts TIMESTAMP)""")
+    con.execute("""CREATE TEMP TABLE an_placement_times (namespace VARCHAR, kind VARCHAR, wname VARCHAR,
+                   ts TIMESTAMP, tenant VARCHAR, sig HUGEINT, pairs BIGINT, ge DOUBLE)""")
+    con.execute("""CREATE TEMP TABLE an_placement_runs (namespace VARCHAR, kind VARCHAR, wname VARCHAR, pod VARCHAR,
+                   gpu_uuid VARCHAR, from_ts TIMESTAMP, to_ts TIMESTAMP, step_us BIGINT)""")
     for w, (kind, placements) in enumerate(workloads):
         for n, (pairs, samples, ge, twice) in enumerate(placements):
-            sig = sorted({f"{pod}|{gpu}" for pod, gpu in pairs})
+            held = sorted(set(pairs))
+            key = hash(tuple(held))
             for day in range(2 if twice else 1):  # the same set on a second day: one placement
-                first = START + timedelta(days=day, minutes=10 * n)
-                con.execute("INSERT INTO an_placements VALUES ('ns', ?, ?, 'team', ?, ?, ?, ?, ?)",
-                            [kind, f"job-{w}", sig, samples, samples * len(sig) * ge, first, first + timedelta(minutes=samples)])
+                first = START + timedelta(days=day, minutes=100 * n)  # one block of minutes per placement
+                con.executemany(  # the block's GE-samples at its first minute: their sum is that number exactly
+                    "INSERT INTO an_placement_times VALUES ('ns', ?, ?, ?, 'team', ?, ?, ?)",
+                    [[kind, f"job-{w}", first + timedelta(minutes=m), key, len(held), samples * len(held) * ge if m == 0 else 0.0]
+                     for m in range(samples)])
+                con.executemany("INSERT INTO an_placement_runs VALUES ('ns', ?, ?, ?, ?, ?, ?, ?)",
+                                [[kind, f"job-{w}", pod, gpu, first, first + timedelta(minutes=samples - 1),
+                                  60_000_000 if samples > 1 else 0] for pod, gpu in held])
     bind_facts(con, None, temporary=True)
     return con
 
@@ -77,16 +87,16 @@ def _expected(con: duckdb.DuckDBPyConnection, kind: str, placements: list[tuple[
               places: dict[str, GpuPlace]) -> dict[str, float] | None:
     """Level -> GE-hours affected of one workload, placement by placement; None when it gets no rows."""
     merged: dict[tuple[str, ...], list[float]] = {}
-    for pairs, samples, ge, twice in placements:
+    for n, (pairs, samples, ge, twice) in enumerate(placements):
         sig = tuple(sorted({f"{pod}|{gpu}" for pod, gpu in pairs}))
         days = 2 if twice else 1
-        m = merged.setdefault(sig, [0, 0.0])
+        m = merged.setdefault(sig, [0, 0.0, n])  # first held in the block of its first listing
         for _ in range(days):
             m[0] += samples
             m[1] += samples * len(sig) * ge
-    ordered = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    ordered = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[1][2]))
     split = [([item.rpartition("|")[2] for item in sig], list(Counter(item.rpartition("|")[0] for item in sig).values()),
-              ge_samples * INTERVAL / 3600.0) for sig, (_, ge_samples) in ordered]
+              ge_samples * INTERVAL / 3600.0) for sig, (_, ge_samples, _) in ordered]
     main_gpus, main_pods, _ = split[0]
     if not (len(main_gpus) >= 2 and (kind in TopologySettings().gang_kinds or max(main_pods) >= 2)):
         return None

@@ -1,9 +1,11 @@
-"""The placements a day part sees are exactly the distinct (pod, GPU) sets each workload held.
+"""The placements a window's parts give are exactly the distinct (pod, GPU) sets each workload held.
 
-``placements seen`` reads allocation rows in two passes (distinct holdings per pod, then only the
-multi-device workloads' rows, found by namespace and pod when each pod is its owner's alone), so these
-tests state what it must return in plain Python and check it against hypothesis-built days shaped like
-real ones: bursty holdings that change minute to minute, missing minutes, a row reported twice, rows
+A day part stores, per workload that may be multi-device, the key of its set per sample time and its
+allocation claims as runs of (pod, GPU) pairs; the window rebuilds each placement's pairs from the runs
+at its first time (``held_pairs``). These tests state what must come out in plain Python (per workload,
+each distinct set with its samples, GE-samples, first and last time, pairs, pods and smallest pod; the
+longest held first, then the earliest; the first one's pairs) and check it against hypothesis-built days
+shaped like real ones: bursty holdings that change minute to minute, missing minutes, a row reported twice, rows
 without a sharing mode (the device's own counts), MIG and time-sliced devices and unknown devices (never
 a whole exclusive GPU), pods of a LeaderWorkerSet the pod inventory names (one workload, though their
 owner chain splits them), pod names that several owners held the same day (another namespace, a missing
@@ -22,7 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.facts import Window, bind_facts
-from analytics.placement.run import insert_seen, seen
+from analytics.placement.held_pairs import WorkloadSeen, workloads_seen
+from analytics.placement.seen import insert_seen, merge_seen
 from analytics.placement.settings import TopologySettings
 from analytics.placement.stranded import fleet_newest
 from analytics.result_tables import create_result_tables
@@ -31,6 +34,7 @@ from tests.support.bulk_insert import insert_rows
 
 START = datetime(2026, 3, 2)
 END = START + timedelta(days=1)
+DAY = Window(START, END, 300)
 
 DEVICES = [  # device_id, gpu_uuid, kind, sharing_mode
     *[(f"GPU-{i}", f"GPU-{i}", "gpu", "exclusive") for i in range(6)],
@@ -86,28 +90,40 @@ def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
     return con
 
 
-def _seen_both_ways(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
-    """The day's placements, checked to be the same whether the multi-device rows are held in memory or their
-    pairs are read again at each placement's first time (a day of more rows than ``held_rows``)."""
-    held = sorted(seen(con, Window(START, END, 300), GANG_KINDS), key=repr)
-    assert sorted(seen(con, Window(START, END, 300), GANG_KINDS, held_rows=0), key=repr) == held
-    return held
+Placement = tuple[object, ...]
+"""(namespace, kind, workload, tenant, samples, GE-samples, first, last, pairs, pods, smallest pod)."""
+
+
+def seen_in(con: duckdb.DuckDBPyConnection, window: Window = DAY) -> list[WorkloadSeen]:
+    """What the window's one part gives: the part stored, merged and its placements rebuilt."""
+    create_result_tables(con)
+    con.execute("INSERT INTO analysis_parts VALUES ('day', ?, ?, '', now()::TIMESTAMP, NULL)", [window.start, window.end])
+    insert_seen(con, "day", window, TopologySettings())
+    merge_seen(con, ["day"], GANG_KINDS)
+    return workloads_seen(con, {})
+
+
+def _flat(workloads: list[WorkloadSeen]) -> tuple[list[Placement], dict[tuple[str, str, str], tuple[tuple[str, str], ...]]]:
+    rows = [(w.namespace, w.kind, w.workload, p.tenant, p.samples, p.ge_samples, p.first_ts, p.last_ts,
+             p.held.devices, p.held.pods, p.held.smallest_pod) for w in workloads for p in w.placements]
+    return rows, {(w.namespace, w.kind, w.workload): w.main_pairs for w in workloads}
 
 
 def _seen_from(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
-               workloads: list[Workload] | None = None) -> list[tuple[object, ...]]:
-    """The placements ``seen`` finds (both ways) in a store of these rows."""
+               workloads: list[Workload] | None = None) -> tuple[list[Placement], dict[tuple[str, str, str], tuple[tuple[str, str], ...]]]:
+    """The placements found in a store of these rows, and each workload's main pairs."""
     con = _store(rows, gang) if workloads is None else _store(rows, gang, workloads)
     try:
-        return _seen_both_ways(con)
+        return _flat(seen_in(con))
     finally:
         con.close()
 
 
 def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
-              workloads: list[Workload] = WORKLOADS) -> list[tuple[object, ...]]:
-    """The definition, in plain Python: per workload, each distinct multiset of (pod, GPU) pairs it held at
-    a sample time (two pairs or more), with its samples, GE-samples, first and last time, and its pairs."""
+              workloads: list[Workload] = WORKLOADS) -> tuple[list[Placement], dict[tuple[str, str, str], tuple[tuple[str, str], ...]]]:
+    """The definition, in plain Python: per workload, each distinct set of (pod, GPU) pairs it held at a
+    sample time (two pairs or more), with its samples, GE-samples, first and last time, pairs, pods and
+    smallest pod, the longest held first (then the earliest); and the first one's pairs."""
     modes = {d[0]: (d[2], d[3]) for d in DEVICES}
     gpu_of = {d[0]: d[1] for d in DEVICES}
     at: dict[tuple[str, str, str, datetime], list[tuple[str, str, float]]] = defaultdict(list)
@@ -128,15 +144,21 @@ def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bo
     groups: dict[tuple[object, ...], list[tuple[datetime, list[tuple[str, str, float]]]]] = defaultdict(list)
     for (ns, kind, name, ts), held in at.items():
         if len(held) >= 2 and (ns, kind, name) in multi:
-            groups[(ns, kind, name, frozenset(Counter((p, g) for p, g, _ in held).items()))].append((ts, held))
-    out = []
+            groups[(ns, kind, name, frozenset((p, g) for p, g, _ in held))].append((ts, held))
+    out: dict[tuple[str, str, str], list[tuple[object, ...]]] = defaultdict(list)
     for (ns, kind, name, _), times in groups.items():
         times.sort()
-        first = times[0][1]
-        sig = sorted({f"{p}|{g}" for p, g, _ in first})
-        out.append((ns, kind, name, f"t-{ns}", sig, len(times), sum(ge for _, held in times for _, _, ge in held),
-                    times[0][0], times[-1][0]))
-    return sorted(out, key=repr)
+        pairs = sorted({(p, g) for p, g, _ in times[0][1]})
+        pods = Counter(p for p, _ in pairs)
+        out[(ns, kind, name)].append((len(times), times[0][0], (ns, kind, name, f"t-{ns}", len(times),
+                                      sum(ge for _, held in times for _, _, ge in held), times[0][0], times[-1][0],
+                                      len(pairs), len(pods), min(pods.values())), tuple(pairs)))
+    flat, main = [], {}
+    for owner in sorted(out):
+        ordered = sorted(out[owner], key=lambda p: (-p[0], p[1]))  # the longest held first, then the earliest
+        flat += [p[2] for p in ordered]
+        main[owner] = ordered[0][3]
+    return flat, main
 
 
 @settings(max_examples=60, deadline=None)
@@ -175,26 +197,23 @@ def test_the_same_pod_names_in_two_namespaces_are_two_workloads() -> None:
     a += [(9, 0, 1, "GPU-2", "exclusive", 1.0), (9, 0, 1, "GPU-3", "exclusive", 1.0)]  # train-1 of ns-a: 2 GPUs
     b = [(m, 1, p, f"GPU-{p}", "exclusive", 1.0) for m in range(3, 8) for p in range(2)]  # ns-b: minutes 3-7
     b += [(8, 1, 0, "GPU-0", "exclusive", 1.0), (8, 1, 0, "GPU-1", "exclusive", 1.0)]  # train-0 of ns-b: 2 GPUs
-    con = _store(a + b, gang=False, workloads=SHARED_NAMES)
-    try:
-        got = _seen_both_ways(con)
-    finally:
-        con.close()
-    pairs = ["train-0|GPU-0", "train-1|GPU-1"]
+    got = _seen_from(a + b, gang=False, workloads=SHARED_NAMES)
     at = [START + timedelta(minutes=m) for m in range(10)]
-    assert got == [
-        ("ns-a", "Job", "train", "t-ns-a", pairs, 3, 6.0, at[0], at[2]),
-        ("ns-a", "Job", "train", "t-ns-a", ["train-1|GPU-2", "train-1|GPU-3"], 1, 2.0, at[9], at[9]),
-        ("ns-b", "Job", "train", "t-ns-b", ["train-0|GPU-0", "train-0|GPU-1"], 1, 2.0, at[8], at[8]),
-        ("ns-b", "Job", "train", "t-ns-b", pairs, 5, 10.0, at[3], at[7]),
+    assert got[0] == [
+        ("ns-a", "Job", "train", "t-ns-a", 3, 6.0, at[0], at[2], 2, 2, 1),
+        ("ns-a", "Job", "train", "t-ns-a", 1, 2.0, at[9], at[9], 2, 1, 2),
+        ("ns-b", "Job", "train", "t-ns-b", 5, 10.0, at[3], at[7], 2, 2, 1),
+        ("ns-b", "Job", "train", "t-ns-b", 1, 2.0, at[8], at[8], 2, 1, 2),
     ]
+    pairs = (("train-0", "GPU-0"), ("train-1", "GPU-1"))
+    assert got[1] == {("ns-a", "Job", "train"): pairs, ("ns-b", "Job", "train"): pairs}
     assert got == _expected(a + b, False, SHARED_NAMES)
 
 
 def test_a_day_without_allocations_sees_no_placement() -> None:
     con = _store([], gang=False)
     try:
-        assert seen(con, Window(START, END, 300), GANG_KINDS) == []
+        assert seen_in(con) == []
     finally:
         con.close()
 
@@ -215,13 +234,13 @@ def test_placements_from_parquet_facts_with_decimal_gpu_equivalents_are_stored_a
         assert store.execute("SELECT typeof(gpu_equivalents) FROM f_allocations LIMIT 1").fetchone() == ("DECIMAL(3,1)",)
         insert_seen(store, "from-parquet", Window(START, END, 300), TopologySettings())
         got = store.execute(
-            "SELECT part_id, namespace, kind, wname, sig, samples, ge_samples FROM part_placements ORDER BY part_id"
+            "SELECT part_id, namespace, kind, wname, count(*), sum(pairs), sum(ge), typeof(sum(ge)) "
+            "FROM part_placement_times GROUP BY ALL ORDER BY part_id"
         ).fetchall()
     finally:
         store.close()
-    pairs = ["train-0|GPU-0", "train-0|GPU-1"]
-    assert got == [("from-parquet", "ns-a", "Job", "train", pairs, 3, 3.0),
-                   ("from-store", "ns-a", "Job", "train", pairs, 3, 3.0)]
+    assert got == [("from-parquet", "ns-a", "Job", "train", 3, 6, 3.0, "DOUBLE"),
+                   ("from-store", "ns-a", "Job", "train", 3, 6, 3.0, "DOUBLE")]
 
 
 def test_parquet_rows_without_a_pod_name_count_for_their_owner_and_without_a_namespace_for_none(
@@ -240,11 +259,11 @@ def test_parquet_rows_without_a_pod_name_count_for_their_owner_and_without_a_nam
     store.execute(f"COPY ({blanked}) TO '{folder / 'part-0.parquet'}' (FORMAT parquet)")
     try:
         bind_facts(store, tmp_path / "facts", temporary=True)
-        got = _seen_both_ways(store)
+        got = _flat(seen_in(store))
     finally:
         store.close()
-    assert got == [("ns-a", "Job", "train", "t-ns-a", ["train-0|GPU-0", "train-0|GPU-1"], 3, 9.0,
-                    START, START + timedelta(minutes=2))]
+    assert got == ([("ns-a", "Job", "train", "t-ns-a", 3, 9.0, START, START + timedelta(minutes=2), 2, 1, 2)],
+                   {("ns-a", "Job", "train"): (("train-0", "GPU-0"), ("train-0", "GPU-1"))})
 
 
 def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
