@@ -441,7 +441,7 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
        "f_device_samples f_allocations f_allocation_claims f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev "
        "analysis_parts "
        "analysis_spacings",
-       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placement_times an_placement_runs an_health analysis_parts "
+       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placement_owners an_placement_times an_placement_runs an_health analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_workloads part_fleet "
        "part_placement_pods part_placement_times part_placement_runs part_health part_trend_buckets "
        "part_trend_quiet part_trend_gpus")

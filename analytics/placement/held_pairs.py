@@ -181,11 +181,11 @@ def workloads_seen(con: duckdb.DuckDBPyConnection, places: Mapping[str, GpuPlace
            FROM an_placement_times GROUP BY namespace, kind, wname, sig"""
     ).fetchall():
         keyed[(ns, kind, wname)].append((int(samples), float(ge), first, last, str(tenant)))
-    runs_of: dict[tuple[str, str, str], list[tuple[str, str, datetime, datetime, int]]] = defaultdict(list)
+    runs_of: dict[tuple[str, str, str], list[tuple[str, str, int, int, int]]] = defaultdict(list)
     for ns, kind, wname, pod, gpu, start, end, step in con.execute(
-        "SELECT namespace, kind, wname, pod, gpu_uuid, from_ts, to_ts, step_us FROM an_placement_runs"
+        "SELECT namespace, kind, wname, pod, gpu_uuid, epoch_us(from_ts), epoch_us(to_ts), step_us FROM an_placement_runs"
     ).fetchall():
-        runs_of[(ns, kind, wname)].append((pod, gpu, start, end, int(step)))
+        runs_of[(ns, kind, wname)].append((pod, gpu, start, end, step))
     domains: list[dict[str, int]] = [{} for _ in LEVELS]
     unknown = tuple(-1 for _ in LEVELS)
     chain_of: dict[str, tuple[int, ...]] = {}
@@ -208,7 +208,7 @@ def workloads_seen(con: duckdb.DuckDBPyConnection, places: Mapping[str, GpuPlace
                         for i, key in enumerate(place.chain))
                 chains.append(chain_of[gpu])
                 pod_of.append(pod_code.setdefault(pod, len(pod_code)))
-            runs.append(_Run(code, _us(start), _us(end), step))
+            runs.append(_Run(code, start, end, step))
         seen, main = _measured(placements, runs, chains, pod_of)
         if not seen:
             continue

@@ -14,7 +14,7 @@ each) stores what adds up, for every owner with whole GPUs held exclusively in i
   workload whose set changes every minute stores its claims (a few per pod and day), not a copy of every
   set it held.
 
-:data:`MERGED_TIMES` and :data:`MERGED_RUNS` add them up over the window's parts: the owners multi-device
+:data:`MERGED_OWNERS`, :data:`MERGED_TIMES` and :data:`MERGED_RUNS` add them up over the window's parts: the owners multi-device
 in a day (a gang kind, or a pod of 2+ GPUs), their keys per sample time and their runs;
 :mod:`analytics.placement.held_pairs` rebuilds each placement's pairs from the runs at its first time.
 """
@@ -111,47 +111,52 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
         con.execute("DROP TABLE an_seen_claims")
 
 
-_PARTS_OWNERS = """
-parts AS (SELECT part_id, part_start::DATE AS day FROM analysis_parts WHERE list_contains($ids, part_id)),
-pods AS (
-    SELECT p.day, x.namespace, x.kind, x.wname, min(x.gpu_lo) <> max(x.gpu_hi) AS multi_gpu
-    FROM part_placement_pods x JOIN parts p USING (part_id) GROUP BY p.day, x.namespace, x.kind, x.wname, x.pod
+MERGED_OWNERS = """
+CREATE OR REPLACE TEMP TABLE an_placement_owners AS
+WITH parts AS (SELECT part_id, part_start::DATE AS day FROM analysis_parts WHERE list_contains($ids, part_id)),
+pods AS (  -- per part and pod of an owner: did the pod hold 2+ whole GPUs in the day (over its node ranges)?
+    SELECT p.part_id, p.day, x.namespace, x.kind, x.wname,
+           min(x.gpu_lo) OVER (PARTITION BY p.day, x.namespace, x.kind, x.wname, x.pod)
+             <> max(x.gpu_hi) OVER (PARTITION BY p.day, x.namespace, x.kind, x.wname, x.pod) AS multi_gpu
+    FROM part_placement_pods x JOIN parts p USING (part_id)
 ),
-owners AS (  -- a gang kind, or an owner with a pod that held 2+ whole GPUs in the day
-    SELECT day, namespace, kind, wname FROM pods
-    GROUP BY ALL HAVING bool_or(multi_gpu) OR list_contains($gang_kinds, kind)
-)"""
+owners AS (
+    SELECT part_id, namespace, kind, wname,
+           bool_or(multi_gpu) OVER (PARTITION BY day, namespace, kind, wname) OR list_contains($gang_kinds, kind) AS multi
+    FROM pods
+)
+SELECT DISTINCT part_id, namespace, kind, wname FROM owners WHERE multi
+"""
+"""Per part of ``$ids``, the owners multi-device in its day: a gang kind (``$gang_kinds``), or an owner with a
+pod that held 2+ whole GPUs in the day (in any of its node ranges)."""
 
 MERGED_TIMES = """
 CREATE OR REPLACE TEMP TABLE an_placement_times AS
-WITH """ + _PARTS_OWNERS + """,
-sets AS (  -- per owner and sample time over every range: the placement's key, pairs and GE
-    SELECT t.namespace, t.kind, t.wname, t.ts, any_value(t.tenant) AS tenant, sum(t.sig) AS sig,
-           sum(t.pairs) AS pairs, sum(t.ge) AS ge
-    FROM part_placement_times t JOIN parts p USING (part_id)
-    SEMI JOIN owners o ON o.day = p.day AND o.namespace = t.namespace AND o.kind = t.kind AND o.wname = t.wname
-    GROUP BY p.day, t.namespace, t.kind, t.wname, t.ts
-)
-SELECT * FROM sets WHERE pairs >= 2
-"""  # noqa: S608 - our names
-"""``an_placement_times``: per multi-device owner and sample time of the window's parts ``$ids``, its set's key
-(``sig``), distinct pairs and GE (``$gang_kinds``: the owner kinds multi-device with one GPU per pod)."""
+SELECT t.namespace, t.kind, t.wname, t.ts, any_value(t.tenant) AS tenant, sum(t.sig) AS sig, sum(t.pairs) AS pairs,
+       sum(t.ge) AS ge
+FROM part_placement_times t SEMI JOIN an_placement_owners o USING (part_id, namespace, kind, wname)
+GROUP BY t.namespace, t.kind, t.wname, t.ts  -- a sample time is in one day: over that day's node ranges
+HAVING sum(t.pairs) >= 2
+"""
+"""``an_placement_times``: per multi-device owner and sample time of the window's parts, its set's key (``sig``),
+distinct pairs and GE."""
 
 MERGED_RUNS = """
 CREATE OR REPLACE TEMP TABLE an_placement_runs AS
-WITH """ + _PARTS_OWNERS + """
 SELECT r.namespace, r.kind, r.wname, r.pod, r.gpu_uuid, r.from_ts, r.to_ts, r.step_us
-FROM part_placement_runs r JOIN parts p USING (part_id)
-SEMI JOIN owners o ON o.day = p.day AND o.namespace = r.namespace AND o.kind = r.kind AND o.wname = r.wname
-"""  # noqa: S608 - our names
-"""``an_placement_runs``: the runs of (pod, GPU) pairs of the same owners and days."""
+FROM part_placement_runs r SEMI JOIN an_placement_owners o USING (part_id, namespace, kind, wname)
+"""
+"""``an_placement_runs``: the runs of (pod, GPU) pairs of the same owners and parts."""
 
 
 def merge_seen(con: duckdb.DuckDBPyConnection, part_ids: list[str], gang_kinds: tuple[str, ...]) -> None:
     """``an_placement_times`` and ``an_placement_runs`` of the parts ``part_ids``."""
-    p = {"ids": part_ids, "gang_kinds": sorted(gang_kinds)}
-    con.execute(MERGED_TIMES, p)
-    con.execute(MERGED_RUNS, p)
+    con.execute(MERGED_OWNERS, {"ids": part_ids, "gang_kinds": sorted(gang_kinds)})
+    try:
+        con.execute(MERGED_TIMES)
+        con.execute(MERGED_RUNS)
+    finally:
+        con.execute("DROP TABLE an_placement_owners")
 
 
 INCOMPLETE_OWNERS = """
