@@ -9,14 +9,18 @@ not one list of pairs per set.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 
 import duckdb
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analytics.facts import Window, bind_facts
 from analytics.placement.held_pairs import Held, workloads_seen
 from analytics.placement.seen import insert_seen, merge_seen
 from analytics.placement.settings import TopologySettings
+from analytics.placement.spread import LEVELS, GpuPlace, domains_spanned, place_keys
 from analytics.result_tables import create_result_tables
 from collector.schema import create_schema, fact_columns
 from tests.support.bulk_insert import insert_rows
@@ -93,3 +97,44 @@ def test_a_workload_whose_set_changes_every_minute_stores_its_claims_not_its_set
     assert len(w.placements) == len(sets) == 240  # every minute one GPU's pod is replaced: a new set
     assert {(p.samples, p.held.devices, p.held.pods) for p in w.placements} == {(1, 20, 20)}
     assert w.main_pairs == tuple(sorted((f"w-{g}-{g // 20}", f"GPU-{g}") for g in range(20)))  # the earliest
+
+
+NODES = {"n0": ("r0", [0, 0, 1, 1]), "n1": ("r0", [0, 1, None, 1]), "n2": (None, [0, 0, 0, 0])}
+PLACES = {f"GPU-{node}-{i}": GpuPlace(f"GPU-{node}-{i}", node, "H100",
+                                      place_keys(node, numa, f"{node}-nv{i // 2}" if i < 3 else None,
+                                                 {"rack": rack} if rack else {}))
+          for node, (rack, numas) in NODES.items() for i, numa in enumerate(numas)}
+run = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from([*PLACES, "GPU-unknown"]),
+                st.integers(0, 20), st.integers(0, 8))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(run, min_size=1, max_size=14))
+def test_each_placement_holds_what_its_runs_sample_at_its_first_time(runs: list[tuple[str, str, int, int]]) -> None:
+    """Runs every minute (pods leaving and coming back, a pair in two overlapping runs, GPUs without NUMA,
+    NVLink or rack keys, a GPU the inventory does not describe): each placement's pairs, pods, smallest pod
+    and domains per level are those of the set sampled at its first time, as ``spread`` counts them."""
+    con = _tables([(pod, gpu, 60 * first, 60 * (first + length), 60 if length else 0)
+                   for pod, gpu, first, length in runs])
+    at: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    for pod, gpu, first, length in runs:
+        for minute in range(first, first + length + 1):
+            at[minute].add((pod, gpu))
+    got = {p.first_ts: p.held for w in workloads_seen(con, PLACES) for p in w.placements}
+    firsts: dict[frozenset[tuple[str, str]], int] = {}
+    for minute in sorted(at):
+        firsts.setdefault(frozenset(at[minute]), minute)
+    expected = {}
+    for held, minute in firsts.items():
+        if len(held) < 2:
+            continue
+        sizes = Counter(pod for pod, _ in held)
+        places = [PLACES.get(gpu) for _, gpu in held]
+        spanned = tuple(None if None in places else _count(domains_spanned([p for p in places if p], level))
+                        for level in LEVELS)
+        expected[T0 + timedelta(minutes=minute)] = Held(len(held), len(sizes), min(sizes.values()), spanned)
+    assert got == expected
+
+
+def _count(domains: tuple[str, ...] | None) -> int | None:
+    return None if domains is None else len(domains)
