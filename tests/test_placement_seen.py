@@ -290,3 +290,16 @@ def test_the_fleets_newest_sample_is_found_in_the_last_day_or_earlier_in_the_win
             assert fleet_newest(con, window) == newest, name
         finally:
             con.close()
+
+
+def test_the_placement_pairs_an_earlier_release_stored_are_dropped() -> None:
+    """An earlier release kept every placement with its pairs (``part_placements``, ``part_placement_pairs``);
+    its parts are computed again (another part version), so opening the store drops those tables."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE part_placements (part_id VARCHAR, sig VARCHAR[])")
+    con.execute("CREATE TABLE part_placement_pairs (part_id VARCHAR, pairs VARCHAR[])")
+    con.execute("INSERT INTO part_placements VALUES ('old', ['pod|GPU-0', 'pod|GPU-1'])")
+    create_result_tables(con)
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"part_placement_runs", "part_placement_times", "part_placement_pods"} <= tables
+    assert not tables & {"part_placements", "part_placement_pairs"}
