@@ -137,8 +137,8 @@ def _isolation(s: RunState) -> None:
 
 
 @stage("placement",
-       "an_placement_times an_placement_runs f_gpu_samples f_pending_demand gpus gpu_topology nodes an_models "
-       "value:interval",
+       "an_placement_times an_placement_runs f_allocations f_allocation_claims f_gpu_samples f_pending_demand gpus "
+       "gpu_topology nodes an_models value:interval",
        "value:placement value:topology_stranded")
 def _placement(s: RunState) -> None:
     s.values.placement, s.values.topology_stranded = assess_placement(s.con, s.window, s.values.interval,

@@ -58,7 +58,7 @@ class GpuPlace:
     @cached_property
     def chain(self) -> tuple[str | None, ...]:
         """Its keys at every level, in ``LEVELS`` order."""
-        return tuple(self.keys.get(level) for level in LEVELS)
+        return tuple(map(self.keys.get, LEVELS))
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,15 @@ capacity is there, split across domains.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import duckdb
+import polars as pl
 
 from analytics.facts import Window
-from analytics.placement.spread import GpuPlace
+from analytics.placement.spread import LEVELS, GpuPlace
 
 FRESH_SECONDS = 600
 PARENT = {"nvlink": "node", "numa": "node", "node": ("rack", "block", "zone"), "rack": "block", "block": "zone"}
@@ -61,17 +61,18 @@ newest AS (SELECT max(ts) AS ts FROM tail),
 recent AS (  -- as in _FREE, from the tail; complete only when the newest minus $fresh is inside the tail
     SELECT t.gpu_uuid, t.ts, t.up FROM tail t, newest n WHERE t.ts >= n.ts - to_seconds($fresh) AND t.ts <= n.ts
 ),
-fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid)
-SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AS up, n.ts AS newest
-FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts, newest n
+fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid),
+states AS (
+    SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AS up, n.ts AS newest
+    FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts, newest n
+),
+held AS (  -- a claim that samples the GPU's newest time (claims never run over a UTC midnight)
+    SELECT DISTINCT s.gpu_uuid FROM states s JOIN f_allocation_claims a ON a.gpu_uuid = s.gpu_uuid
+    WHERE a.ts >= CAST(CAST($lo AS DATE) AS TIMESTAMP) AND a.ts < $end AND a.last_ts >= $lo
+      AND a.ts <= s.ts AND s.ts <= a.last_ts AND (a.step_us = 0 OR (epoch_us(s.ts) - epoch_us(a.ts)) % a.step_us = 0)
+)
+SELECT s.gpu_uuid, s.ts, s.up AND h.gpu_uuid IS NULL AS free, s.newest FROM states s LEFT JOIN held h USING (gpu_uuid)
 """
-
-_HELD = """
-SELECT DISTINCT a.gpu_uuid, a.ts FROM f_allocations a
-SEMI JOIN (SELECT unnest($gpus) AS gpu_uuid, unnest($times) AS ts) f ON f.gpu_uuid = a.gpu_uuid AND f.ts = a.ts
-WHERE a.ts >= $oldest AND a.ts <= $newest
-"""
-"""Which of the GPUs are held at the given times (each GPU's newest sample)."""
 
 _FREE = """
 WITH recent AS (  -- only samples within $fresh of the fleet's newest can be a GPU's counted newest sample
@@ -103,17 +104,12 @@ def fleet_newest(con: duckdb.DuckDBPyConnection, window: Window) -> datetime | N
 def newest_states(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[str, datetime, bool]]:
     """(GPU, its newest sample, free there) for every GPU sampled within ``FRESH_SECONDS`` of the fleet's newest.
 
-    The window's last hour is read once (the fleet's newest and every GPU's newest before it) when they lie in
-    it; otherwise the newest is looked for with :func:`fleet_newest` and the GPUs read after it."""
+    The window's last hour is read once (the fleet's newest, every GPU's newest before it and whether a claim
+    holds it then) when they lie in it; otherwise the newest is looked for with :func:`fleet_newest` and the GPUs read after it."""
     lo = max(window.start, window.end - timedelta(seconds=TAIL_SECONDS))
     rows = con.execute(_TAIL, {"lo": lo, "end": window.end, "fresh": FRESH_SECONDS}).fetchall()
     if rows and rows[0][3] - timedelta(seconds=FRESH_SECONDS) >= lo:
-        newest = rows[0][3]
-        times = {gpu: ts for gpu, ts, _, _ in rows}
-        held = set(con.execute(_HELD, {
-            "gpus": list(times), "times": list(times.values()), "oldest": min(times.values()), "newest": newest,
-        }).fetchall())
-        return [(gpu, ts, bool(up) and (gpu, ts) not in held) for gpu, ts, up, _ in rows]
+        return [(gpu, ts, bool(free)) for gpu, ts, free, _ in rows]
     newest = fleet_newest(con, window)
     if newest is None:
         return []
@@ -121,13 +117,10 @@ def newest_states(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[
             con.execute(_FREE, {"newest": newest, "fresh": FRESH_SECONDS}).fetchall()]
 
 
-def _parent(place: GpuPlace, level: str) -> str | None:
+def _parent_levels(level: str) -> tuple[int, ...]:
+    """Where the parent domain of a ``level`` domain is read from a GPU's chain: the first of these with a key."""
     parent = PARENT[level]
-    for candidate in (parent,) if isinstance(parent, str) else parent:
-        key = place.key(candidate)
-        if key is not None:
-            return key
-    return None
+    return tuple(LEVELS.index(candidate) for candidate in ((parent,) if isinstance(parent, str) else parent))
 
 
 def stranded_by_topology(
@@ -151,34 +144,42 @@ def stranded_by_topology(
             fleet.append(p)
     rows: list[StrandedRow] = []
     for model in models:
+        table = _domain_table(fleets[model], free)
         for level in (*POD_LEVELS, *JOB_LEVELS):
             shapes = sorted(pod_shapes.get(model, set()) if level in POD_LEVELS else job_shapes.get(model, set()))
-            rows.extend(_level_rows(at, model, level, fleets[model], free, shapes))
+            rows.extend(_level_rows(at, model, level, table, shapes))
     return rows
 
 
-def _level_rows(at: datetime, model: str, level: str, fleet: list[GpuPlace], free: Mapping[str, bool],
-                shapes: list[int]) -> list[StrandedRow]:
-    size: dict[str, int] = defaultdict(int)
-    free_in: dict[str, int] = defaultdict(int)
-    parent_of: dict[str, str | None] = {}
-    parent_free: dict[str | None, int] = defaultdict(int)
-    for p in fleet:
-        key = p.key(level)
-        if key is None:
-            continue
-        size[key] += 1
-        parent_of[key] = _parent(p, level)
-        if free.get(p.gpu_uuid):
-            free_in[key] += 1
-            parent_free[parent_of[key]] += 1
+def _domain_table(fleet: list[GpuPlace], free: Mapping[str, bool]) -> pl.DataFrame:
+    """One row per GPU of a model's fleet, in its order: free or not, its key at every level and, per level of
+    ``PARENT``, its parent domain there."""
+    chains = [p.chain for p in fleet]
+    columns: dict[str, object] = {"free": [bool(free.get(p.gpu_uuid)) for p in fleet]}
+    for i, level in enumerate(LEVELS):
+        columns[level] = [c[i] for c in chains]
+    table = pl.DataFrame(columns, schema={"free": pl.Boolean, **{level: pl.Utf8 for level in LEVELS}})
+    return table.with_columns(**{f"parent_{level}": pl.coalesce([pl.col(LEVELS[i]) for i in _parent_levels(level)])
+                                 for level in PARENT})
+
+
+def _level_rows(at: datetime, model: str, level: str, table: pl.DataFrame, shapes: list[int]) -> list[StrandedRow]:
+    held = table.filter(pl.col(level).is_not_null())
+    per_domain = held.group_by(level).agg(  # each domain's parent is its last GPU's, in the fleet's order
+        pl.len().alias("size"), pl.col("free").sum().alias("free_in"), pl.col(f"parent_{level}").last().alias("parent"))
+    parent_free_rows = held.filter(pl.col("free")).group_by(f"parent_{level}").len()  # free GPUs by their own parent
+    parent_free: dict[str | None, int] = dict(zip(parent_free_rows[f"parent_{level}"].to_list(),
+                                                  parent_free_rows["len"].to_list(), strict=True))
+    size = dict(zip(per_domain[level].to_list(), per_domain["size"].to_list(), strict=True))
+    free_in = {k: v for k, v in zip(per_domain[level].to_list(), per_domain["free_in"].to_list(), strict=True) if v}
+    parent_of = dict(zip(per_domain[level].to_list(), per_domain["parent"].to_list(), strict=True))
     if not size:
         return []
     fitting = [s for s in shapes if 2 <= s <= max(size.values())]
     rows = []
     for domain in sorted(free_in):
         f, parent = free_in[domain], parent_of[domain]
-        pf = parent_free[parent] if parent is not None else f
+        pf = parent_free.get(parent, 0) if parent is not None else f
         fits_here = [s for s in fitting if s <= f]
         fits_parent = [s for s in fitting if s <= pf]
         stranded = not fits_here and bool(fits_parent) and parent is not None
