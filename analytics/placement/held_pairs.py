@@ -3,12 +3,12 @@
 The window's parts give, per multi-device workload, the key of the set it held at each sample time
 (``an_placement_times``) and its claims of whole GPUs as runs (``an_placement_runs``: pod, GPU, first and
 last sample time, step). A placement is a distinct key: its samples, GE-samples, first and last time
-come from the times; its pairs are the runs that sample its first time. Replaying a workload's runs in
-time order (a pair enters at its run's first time and leaves after its last) keeps, per topology level,
-how many domains the pairs present touch, so each placement is measured where it starts without its
-pairs ever being listed; the workload's main placement (held longest, then the earliest) is the one
-whose pairs are kept. A run samples only the times of its step from its first time: where a workload's
-runs are not all on one grid, or a placement starts off it, that placement's pairs are picked one by one.
+come from the times; its pairs are the runs that sample its first time. A workload's runs are merged into
+intervals per pair, pod and domain of each topology level, and counted at the placements' first times at
+once (numpy), so each placement is measured without its pairs ever being listed; the workload's main
+placement (held longest, then the earliest) has its pairs read at its first time. A run samples only the
+times of its step from its first time: where a workload's runs are not all on one grid, or a placement
+starts off it, that placement's pairs are picked one by one.
 """
 
 from __future__ import annotations
