@@ -185,11 +185,13 @@ WITH days AS (  -- each day part's row, with the GPU's last readings of the day 
     SELECT *, lag(remap_at_last) OVER w AS remap_before, lag(lost_at_last) OVER w AS lost_before
     FROM an_health WINDOW w AS (PARTITION BY gpu_uuid ORDER BY first_ts)
 )
-SELECT gpu_uuid, max(ecc_max) - min(ecc_min), max(retired_max), bool_or(remap_failed), min(remap_ts),
-       min(CASE WHEN remap_at_first AND NOT remap_before THEN remap_ts ELSE remap_onset END),
-       bool_or(lost), min(lost_first), max(lost_last),
-       min(CASE WHEN lost_at_first AND NOT lost_before THEN lost_first ELSE lost_onset END),
-       max(thermal_max) - min(thermal_min), max(crc_max) - min(crc_min), min(first_ts), max(last_ts), max(crc_rate)
+SELECT gpu_uuid, max(ecc_max) - min(ecc_min) AS dbe, max(retired_max) AS retired,
+       bool_or(remap_failed) AS remap_failed, min(remap_ts) AS remap_ts,
+       min(CASE WHEN remap_at_first AND NOT remap_before THEN remap_ts ELSE remap_onset END) AS remap_onset,
+       bool_or(lost) AS lost, min(lost_first) AS lost_first, max(lost_last) AS lost_last,
+       min(CASE WHEN lost_at_first AND NOT lost_before THEN lost_first ELSE lost_onset END) AS lost_onset,
+       max(thermal_max) - min(thermal_min) AS thermal, max(crc_max) - min(crc_min) AS crc, min(first_ts) AS first_ts,
+       max(last_ts) AS last_ts, max(crc_rate) AS crc_rate
 FROM days GROUP BY gpu_uuid
 """
 """Per GPU, its day parts' sums over the window: counter rises, failure states with their first readings and where
@@ -198,17 +200,38 @@ already there at the window's first reading began before it, when, nobody measur
 last sample and the highest CRC rate."""
 
 
-def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> list[GpuHealth]:
+@dataclass(frozen=True)
+class HealthRows:
+    """A window's GPU health: the GPUs with evidence one by one, the rest (``ok``, nothing to list) as the temp
+    table ``an_health_quiet`` (gpu_uuid, node), which :func:`insert_health` writes out in SQL."""
+
+    flagged: list[GpuHealth]
+    """The GPUs with evidence or that might have it, in order of (gpu_uuid, node)."""
+
+    def every_gpu(self, con: duckdb.DuckDBPyConnection) -> list[GpuHealth]:
+        """Every GPU's health, in order of (gpu_uuid, node) (the quiet ones ``ok`` without evidence)."""
+        quiet = [GpuHealth(node, gpu, "ok", ()) for gpu, node in con.execute(
+            "SELECT gpu_uuid, node FROM an_health_quiet").fetchall()]
+        return sorted([*self.flagged, *quiet], key=lambda g: (g.gpu_uuid, g.node))
+
+
+_QUIET = """
+CREATE OR REPLACE TEMP TABLE an_health_quiet AS
+SELECT d.gpu_uuid, d.node
+FROM (SELECT DISTINCT gpu_uuid, node FROM an_dev) d JOIN an_health_window w USING (gpu_uuid)
+WHERE w.dbe <= 0 AND w.retired < $retired_drain AND NOT w.remap_failed AND NOT w.lost
+  AND w.thermal <= $thermal_warn AND w.crc IS NOT NULL AND (w.crc_rate IS NULL OR w.crc_rate < $crc_warn)
+  AND d.gpu_uuid NOT IN (SELECT unnest($named::VARCHAR[]))
+"""
+"""The GPUs whose window sums give no evidence (every signal read; nothing rose, failed or passed a limit) and that
+no XID, trend or coverage gap names (``named``): ``ok`` with nothing to list, which most GPUs are."""
+
+
+def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, parts: list[str]) -> HealthRows:
     """Health of every GPU in the inventory over the window (``an_health``: the window's day parts, merged;
-    ``parts``: their ids, whose early-warning buckets are read)."""
+    ``parts``: their ids, whose early-warning buckets are read); only the GPUs with evidence are built one by one."""
     params = {"start": window.start, "end": window.end}
-    gpus = con.execute("SELECT DISTINCT gpu_uuid, node FROM an_dev ORDER BY ALL").fetchall()
-    counters: dict[str, tuple] = {}
-    crc_rates: dict[str, float] = {}
-    for row in con.execute(WINDOW_HEALTH).fetchall():
-        counters[row[0]] = row[1:14]
-        if row[14] is not None:
-            crc_rates[row[0]] = float(row[14])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE an_health_window AS {WINDOW_HEALTH}")
     xids: dict[str, list[tuple[int, int, datetime, datetime]]] = defaultdict(list)
     for gpu, code, count, first, last in con.execute(
         """
@@ -228,14 +251,22 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
                      t.reason(rules.early_warning), t.started,
                      t.detected)
         )
-    last_seen = {gpu: row[12] for gpu, row in counters.items() if row[12] is not None}
+    last_seen = dict(con.execute(
+        "SELECT gpu_uuid, last_ts FROM an_health_window WHERE last_ts IS NOT NULL").fetchall())
     gaps: dict[str, list[Evidence]] = defaultdict(list)
     for gap in sample_coverage.coverage_gaps(con, window, rules, last_seen):
         gaps[gap.gpu_uuid].append(Evidence(gap.signal, gap.value, gap.threshold, "warn", gap.reason, gap.since,
                                              gap.until))
+    con.execute(_QUIET, {"retired_drain": rules.retired_pages_drain,
+                         "thermal_warn": rules.thermal_violation_seconds_warn,
+                         "crc_warn": rules.nvlink_crc_per_second_warn, "named": sorted({*xids, *trends, *gaps})})
     out = []
-    for gpu_uuid, node in gpus:
-        ev = _counter_evidence(counters.get(gpu_uuid), crc_rates.get(gpu_uuid), rules)
+    for gpu_uuid, node, read, *counters, crc_rate in con.execute(
+        "SELECT d.gpu_uuid, d.node, w.gpu_uuid IS NOT NULL, w.* EXCLUDE (gpu_uuid) "
+        "FROM (SELECT DISTINCT gpu_uuid, node FROM an_dev) d LEFT JOIN an_health_window w USING (gpu_uuid) "
+        "ANTI JOIN an_health_quiet q USING (gpu_uuid, node) ORDER BY d.gpu_uuid, d.node"
+    ).fetchall():
+        ev = _counter_evidence(tuple(counters) if read else None, None if crc_rate is None else float(crc_rate), rules)
         for code, count, first, last in xids.get(gpu_uuid, []):
             sev = classify_xid(code, rules)
             kind = {"info": "application error, never drains", "warn": "warn-class", "drain": "drain-class"}[sev]
@@ -244,7 +275,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
         ev.extend(gaps.get(gpu_uuid, []))
         state = max((e.severity for e in ev if e.severity in _RANK), key=_RANK.__getitem__, default="ok")
         out.append(GpuHealth(node, gpu_uuid, state, tuple(ev)))
-    return out
+    return HealthRows(out)
 
 
 _SIGNALS = ("ecc_double_bit", "retired_pages", "row_remap_failure", "gpu_lost", "thermal_violation_seconds",
@@ -305,16 +336,17 @@ def node_health(node: str, members: list[GpuHealth]) -> GpuHealth:
     return GpuHealth(node, "", state, tuple(e for g in members for e in g.evidence))
 
 
-def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, gpus: list[GpuHealth]) -> None:
-    """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU)."""
+def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, rows: HealthRows) -> None:
+    """Write GPU rows and node rows (worst GPU state, evidence tagged with the GPU); the quiet GPUs, and the nodes
+    with none but quiet GPUs, are written in SQL (``ok``, no evidence)."""
     cols: dict[str, list[object]] = {c: [] for c in column_names("health")}
     values = list(cols.values())
     by_node: dict[str, list[GpuHealth]] = defaultdict(list)
     texts: dict[tuple[Evidence, ...], str] = {}  # many GPUs have the same evidence: encoded once
     run = (run_id, window.start, window.end)
-    for g in gpus:
+    for g in rows.flagged:
         by_node[g.node].append(g)
-        if not g.evidence:  # most GPUs: nothing to encode, no times to look for
+        if not g.evidence:  # nothing to encode, no times to look for
             _append_row(values, (*run, "gpu", g.node, g.gpu_uuid, g.state, g.state == "drain", "[]", *_NO_TIMES))
             continue
         text = texts.get(g.evidence)
@@ -322,13 +354,21 @@ def insert_health(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, g
             text = texts[g.evidence] = json.dumps([e.as_json() for e in g.evidence])
         _append_row(values, (*run, "gpu", g.node, g.gpu_uuid, g.state, g.drain_candidate, text, *_times(g)))
     for node, members in sorted(by_node.items()):
-        if not any(g.evidence for g in members):
+        if not any(g.evidence for g in members):  # its quiet GPUs are ok: the flagged ones decide its state
             state = max((g.state for g in members), key=_RANK.__getitem__)
             _append_row(values, (*run, "node", node, None, state, state == "drain", "[]", *_NO_TIMES))
             continue
         tagged = [{**e.as_json(), "gpu_uuid": g.gpu_uuid} for g in members for e in g.evidence]
         h = node_health(node, members)
         _append_row(values, (*run, "node", node, None, h.state, h.drain_candidate, json.dumps(tagged), *_times(h)))
+    names = ", ".join(column_names("health"))
+    params: dict[str, object] = {"run": run_id, "start": window.start, "end": window.end}
+    con.execute(f"INSERT INTO health ({names}) SELECT $run, $start, $end, 'gpu', node, gpu_uuid, 'ok', false, '[]', "  # noqa: S608
+                "NULL, NULL, NULL, NULL, NULL, NULL FROM an_health_quiet ORDER BY gpu_uuid, node", params)
+    params["nodes"] = list(by_node)
+    con.execute(f"INSERT INTO health ({names}) SELECT $run, $start, $end, 'node', node, NULL, 'ok', false, '[]', "  # noqa: S608
+                "NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT DISTINCT node FROM an_health_quiet) "
+                "WHERE node NOT IN (SELECT unnest($nodes::VARCHAR[])) ORDER BY node", params)
     append_columns(con, "health", cols)
 
 

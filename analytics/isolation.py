@@ -21,7 +21,7 @@ from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 import duckdb
 
 from analytics.facts import Window
-from analytics.result_tables import append_columns, column_names
+from analytics.result_tables import append_columns, column_names, insert_columns
 from analytics.settings import HealthRules, RiskWeights
 
 
@@ -46,6 +46,17 @@ class Risk:
         return sum(t.points for t in self.terms)
 
 
+@dataclass(frozen=True)
+class RiskRows:
+    """A window's isolation-risk rows: the device row of each kind of GPU (``an_risk_kinds``; :func:`insert_risk`
+    writes every GPU's row from its kind's) and the tenant rows."""
+
+    kinds: list[Risk]
+    """The device row of each kind, in the order of the kinds' numbers (``gpu_uuid``, ``node``: its first GPU)."""
+    tenants: list[Risk]
+    """One row per tenant that held a device, sorted by tenant."""
+
+
 def capped(terms: list[Term]) -> tuple[Term, ...]:
     """Append a ``cap`` term when the points pass 100, so the listed terms still sum to the score."""
     total = sum(t.points for t in terms)
@@ -56,15 +67,17 @@ def capped(terms: list[Term]) -> tuple[Term, ...]:
 
 @dataclass(frozen=True)
 class _Gpu:
+    """A kind of GPU: what its terms depend on (every GPU of the kind has the same), and its first GPU."""
+
     gpu_uuid: str
     node: str
     mode: str
-    domain: str | None
     blind: bool
     tenants: int
     """The tenants that held it in the window, as bits (bit ``i``: the ``i``-th of ``_Tenancy.names``)."""
     faults: int
-    fault_codes: tuple[int, ...]
+    fault_codes: str
+    """The XID codes of its counted faults, ascending, as a reason lists them."""
 
 
 @dataclass(frozen=True)
@@ -84,39 +97,42 @@ COLLECT_HINT = "run `gpulens collect --kubernetes`"
 
 def assess(
     con: duckdb.DuckDBPyConnection, window: Window, weights: RiskWeights, health_rules: HealthRules
-) -> list[Risk]:
-    """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device."""
+) -> RiskRows:
+    """Device rows for every GPU in the inventory, tenant rows for every tenant that held a device.
+
+    A GPU's row depends only on its kind: its sharing mode, whether its use is attributed, its tenants, its
+    counted faults and the tenants of its node and NVLink domain (``an_risk_kinds``). The terms are built once
+    per kind, in the order of each kind's first GPU, and every GPU's row is written from its kind."""
     names = _tenant_names(con)
-    gpus = _gpus(con, window, health_rules, names)
+    _held_keys(con, names)
+    con.execute(_RISK_GPUS, {"start": window.start, "end": window.end,
+                             "application_xids": sorted(health_rules.application_xids)})
+    bits = _HeldBits()
+    place_bits = _places(con, bits)
+    kinds = [
+        (_Gpu(gpu, node, mode, bool(blind), bits(held), int(faults), codes), place_bits[place])
+        for gpu, node, mode, blind, held, faults, codes, place in con.execute(_RISK_KINDS).execute(
+            "SELECT first_gpu, first_node, mode, blind, held, faults, codes, place FROM an_risk_kinds ORDER BY kind"
+        ).fetchall()
+    ]
     tenancy = _Tenancy.of(names, _layers(con, window))
-    by_place: dict[str, int] = defaultdict(int)
-    for g in gpus:
-        by_place[f"node:{g.node}"] |= g.tenants
-        if g.domain:
-            by_place[f"nvlink:{g.domain}"] |= g.tenants
-    near: dict[tuple[str, str | None], int] = {}  # the same for every GPU of a node
-    risks: list[Risk] = []
+    device_rows: list[Risk] = []
     # A tenant's row is its worst GPU: the first GPU (in order) of highest score. A GPU's own terms are
     # the same for each of its tenants and a tenant's layer terms the same on each of its GPUs, so a
     # score depends only on the GPU's points summed (in the terms' order) and on the tenant: the same
-    # float sums as the rows. Per distinct GPU sum, the first GPU of each tenant is kept (bit operations,
-    # no loop over GPU x tenant pairs); per tenant, its highest score over those sums wins, the earliest
-    # GPU among equal scores, and only the winner's terms are written out.
-    order: list[tuple[_Gpu, int]] = []
-    first: dict[float, dict[int, int]] = defaultdict(dict)  # GPU sum -> tenant -> its first GPU with it
+    # float sums as the rows. Per distinct GPU sum, the first kind of each tenant is kept (bit operations,
+    # no loop over GPU x tenant pairs; kinds are in order of their first GPU); per tenant, its highest score
+    # over those sums wins, the earliest GPU among equal scores, and only the winner's terms are written out.
+    first: dict[float, dict[int, int]] = defaultdict(dict)  # GPU sum -> tenant -> its first kind with it
     seen_by_sum: dict[float, int] = defaultdict(int)  # GPU sum -> the tenants in ``first[sum]``
     memo: dict[int, list[Term]] = {}
     modes: dict[str, Term] = {}
-    for g in gpus:
-        place = (g.node, g.domain)
-        if place not in near:
-            near[place] = by_place[f"node:{g.node}"] | (by_place[f"nvlink:{g.domain}"] if g.domain else 0)
-        neighbours = near[place]
+    for index, (g, neighbours) in enumerate(kinds):
         held = g.tenants
         own = _gpu_terms(g, held & (held - 1), neighbours, tenancy.names, weights, modes)
         if held not in memo:
             memo[held] = _layer_terms(held, tenancy, weights)
-        risks.append(Risk("device", g.gpu_uuid, g.node, None, g.mode, capped(own + memo[held])))
+        device_rows.append(Risk("device", g.gpu_uuid, g.node, None, g.mode, capped(own + memo[held])))
         if not held:
             continue
         # the GPU's own points: its row's terms less the layer terms (the same for each of its tenants)
@@ -124,8 +140,7 @@ def assess(
         new = held & ~seen_by_sum[gpu_sum]
         if new:
             seen_by_sum[gpu_sum] |= new
-            first[gpu_sum].update(dict.fromkeys(_codes(new), len(order)))
-        order.append((g, neighbours))
+            first[gpu_sum].update(dict.fromkeys(_codes(new), index))
     worst: dict[int, tuple[float, int]] = {}
     own_points: dict[int, list[float]] = {}  # a tenant's own layer points
     for gpu_sum, tenants in first.items():
@@ -136,15 +151,16 @@ def assess(
             best = worst.get(tenant)
             if best is None or score > best[0] or (score == best[0] and index < best[1]):
                 worst[tenant] = (score, index)
+    tenant_rows: list[Risk] = []
     for tenant in sorted(worst):
-        g, neighbours = order[worst[tenant][1]]
+        g, neighbours = kinds[worst[tenant][1]]
         name, bit = tenancy.names[tenant], 1 << tenant
         # an empty tenant name reads as no tenant: the row of the GPU as a whole (as it always has)
         subjects, others = (bit, g.tenants & ~bit) if name else (g.tenants, g.tenants & (g.tenants - 1))
         own = _gpu_terms(g, others, neighbours, tenancy.names, weights, modes)
-        risks.append(Risk("tenant", g.gpu_uuid, g.node, name, g.mode,
-                          capped(own + _layer_terms(subjects, tenancy, weights))))
-    return risks
+        tenant_rows.append(Risk("tenant", g.gpu_uuid, g.node, name, g.mode,
+                                capped(own + _layer_terms(subjects, tenancy, weights))))
+    return RiskRows(device_rows, tenant_rows)
 
 
 def _capped_score(first: float, points: list[float]) -> float:
@@ -181,10 +197,9 @@ def _gpu_terms(
                  f"shared {g.mode} GPU without per-tenant activity attribution")
         )
     if g.faults and g.tenants & (g.tenants - 1):  # shared by several tenants
-        codes = ", ".join(str(c) for c in g.fault_codes)
         terms.append(
             Term("shared_faults", min(w.shared_fault_max, w.per_shared_fault * g.faults),
-                 f"{g.faults} fault event(s) (XID {codes}) on a GPU shared by {g.tenants.bit_count()} tenants")
+                 f"{g.faults} fault event(s) (XID {g.fault_codes}) on a GPU shared by {g.tenants.bit_count()} tenants")
         )
     return terms
 
@@ -326,60 +341,110 @@ beyond, as the list of their numbers (184,000 GPU-tenant pairs over 8,000 GPUs, 
 strings 0.02 s for 40 tenants and 0.7 s for 20,000, lists 0.07 s and 0.3 s)."""
 
 
+def _held_keys(con: duckdb.DuckDBPyConnection, names: tuple[str, ...], bitstring_most: int = BITSTRING_MOST) -> None:
+    """``an_risk_held``: per GPU that a tenant held, its tenants as a key :class:`_HeldBits` reads (a bit string,
+    '1' at position ``i`` when ``names[i]`` held it, or the list of their numbers)."""
+    if not names:
+        con.execute("CREATE OR REPLACE TEMP TABLE an_risk_held (gpu_uuid VARCHAR, held VARCHAR)")
+        return
+    held = "bitstring_agg(c.code, 0, $last)::VARCHAR" if len(names) <= bitstring_most \
+        else "list(DISTINCT c.code ORDER BY c.code)::VARCHAR"
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE an_risk_held AS SELECT d.gpu_uuid, {held} AS held "  # noqa: S608 - constant
+        "FROM an_alloc a JOIN an_dev d USING (device_id) JOIN "
+        "(SELECT unnest($names) AS tenant, generate_subscripts($names, 1) - 1 AS code) c USING (tenant) GROUP BY ALL",
+        {"names": list(names)} | ({"last": len(names) - 1} if len(names) <= bitstring_most else {}),
+    )
+
+
+class _HeldBits:
+    """A ``held`` key of ``an_risk_held`` as the bits of an int, each distinct key converted once."""
+
+    def __init__(self) -> None:
+        self._memo: dict[str, int] = {"": 0}
+
+    def __call__(self, key: str) -> int:
+        bits = self._memo.get(key)
+        if bits is None:
+            bits = self._memo[key] = sum(1 << int(c) for c in key[1:-1].split(", ")) if key.startswith("[") \
+                else int(key[::-1], 2)
+        return bits
+
+
 def _tenant_bits(
     con: duckdb.DuckDBPyConnection, names: tuple[str, ...], bitstring_most: int = BITSTRING_MOST
 ) -> dict[str, int]:
     """Per GPU, the tenants that held it as bits of ``names``."""
-    if not names:
-        return {}
-    tenants = "FROM an_alloc a JOIN an_dev d USING (device_id) JOIN " \
-        "(SELECT unnest($names) AS tenant, generate_subscripts($names, 1) - 1 AS code) c USING (tenant) GROUP BY ALL"
-    if len(names) <= bitstring_most:  # '1' at position i: names[i] held it
-        return {gpu: int(held[::-1], 2) for gpu, held in con.execute(
-            f"SELECT d.gpu_uuid, bitstring_agg(c.code, 0, $last)::VARCHAR {tenants}",  # noqa: S608 - constant
-            {"names": list(names), "last": len(names) - 1},
-        ).fetchall()}
-    return {gpu: sum(1 << code for code in held) for gpu, held in con.execute(
-        f"SELECT d.gpu_uuid, list(DISTINCT c.code) {tenants}", {"names": list(names)}  # noqa: S608 - constant
-    ).fetchall()}
+    _held_keys(con, names, bitstring_most)
+    bits = _HeldBits()
+    return {gpu: bits(held) for gpu, held in con.execute("SELECT gpu_uuid, held FROM an_risk_held").fetchall()}
 
 
-def _gpus(
-    con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, names: tuple[str, ...]
-) -> list[_Gpu]:
-    """Every GPU of the inventory, in order of its UUID, with the tenants that held it as bits of ``names``."""
-    tenants = _tenant_bits(con, names)
-    faults: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for gpu, code, count in con.execute(
-        """
-        SELECT gpu_uuid, code, sum(count) FROM f_events
-        WHERE kind = 'xid' AND code IS NOT NULL AND ts >= $start AND ts < $end GROUP BY ALL ORDER BY ALL
-        """,
-        {"start": window.start, "end": window.end},
+_RISK_GPUS = """
+CREATE OR REPLACE TEMP TABLE an_risk_gpus AS
+WITH gpus AS (
+    SELECT d.gpu_uuid, any_value(d.node) AS node,
+           coalesce(CASE WHEN bool_or(d.kind = 'mig') THEN 'mig' ELSE any_value(d.sharing_mode) END, 'exclusive')
+             AS mode,
+           coalesce(bool_or(db.n > 0 AND db.n_activity = 0), false) AS unmeasured
+    FROM an_dev d
+    LEFT JOIN (SELECT device_id, sum(n) AS n, sum(n_activity) AS n_activity FROM an_known GROUP BY ALL) db
+           USING (device_id)
+    GROUP BY d.gpu_uuid
+),
+faults AS (
+    SELECT e.gpu_uuid, sum(e.n)::BIGINT AS faults, string_agg(e.code::VARCHAR, ', ' ORDER BY e.code) AS codes
+    FROM (SELECT gpu_uuid, code, sum(count) AS n FROM f_events
+          WHERE kind = 'xid' AND code IS NOT NULL AND ts >= $start AND ts < $end GROUP BY ALL) e
+    JOIN gpus g USING (gpu_uuid)
+    WHERE NOT (g.mode = 'mig' AND list_contains($application_xids, e.code))
+    GROUP BY e.gpu_uuid
+)
+SELECT g.gpu_uuid, g.node, g.mode,
+       g.mode IN ('time-slicing', 'mps') OR (g.mode = 'mig' AND g.unmeasured) AS blind,
+       coalesce(h.held, '') AS held, coalesce(f.faults, 0) AS faults, coalesce(f.codes, '') AS codes,
+       n.nvlink_domain AS domain
+FROM gpus g
+LEFT JOIN an_risk_held h USING (gpu_uuid)
+LEFT JOIN faults f USING (gpu_uuid)
+LEFT JOIN nodes n ON n.node = g.node
+"""
+"""Per GPU of the inventory: its node, sharing mode, whether its use is unattributed (time-slicing, MPS, or MIG
+without activity), its tenants (``held``, '' for none), its faults counted (a MIG GPU's application XIDs are
+its tenants' own) with their codes, and its node's NVLink domain."""
+
+
+def _places(con: duckdb.DuckDBPyConnection, bits: _HeldBits) -> list[int]:
+    """``an_risk_places``: per node, its place (a number): the tenants on the node or its NVLink domain, which
+    the returned list gives per place as bits."""
+    on_node: dict[str | None, tuple[str | None, int]] = {}
+    on_domain: dict[str, int] = defaultdict(int)
+    for node, domain, helds in con.execute(
+        "SELECT node, any_value(domain), list(DISTINCT held) FROM an_risk_gpus GROUP BY node"
     ).fetchall():
-        faults[gpu].append((int(code), int(count)))
-    rows = con.execute(
-        """
-        SELECT d.gpu_uuid, any_value(d.node),
-               CASE WHEN bool_or(d.kind = 'mig') THEN 'mig' ELSE any_value(d.sharing_mode) END AS mode,
-               any_value(n.nvlink_domain),
-               bool_or(db.n > 0 AND db.n_activity = 0) AS unmeasured
-        FROM an_dev d
-        LEFT JOIN nodes n ON n.node = d.node
-        LEFT JOIN (SELECT device_id, sum(n) AS n, sum(n_activity) AS n_activity FROM an_known GROUP BY ALL) db
-               USING (device_id)
-        GROUP BY d.gpu_uuid ORDER BY d.gpu_uuid
-        """
-    ).fetchall()
-    out = []
-    for gpu, node, mode, domain, unmeasured in rows:
-        mode = mode or "exclusive"
-        blind = mode in ("time-slicing", "mps") or (mode == "mig" and bool(unmeasured))
-        counted = [(c, n) for c, n in faults[gpu] if not (mode == "mig" and c in rules.application_xids)] \
-            if gpu in faults else []
-        out.append(_Gpu(gpu, node, mode, domain, blind, tenants.get(gpu, 0), sum(n for _, n in counted),
-                        tuple(c for c, _ in counted)))
-    return out
+        tenants = 0
+        for held in helds:
+            tenants |= bits(held)
+        on_node[node] = (domain, tenants)
+        if domain:
+            on_domain[domain] |= tenants
+    numbers: dict[int, int] = {}
+    nodes = list(on_node)
+    place = [numbers.setdefault(t | on_domain[d] if d else t, len(numbers)) for d, t in on_node.values()]
+    con.execute("CREATE OR REPLACE TEMP TABLE an_risk_places (node VARCHAR, place INTEGER)")
+    insert_columns(con, "an_risk_places", {"node": nodes, "place": place})
+    return list(numbers)
+
+
+_RISK_KINDS = """
+CREATE OR REPLACE TEMP TABLE an_risk_kinds AS
+SELECT row_number() OVER (ORDER BY first_gpu) - 1 AS kind, *
+FROM (SELECT p.place, g.mode, g.blind, g.held, g.faults, g.codes,
+             min(g.gpu_uuid) AS first_gpu, arg_min(g.node, g.gpu_uuid) AS first_node
+      FROM an_risk_gpus g JOIN an_risk_places p ON p.node IS NOT DISTINCT FROM g.node
+      GROUP BY ALL)
+"""
+"""The kinds of GPU (what a device row depends on), numbered in order of each kind's first GPU."""
 
 
 def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers]:
@@ -423,20 +488,40 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
     return {t: _Layers(tuple(ns or ()), bool(iso), tuple(unseen or ()), inventory) for t, ns, iso, unseen in rows}
 
 
-def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, risks: list[Risk]) -> None:
-    """Write the device and tenant rows of this run."""
-    if not risks:
-        return
+def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, risks: RiskRows) -> None:
+    """Write the device rows of this run (every GPU's from its kind's row) and its tenant rows."""
     fragments: dict[int, str] = {}  # a term's JSON by the term's id (rows share terms; ``risks`` keeps them alive)
-    terms: list[object] = [
-        "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t)) for t in r.terms]) + "]"
-        for r in risks
-    ]
-    n = len(risks)
-    constant: list[list[object]] = [[run_id] * n, [window.start] * n, [window.end] * n]
+
+    def terms_json(r: Risk) -> str:
+        return "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t))
+                                for t in r.terms]) + "]"
+
+    if risks.kinds:
+        con.execute("CREATE OR REPLACE TEMP TABLE an_risk_kind_rows (kind INTEGER, score DOUBLE, terms VARCHAR)")
+        insert_columns(con, "an_risk_kind_rows", {"kind": list(range(len(risks.kinds))),
+                                                  "score": [r.score for r in risks.kinds],
+                                                  "terms": [terms_json(r) for r in risks.kinds]})
+        con.execute(
+            f"""
+            INSERT INTO isolation_risk ({", ".join(column_names("isolation_risk"))})
+            SELECT $run, $start, $end, 'device', g.gpu_uuid, g.node, NULL, g.mode, r.score, r.terms
+            FROM an_risk_gpus g JOIN an_risk_places p ON p.node IS NOT DISTINCT FROM g.node
+            JOIN an_risk_kinds k ON k.place = p.place AND k.mode = g.mode AND k.blind = g.blind
+                 AND k.held = g.held AND k.faults = g.faults AND k.codes = g.codes
+            JOIN an_risk_kind_rows r USING (kind)
+            ORDER BY g.gpu_uuid
+            """,  # noqa: S608 - constant names
+            {"run": run_id, "start": window.start, "end": window.end},
+        )
+        con.execute("DROP TABLE an_risk_kind_rows")
+    if not risks.tenants:
+        return
+    n = len(risks.tenants)
+    rows = risks.tenants
     columns: list[list[object]] = [
-        *constant, [r.scope for r in risks], [r.gpu_uuid for r in risks], [r.node for r in risks],
-        [r.tenant for r in risks], [r.sharing_mode for r in risks], [r.score for r in risks], terms,
+        [run_id] * n, [window.start] * n, [window.end] * n, [r.scope for r in rows], [r.gpu_uuid for r in rows],
+        [r.node for r in rows], [r.tenant for r in rows], [r.sharing_mode for r in rows], [r.score for r in rows],
+        [terms_json(r) for r in rows],
     ]
     append_columns(con, "isolation_risk", dict(zip(column_names("isolation_risk"), columns, strict=True)))
 

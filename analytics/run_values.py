@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar, cast, overload
 
 from analytics.chargeback import FleetCost
-from analytics.health import GpuHealth
-from analytics.isolation import Risk
+from analytics.health import HealthRows
+from analytics.isolation import RiskRows
 from analytics.placement.run import Finding
 from analytics.placement.stranded import StrandedRow
 
@@ -66,8 +66,8 @@ class RunValues:
     part_notes = RunValue[dict[str, str]](
         "Per day computed in this run (ISO date): why it was computed (the days not named were reused)."
     )
-    health = RunValue[list[GpuHealth]]("The health of every GPU over the window.")
-    risks = RunValue[list[Risk]]("The isolation-risk findings of the window (per device or tenant).")
+    health = RunValue[HealthRows]("The health of every GPU over the window (the flagged ones one by one).")
+    risks = RunValue[RiskRows]("The isolation-risk findings of the window (per kind of GPU and per tenant).")
     placement = RunValue[list[Finding]]("Placement by topology: domains spanned vs needed per workload and level.")
     topology_stranded = RunValue[list[StrandedRow]]("Free capacity stranded by topology, per model and level.")
     fleet = RunValue[FleetCost]("The fleet's cost over the window, which the chargeback lines reconcile with.")

@@ -91,7 +91,7 @@ def main() -> None:
     end = start + timedelta(days=args.days)
     while cutoff <= end:
         window = Window(max(start, cutoff - timedelta(hours=args.window_hours)), cutoff, 300)
-        for g in health.assess(con, window, rules, _parts(con, window, rules)):
+        for g in health.assess(con, window, rules, _parts(con, window, rules)).flagged:  # the quiet GPUs: ok
             k = failing.get(g.gpu_uuid)
             if k is not None and cutoff > start + timedelta(seconds=k.failure_rel):  # failed: known, not predicted
                 continue
