@@ -100,6 +100,19 @@ def _merge(store: Path, work: Path, facts: Path, count: int, memory_limit: str |
                "phases": summary.phase_seconds})
 
 
+def _window_again(work: Path, facts: Path, count: int, memory_limit: str | None, queue) -> None:  # type: ignore[no-untyped-def]
+    """The merge's window-level stages alone: a copy of the merged store analysed again, every part reused."""
+    from analytics.run import analyze
+
+    db = work / "central-again.duckdb"
+    shutil.copy(work / "central.duckdb", db)
+    t0, c0 = time.perf_counter(), _cpu_seconds()
+    summary = analyze(db, _settings(facts, count, memory_limit))
+    queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
+               "reused": summary.days_reused, "computed": len(summary.days_computed), "phases": summary.phase_seconds})
+    db.unlink()
+
+
 def _size_gib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1024**3
 
@@ -114,7 +127,20 @@ def main() -> None:
                     help=f"also analyse the day on one node (default: on up to {SINGLE_UP_TO:,} GPUs)")
     ap.add_argument("--merge-memory-limit", default=None,
                     help="DuckDB memory limit of the merge (default: analyze's); the workers keep analyze's default")
+    ap.add_argument("--window-again", action="store_true",
+                    help="only analyse the last run's merged store again (its parts reused): the merge's window-level "
+                         "stages alone, to compare a change to them with the last run's merge phases")
     args = ap.parse_args()
+    if args.window_again:
+        work = args.dir / "run"
+        if not (work / "central.duckdb").is_file():
+            ap.error(f"--window-again: no merged store in {work}; run the benchmark once without it")
+        again = _in_child(_window_again, work, args.dir / "facts", args.workers, args.merge_memory_limit)
+        print(f"window stages again: {again['seconds']:.2f} s, {again['cpu']:.2f} CPU s, {again['rss_gib']:.2f} GiB; "
+              f"parts reused {again['reused']}, computed {again['computed']}")
+        print("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in again["phases"].items()))
+        print(json.dumps(again, default=str))
+        return
     if args.workers < 1 or args.gpus < 8 * args.workers:
         ap.error("--workers must be at least 1 and --gpus at least 8 per worker (a node each)")
     single_on = args.single if args.single is not None else args.gpus <= SINGLE_UP_TO
