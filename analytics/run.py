@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,14 +33,12 @@ from analytics.prices import load_price_book
 from analytics.queue_use import has_queue_data, queue_use
 from analytics.result_tables import RESULT_TABLES, create_result_tables, delete_run, drop_unused_parts
 from analytics.run_values import ModelPrices, RunValues
-from analytics.settings import AnalysisSettings
+from analytics.settings import MEMORY_LIMIT, AnalysisSettings
 from analytics.stages import RunState, run_stages
 from analytics.summary import AnalysisSummary, build_summary
 from collector.schema import create_schema
 from collector.store_errors import connect_store
 from gpulens.core.errors import UserError
-
-_MEMORY = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
 
 
 def analyze(
@@ -81,7 +78,7 @@ def _open(db_path: str | Path, settings: AnalysisSettings) -> duckdb.DuckDBPyCon
     """The store, set up for a run (memory limit, settings, schema and result tables)."""
     con = connect_store(db_path, read_only=False)
     try:
-        if not _MEMORY.match(settings.memory_limit):
+        if not MEMORY_LIMIT.match(settings.memory_limit):  # a copy's update skips the settings' validator
             raise UserError(f"memory limit {settings.memory_limit!r} is not like 4GB or 512MiB")
         con.execute(f"SET memory_limit = '{settings.memory_limit}'")  # validated above
         con.execute("SET enable_progress_bar = false")

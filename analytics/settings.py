@@ -6,6 +6,7 @@ Every default is explained in ``docs/analytics.md``; a YAML file can override an
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,9 @@ DEFAULT_ACTIVITY_THRESHOLD = 0.05
 recording rule ``tenant:gpulens_idle_gpu_equivalents:sum`` states the same number)."""
 
 
+MEMORY_LIMIT = re.compile(r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
+"""A size DuckDB's ``memory_limit`` takes (the only shape passed to it)."""
+
 _REGISTERED: dict[str, Registry[Any]] = {
     "mig_proration": MIG_PRORATIONS, "unallocated": UNALLOCATED_SHARING, "focus_formats": FOCUS_FORMATS,
 }
@@ -210,7 +214,8 @@ class AnalysisSettings(BaseModel):
     """Names of :data:`~analytics.focus_formats.FOCUS_FORMATS` written to ``out_dir``; None: every one."""
     memory_limit: str = "3GB"
     """DuckDB memory limit (it spills to disk beyond it): 3 GB leaves the process under the 4 GiB that the
-    manifests give an analysis pod (DuckDB's cache fills up to its limit; Python and Arrow need the rest)."""
+    manifests give an analysis pod (DuckDB's cache fills up to its limit; Python and Arrow need the rest).
+    Not a parameter of the run: the rows are the same under any limit, only time and memory differ."""
     node_ranges: int = Field(1, ge=1)
     """Cut each day into this many ranges of nodes, a part each (``analytics/node_ranges.py``); the rows are the
     same as of whole days, only the parts differ (so it is no parameter of the run). Needs
@@ -223,6 +228,13 @@ class AnalysisSettings(BaseModel):
     @classmethod
     def _duration(cls, value: str | int) -> int:
         return parse_duration(value)
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not MEMORY_LIMIT.match(value):
+            raise ValueError(f"{value!r} is not a size like 3GB, 1536MB or 512MiB")
+        return value
 
     @field_validator("mig_proration", "unallocated", "focus_formats")
     @classmethod

@@ -272,12 +272,14 @@ def _totals(db: Path, run_id: str) -> dict[str, object]:
             "placement": list(place or ())}
 
 
-def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, queue) -> None:  # type: ignore[no-untyped-def]
+def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, queue,  # type: ignore[no-untyped-def]
+             memory_limit: str | None = None) -> None:
     from analytics.run import analyze
     from analytics.settings import AnalysisSettings
 
     settings = AnalysisSettings(
-        window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=end_day), parquet_dir=facts
+        window_seconds=days * 86400, bucket_seconds=bucket, end=START + timedelta(days=end_day), parquet_dir=facts,
+        **({"memory_limit": memory_limit} if memory_limit else {}),
     )
     t0, c0 = time.perf_counter(), _cpu_seconds()
     summary = analyze(store, settings)
@@ -286,20 +288,20 @@ def _analyze(store: Path, facts: Path, days: int, bucket: int, end_day: int, que
                "phases": summary.phase_seconds, "rss_gib": _peak_rss_gib(), "totals": _totals(store, summary.run_id)})
 
 
-def _guarded(target, args, queue) -> None:  # type: ignore[no-untyped-def]
+def _guarded(target, args, queue, kwargs=None) -> None:  # type: ignore[no-untyped-def]
     try:
-        target(*args, queue)
+        target(*args, queue, **(kwargs or {}))
     except BaseException:
         import traceback
 
         queue.put({"error": traceback.format_exc()})
 
 
-def _in_child(target, *args) -> dict:  # type: ignore[no-untyped-def]
+def _in_child(target, *args, **kwargs) -> dict:  # type: ignore[no-untyped-def]
     """Run ``target`` in a fresh (spawned) process: its own peak RSS, no state shared with this one."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_guarded, args=(target, args, queue))
+    proc = ctx.Process(target=_guarded, args=(target, args, queue, kwargs))
     proc.start()
     result = queue.get()
     proc.join()
@@ -330,9 +332,20 @@ def _run_fleet(root: Path, gpus: int, block: int, per_gpu: int, args: argparse.N
     full = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days)
     # The next day arrives (its files only); the same week-long window, one day later, on the analysed store.
     subset(facts, work / "facts", gpus // block, args.days + 1)
+    limits = [x for x in (args.next_day_memory_limits or "").split(",") if x]
+    if limits:
+        shutil.copy(work / "store.duckdb", work / "analysed.duckdb")
     more = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days + 1)
+    next_by_limit = {}
+    for limit in limits:  # the same next day again on a copy of the analysed store, DuckDB held to ``limit``
+        shutil.copy(work / "analysed.duckdb", work / "limited.duckdb")
+        r = next_by_limit[limit] = _in_child(_analyze, work / "limited.duckdb", work / "facts", args.days, args.bucket,
+                                             args.days + 1, memory_limit=limit)
+        print(f"        +1 day with DuckDB's memory limit {limit}: {r['seconds']:.2f} s ({r['cpu']:.1f} CPU s), "
+              f"peak RSS {r['rss_gib']:.2f} GiB ({r['seconds'] / more['seconds']:.2f}x the time of the default's), "
+              f"the same rows as the default's: {r['totals'] == more['totals']}", flush=True)
     row = {"gpus": gpus, "layout": layout, "parquet_bytes_per_gpu_day": sizes, "samples": gpus * per_gpu, "floor": floor, "floor_all_facts": floor_all, "analyze": full,
-           "next_day": more, "ratio": full["seconds"] / floor["seconds"],
+           "next_day": more, "next_day_by_memory_limit": next_by_limit, "ratio": full["seconds"] / floor["seconds"],
            "ratio_all_facts": full["seconds"] / floor_all["seconds"], "incremental_ratio": more["seconds"] / full["seconds"]}
     print(f"{gpus:>6} {gpus * per_gpu:>11,} {floor['seconds']:>8.2f} {full['seconds']:>10.2f} "
           f"{row['ratio']:>5.1f}x {floor['cpu']:>12.1f} {full['cpu']:>14.1f} "
@@ -378,6 +391,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of floor, full analysis and next day per fleet (default 1); with more, the JSON's "
                          "ratios are the medians of the runs' own ratios (a shared machine's noise)")
+    ap.add_argument("--next-day-memory-limits", default=None, metavar="LIMITS",
+                    help="also run the next day again under each of these DuckDB memory limits (comma-separated, "
+                         "e.g. 3GB,2GB,1536MB), each on a copy of the same analysed store, side by side with the default")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")

@@ -77,6 +77,21 @@ def test_the_command_prints_the_headline_numbers_and_writes_focus_files(store: P
     assert (out / "chargeback_focus.csv").is_file() and (out / "chargeback_focus.parquet").is_file()
 
 
+def test_a_memory_limit_changes_neither_the_run_nor_its_rows(store: Path) -> None:
+    base = AnalysisSettings(window_seconds=3600, bucket_seconds=1800, end=T0 + timedelta(hours=1))
+    first = analyze(store, base)
+    con = duckdb.connect(str(store), read_only=True)
+    rows = con.execute("SELECT * FROM idle_capacity ORDER BY ALL").fetchall()
+    con.close()
+    again = gpulens("analyze", "--db", str(store), "--window", "1h", "--bucket", "30m", "--end", "2026-01-05T01:00:00Z",
+                    "--memory-limit", "256MB")
+    assert again.returncode == 0, again.stderr
+    con = duckdb.connect(str(store), read_only=True)
+    assert con.execute("SELECT DISTINCT run_id FROM analysis_runs").fetchall() == [(first.run_id,)]
+    assert con.execute("SELECT * FROM idle_capacity ORDER BY ALL").fetchall() == rows
+    con.close()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -85,6 +100,7 @@ def test_the_command_prints_the_headline_numbers_and_writes_focus_files(store: P
         (["--mig-proration", "power"], "--mig-proration"),
         (["--end", "yesterday"], "--end: not a time"),
         (["--activity-threshold", "1.5"], "--activity-threshold: must be at most 1"),
+        (["--memory-limit", "lots"], "--memory-limit: 'lots' is not a size"),
     ],
 )
 def test_bad_input_is_one_clear_line(store: Path, args: list[str], message: str) -> None:

@@ -18,6 +18,7 @@ FIELD_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b")
     [
         (("analyze", "--window", "14x"), "--window: not a duration (use 90s, 5m, 1.5h, 1h30m, 14d, 2w)"),
         (("analyze", "--activity-threshold", "1.5"), "--activity-threshold: must be at most 1 (got 1.5)"),
+        (("analyze", "--memory-limit", "3"), "--memory-limit: '3' is not a size like 3GB, 1536MB or 512MiB"),
         (("recommend", "--percentile", "150"), "--percentile: must be at most 100 % (got 150 %)"),
         (("recommend", "--headroom", "-1"), "--headroom: must be at least 0 % (got -1 %)"),
         (("recommend", "--window-days", "0"), "--window-days: must be more than 0 days (got 0 days)"),

@@ -26,6 +26,7 @@ FLAGS = {
     "out_dir": Flag("--out"),
     "focus_formats": Flag("--format"),
     "node_ranges": Flag("--node-ranges"),
+    "memory_limit": Flag("--memory-limit"),
 }
 """The settings field each flag feeds (errors name the flag, in its unit)."""
 
@@ -103,6 +104,16 @@ def register(app: typer.Typer) -> None:
                 "takes them with the same --node-ranges and --parts-from. Needs sample_interval_seconds (--config).",
             ),
         ] = 1,
+        memory_limit: Annotated[
+            str,
+            typer.Option(
+                "--memory-limit",
+                help="DuckDB's memory limit (3GB, 1536MB, 512MiB); beyond it the analysis spills to disk next to "
+                "the store. The rows are the same under any limit: 3GB keeps a run under the 4 GiB the manifests give "
+                "an analysis pod; 1536MB under 2 GiB at about 1.13x the time (one day of 100,000 GPUs, "
+                "docs/performance.md); a merge of many workers' parts may need more.",
+            ),
+        ] = "3GB",
         dimensions_from: Annotated[
             Path | None,
             typer.Option(
@@ -140,6 +151,7 @@ def register(app: typer.Typer) -> None:
             "out_dir": out,
             "focus_formats": tuple(FOCUS_FORMATS.check(f, "--format") for f in formats) if formats else None,
             "node_ranges": node_ranges,
+            "memory_limit": memory_limit,
         }, FLAGS)
         try:
             settings = AnalysisSettings.model_validate({**base, **flags})
