@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -461,22 +462,42 @@ PARTS: Stage = _parts
 """The window's day parts, found or computed (``PART_READ`` and ``PART_WRITE`` per new part), then merged."""
 
 
-def import_parts(db_path: str | Path, other: str | Path) -> int:
+def import_parts(db_path: str | Path, other: str | Path, copied: dict[str, tuple[int, float]] | None = None) -> int:
     """Copy into the store at ``db_path`` the day parts another store computed (a worker that analysed
-    some days of the same facts); parts already there are kept. Returns how many parts were added."""
-    from analytics.result_tables import PART_TABLES, create_result_tables
+    some days of the same facts); parts already there are kept. Returns how many parts were added; ``copied``,
+    when given, gains each table's rows and seconds (added to what it holds)."""
+    return sum(n for _, n in import_parts_from(db_path, [other], copied))
+
+
+def import_parts_from(db_path: str | Path, others: list[str | Path] | list[Path],
+                      copied: dict[str, tuple[int, float]] | None = None) -> Iterator[tuple[Path, int]]:
+    """:func:`import_parts` of each store of ``others`` in turn, on one connection (one checkpoint at the end,
+    not one per worker); yields each store and how many parts it added once they are committed."""
+    from analytics.result_tables import create_result_tables
     from collector.store_errors import connect_store
 
     con = connect_store(db_path, read_only=False)
     try:
-        if not Path(other).is_file():
-            raise UserError(f"--parts-from {other}: no such store")
         create_result_tables(con)
-        try:
-            con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])
-            con.execute("SELECT count(*) FROM worker.analysis_parts")
-        except duckdb.Error as exc:
-            raise UserError(f"--parts-from {other}: not a store with analysed days ({str(exc).splitlines()[0]})") from exc
+        for other in others:
+            yield Path(other), _import_one(con, Path(other), copied)
+    finally:
+        con.close()
+
+
+def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, tuple[int, float]] | None) -> int:
+    """One worker's parts, in one transaction; the worker's store is attached for it, and detached after."""
+    from analytics.result_tables import PART_TABLES
+
+    if not other.is_file():
+        raise UserError(f"--parts-from {other}: no such store")
+    try:
+        con.execute("ATTACH ? AS worker (READ_ONLY)", [str(other)])
+        con.execute("SELECT count(*) FROM worker.analysis_parts")
+    except duckdb.Error as exc:
+        con.execute("DETACH DATABASE IF EXISTS worker")
+        raise UserError(f"--parts-from {other}: not a store with analysed days ({str(exc).splitlines()[0]})") from exc
+    try:
         new = [r[0] for r in con.execute(
             "SELECT part_id FROM worker.analysis_parts ANTI JOIN analysis_parts USING (part_id)"
         ).fetchall()]
@@ -485,16 +506,20 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
             for table in PART_TABLES:
                 if table in ("analysis_run_parts", "parquet_file_contents"):
                     continue  # the worker's runs and the files it looked at are not this store's
+                t0 = time.perf_counter()
                 if table == "analysis_spacings":
-                    con.execute(
+                    row = con.execute(
                         "INSERT INTO analysis_spacings SELECT * FROM worker.analysis_spacings w "
                         "WHERE NOT EXISTS (SELECT 1 FROM analysis_spacings s WHERE s.spacing_key = w.spacing_key)"
-                    )
+                    ).fetchone()
                 else:
-                    con.execute(
+                    row = con.execute(
                         f"INSERT INTO {table} SELECT * FROM worker.{table} WHERE list_contains($new, part_id)",  # noqa: S608
                         {"new": new},
-                    )
+                    ).fetchone()
+                if copied is not None:
+                    rows, seconds = copied.get(table, (0, 0.0))
+                    copied[table] = (rows + (row[0] if row else 0), seconds + time.perf_counter() - t0)
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
@@ -505,4 +530,4 @@ def import_parts(db_path: str | Path, other: str | Path) -> int:
             raise
         return len(new)
     finally:
-        con.close()
+        con.execute("DETACH DATABASE IF EXISTS worker")

@@ -85,17 +85,18 @@ def _worker(store: Path, work: Path, facts: Path, index: int, count: int, queue)
 
 
 def _merge(store: Path, work: Path, facts: Path, count: int, memory_limit: str | None, queue) -> None:  # type: ignore[no-untyped-def]
-    from analytics.day_parts import import_parts
+    from analytics.day_parts import import_parts_from
     from analytics.run import analyze
 
     db = work / "central.duckdb"
     shutil.copy(store, db)
     t0, c0 = time.perf_counter(), _cpu_seconds()
-    copied = sum(import_parts(db, w) for w in sorted((work / "workers").glob("*.duckdb")))
+    by_table: dict[str, tuple[int, float]] = {}
+    copied = sum(n for _, n in import_parts_from(db, sorted((work / "workers").glob("*.duckdb")), by_table))
     imported = time.perf_counter() - t0
     summary = analyze(db, _settings(facts, count, memory_limit))
     queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
-               "import_seconds": imported, "parts_copied": copied, "reused": summary.days_reused,
+               "import_seconds": imported, "import_by_table": by_table, "parts_copied": copied, "reused": summary.days_reused,
                "computed": len(summary.days_computed), "totals": _totals(db, summary.run_id),
                "phases": summary.phase_seconds})
 
@@ -111,6 +112,25 @@ def _window_again(work: Path, facts: Path, count: int, memory_limit: str | None,
     queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
                "reused": summary.days_reused, "computed": len(summary.days_computed), "phases": summary.phase_seconds})
     db.unlink()
+
+
+def _copy_again(root: Path, rounds: int) -> None:
+    """The merge's copy of the last run's worker parts, a connection per worker against one for all, alternating."""
+    from analytics.day_parts import import_parts, import_parts_from
+
+    workers = sorted((root / "run" / "workers").glob("*.duckdb"))
+    db = root / "run" / "copy-again.duckdb"
+    for _ in range(rounds):
+        for how in ("a connection per worker", "one connection"):
+            shutil.copy(root / "store.duckdb", db)
+            t0 = time.perf_counter()
+            if how == "one connection":
+                n = sum(k for _, k in import_parts_from(db, workers))
+            else:
+                n = sum(import_parts(db, w) for w in workers)
+            print(f"{how}: {n} parts of {len(workers)} workers in {time.perf_counter() - t0:.2f} s, "
+                  f"store {db.stat().st_size / 1024**3:.2f} GiB", flush=True)
+            db.unlink()
 
 
 def _size_gib(folder: Path) -> float:
@@ -130,7 +150,15 @@ def main() -> None:
     ap.add_argument("--window-again", action="store_true",
                     help="only analyse the last run's merged store again (its parts reused): the merge's window-level "
                          "stages alone, to compare a change to them with the last run's merge phases")
+    ap.add_argument("--copy-again", type=int, default=0, metavar="ROUNDS",
+                    help="only copy the last run's worker parts into a copy of the central store, a connection per "
+                         "worker against one connection for all, alternating, ROUNDS times each")
     args = ap.parse_args()
+    if args.copy_again:
+        if not (args.dir / "run" / "workers").is_dir():
+            ap.error(f"--copy-again: no worker stores in {args.dir / 'run' / 'workers'}; run the benchmark once without it")
+        _copy_again(args.dir, args.copy_again)
+        return
     if args.window_again:
         work = args.dir / "run"
         if not (work / "central.duckdb").is_file():
@@ -182,6 +210,8 @@ def main() -> None:
     share = merge["seconds"] / total
     print(f"merge share of workers + merge: {share:.1%} wall, {merge['cpu'] / total_cpu:.1%} CPU; slowest worker "
           f"{max(w['seconds'] for w in workers):.2f} s; largest worker RSS {max(w['rss_gib'] for w in workers):.2f} GiB")
+    print(f"merge's copy of the parts: {merge['import_seconds']:.2f} s; " + ", ".join(
+        f"{t} {n:,} rows {sec:.2f}s" for t, (n, sec) in sorted(merge["import_by_table"].items(), key=lambda kv: -kv[1][1])))
     print("merge phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in merge["phases"].items()))
     same = None if single is None else single["totals"] == merge["totals"]
     if single is not None:

@@ -73,8 +73,11 @@ def results(path: Path, run_id: str) -> tuple[list[tuple[object, ...]], ...]:
 def merged_results(base: Path, workers: list[Path], merged: Path, s: AnalysisSettings) -> tuple[list[tuple[object, ...]], ...]:
     """A copy of ``base`` takes the workers' day parts, then analyses the window without reading a day again."""
     shutil.copy(base, merged)
+    copied: dict[str, tuple[int, float]] = {}
     for worker in workers:
-        import_parts(merged, worker)
+        import_parts(merged, worker, copied)
+    held = sum(rows(w, "SELECT count(*) FROM idle_capacity_parts", [])[0][0] for w in workers)
+    assert copied["idle_capacity_parts"][0] == held > 0  # each table's copy is counted as it lands
     run = analyze(merged, s)
     assert run.phase_seconds.get("read samples and allocations") is None  # no day read its facts again
     return results(merged, run.run_id)

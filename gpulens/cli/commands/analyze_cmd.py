@@ -185,10 +185,10 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"  {run.window_start:%Y-%m-%d %H:%M} .. {run.window_end:%Y-%m-%d %H:%M} UTC: run {run.run_id}")
                 return
             if parts_from:
-                from analytics.day_parts import import_parts
+                from analytics.day_parts import import_parts_from
 
-                for worker in _stores(parts_from):
-                    typer.echo(f"{import_parts(db, worker)} analysed day(s) copied from {worker}")
+                for worker, added in import_parts_from(db, _stores(parts_from)):
+                    typer.echo(f"{added} analysed day(s) copied from {worker}")
             summary = run_analysis(db, settings)
         typer.echo(summary.render())
         if settings.out_dir is not None:
