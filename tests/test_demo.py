@@ -10,7 +10,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from tests.support.demo_run import DemoRun
 
@@ -80,7 +79,7 @@ def test_demo_shows_early_warnings_with_trend_start_and_lead(
 
 
 def test_demo_runs_the_whole_loop_and_says_each_decision_in_one_line(demo_run: DemoRun) -> None:
-    """A quota cut with its evidence, a plan where every pool fits, the default reserve's conflict as a what-if,
+    """A quota cut with its evidence, a plan where every pool fits, n+1 on the dedicated pools as a what-if,
     a failing GPU's node quarantined under the default guard rails, and a MIG layout that fits."""
     out, proc = demo_run.out, demo_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -90,8 +89,8 @@ def test_demo_runs_the_whole_loop_and_says_each_decision_in_one_line(demo_run: D
     assert "evidence: demand (in use + pending) over 14.0 days" in said["quota cut"]
     assert "11 flavor/resource pool(s)" in said[next(k for k in said if k.startswith("quota plan "))]
     assert any("every pool fits its capacity" in line for line in said.values())
-    assert ("what if every flavor kept an n+1 reserve (the default policy): CONFLICT in 2 pool(s) "
-            "(h100-80gb/nvidia.com/gpu short ") in said["what if every flavor kept an n+1 reserve (the default policy)"]
+    assert ("what if the dedicated pools kept an n+1 reserve too: CONFLICT in 2 pool(s) "
+            "(h100-80gb/nvidia.com/gpu short ") in said["what if the dedicated pools kept an n+1 reserve too"]
     assert re.search(r"quarantine gpu-h100-train-\d \(node taint: drain\); \d+ held back by the guard rails$",
                      said["remediate (dry run, default guard rails)"])
     # A workload moves whole or not at all, onto healthy GPUs: a fit may repartition a GPU or reuse free instances.
@@ -110,8 +109,10 @@ def test_demo_runs_the_whole_loop_and_says_each_decision_in_one_line(demo_run: D
     assert by_entry[("foundation", "h200-80gb")][:2] == (24, 24)
     assert taints == (1,)
     assert any((out / "plan").glob("clusterqueue-*.yaml")) and any((out / "remediation").iterdir())
-    policy = yaml.safe_load((out / "plan-policy.yaml").read_text(encoding="utf-8"))
-    assert policy == {"reserve": {"flavors": {"h100-80gb": 0, "h200-80gb": 0}}}  # the pools dedicated to one team
+    with duckdb.connect(str(out / "gpulens.duckdb"), read_only=True) as con:
+        reserves = dict(con.execute("SELECT DISTINCT flavor, reserve FROM quota_plan WHERE flavor IN "
+                                    "('h100-80gb', 'h200-80gb')").fetchall())
+    assert reserves == {"h100-80gb": 0, "h200-80gb": 0}  # the pools dedicated to one team keep no n+1 reserve
     report = (out / "report" / "index.html").read_text(encoding="utf-8")
     section = report[report.index('id="plan"'):]
     assert "Quota plan " in section and "llm-research" in section and "run `gpulens plan" not in section

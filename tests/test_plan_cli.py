@@ -34,11 +34,13 @@ def _run_id(stdout: str) -> str:
 def test_on_the_demo_store_n_plus_1_on_the_full_dedicated_pools_is_a_conflict_and_only_they_keep_their_quotas(
     demo_store: Path, tmp_path: Path
 ) -> None:
-    """The default policy keeps the largest node back on every flavor: llm-research's 16 H100s (some of them
-    drain candidates) can be cut one step to 12 at most, foundation's 24 H200s to 18, and neither fits what
+    """A policy that keeps the largest node back on the dedicated pools too: llm-research's 16 H100s (some of
+    them drain candidates) can be cut one step to 12 at most, foundation's 24 H200s to 18, and neither fits what
     n+1 leaves. Those two pools keep their quotas; the others are written, and the exit status is 3."""
     out = tmp_path / "plan"
-    proc = gpulens("plan", "--db", str(demo_store), "--out", str(out))
+    policy = tmp_path / "n-plus-1.yaml"
+    policy.write_text("reserve: {flavors: {h100-80gb: n+1, h200-80gb: n+1}}\n", encoding="utf-8")
+    proc = gpulens("plan", "--db", str(demo_store), "--out", str(out), "--policy", str(policy))
     assert proc.returncode == 3, proc.stderr
     pool = re.search(r"h100-80gb nvidia.com/gpu: 16 units \(inventory\) - (\d+) on drain candidates \((gpu-h100-train-[^)]*)\)"
                      r" - reserve (\d+) \[n\+1 \(largest node: \d+\)\] = (\d+) for nominal quotas", proc.stdout)
@@ -58,6 +60,19 @@ def test_on_the_demo_store_n_plus_1_on_the_full_dedicated_pools_is_a_conflict_an
         conflicts = con.execute("SELECT cluster_queue, flavor FROM quota_plan WHERE run_id = ? AND "
                                 "binding_constraint = 'conflict' ORDER BY 1", [_run_id(proc.stdout)]).fetchall()
     assert conflicts == [("foundation", "h200-80gb"), ("llm-research", "h100-80gb")]
+
+
+def test_on_the_demo_store_the_default_plan_fits_and_the_dedicated_pools_keep_no_reserve(
+    demo_store: Path, tmp_path: Path
+) -> None:
+    """The demo's pools dedicated to one team (every node labelled for it) keep no n+1 reserve by default: a
+    lost node there hurts only that team. Every pool fits, and the plan says why for each dedicated pool."""
+    proc = gpulens("plan", "--db", str(demo_store), "--out", str(tmp_path / "plan"))
+    assert proc.returncode == 0, proc.stderr
+    for flavor, tenant in (("h100-80gb", "llm-research"), ("h200-80gb", "foundation")):
+        assert (f"reserve 0 [every node dedicated to {tenant}, the only tenant a lost node hurts: 0 kept; "
+                f"reserve: {{flavors: {{{flavor}: n+1}}}} keeps n+1]") in proc.stdout
+    assert "CONFLICT" not in proc.stdout
 
 
 def test_on_the_demo_store_with_capacity_the_plan_writes_clusterqueue_yaml(demo_store: Path, tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from analytics.plan.inputs import apply_capacity_file
 from analytics.plan.model import PoolCapacity, QueueDemand
-from analytics.plan.policy import PlanPolicy, QueuePolicy, ReservePolicy, TenantPolicy
+from analytics.plan.policy import CapacityFile, PlanPolicy, QueuePolicy, ReservePolicy, TenantPolicy
 from analytics.plan.solve import budget_caps, reserve_for, solve_pool
 
 GPU = "nvidia.com/gpu"
@@ -80,6 +81,16 @@ def test_reserve_rules() -> None:
     assert reserve_for(single, PlanPolicy()) == (0, "n+1 impossible on a single node: 0 kept")
     unknown = PoolCapacity("h100", GPU, 8)
     assert reserve_for(unknown, PlanPolicy())[1].startswith("n+1 unknown")
+
+
+def test_a_pool_dedicated_to_one_tenant_keeps_no_n_plus_1_unless_the_policy_names_its_flavor() -> None:
+    dedicated = PoolCapacity("h100", GPU, 32, nodes=4, largest_node=8, dedicated_tenant="team-a")
+    units, why = reserve_for(dedicated, PlanPolicy())
+    assert units == 0 and why.startswith("every node dedicated to team-a, the only tenant a lost node hurts")
+    assert reserve_for(dedicated, PlanPolicy(reserve=ReservePolicy(flavors={"h100": "n+1"})))[0] == 8
+    assert reserve_for(dedicated, PlanPolicy(reserve=ReservePolicy(default="10%")))[0] == 4  # a share is kept
+    counted = apply_capacity_file({("h100", GPU): dedicated}, CapacityFile(flavors={"h100": {GPU: 24}}))[("h100", GPU)]
+    assert counted.physical == 24 and reserve_for(counted, PlanPolicy())[0] == 0  # --capacity keeps who the nodes are for
 
 
 def test_a_queue_that_gets_all_it_asks_is_bound_by_demand() -> None:

@@ -29,7 +29,8 @@ SELECT node, gpu_uuid,
        CASE WHEN kind = 'gpu' THEN 'nvidia.com/gpu'
             WHEN cis > 1 THEN 'nvidia.com/mig-' || CAST(round(gpu_equivalents * 7) AS INTEGER) || 'c.' || profile
             ELSE 'nvidia.com/mig-' || profile END AS resource,
-       sum(replicas) AS units, sum(gpu_equivalents) AS ge, any_value(gpu_model) AS gpu_model
+       sum(replicas) AS units, sum(gpu_equivalents) AS ge, any_value(gpu_model) AS gpu_model,
+       (SELECT any_value(n.dedicated_tenant) FROM nodes n WHERE n.node = dev.node) AS dedicated_tenant
 FROM dev GROUP BY ALL ORDER BY ALL
 """
 
@@ -44,6 +45,8 @@ class DeviceUnits:
     units: int
     ge: float
     gpu_model: str
+    dedicated_tenant: str | None = None
+    """The tenant its node is dedicated to (node label ``gpulens.io/dedicated-tenant``), if any."""
 
 
 def latest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
@@ -176,7 +179,13 @@ def _pool(
         unit_price_month=value / physical * hours_per_month if physical and value is not None else None,
         source="inventory",
         drained_nodes=tuple(sorted({u.node for u in out_units})),
+        dedicated_tenant=_only({u.dedicated_tenant for u in rows}),
     )
+
+
+def _only(values: set[str | None]) -> str | None:
+    """The one value of ``values``, if it is the only one and not None."""
+    return next(iter(values)) if len(values) == 1 else None
 
 
 def _left_out_note(pool: PoolCapacity, rows: list[DeviceUnits], unhealthy: Unhealthy) -> str:
@@ -208,6 +217,7 @@ def apply_capacity_file(
                 nodes=None if largest is None and known is None else (known.nodes if known else None),
                 largest_node=largest if largest is not None else (known.largest_node if known else None),
                 unit_price_month=known.unit_price_month if known else None, source="capacity file",
+                dedicated_tenant=known.dedicated_tenant if known else None,
             )
     return out
 

@@ -65,6 +65,8 @@ class PoolCapacity:
     """USD per unit per month (None: no price known)."""
     source: str = "inventory"
     drained_nodes: tuple[str, ...] = ()
+    dedicated_tenant: str | None = None
+    """The tenant every node of the pool is dedicated to (None: not all one tenant's, or not known)."""
 
     @property
     def capacity(self) -> int:

@@ -50,6 +50,9 @@ def reserve_for(pool: PoolCapacity, policy: PlanPolicy) -> tuple[int, str]:
         return 0, "n+1 unknown (no node inventory for this flavor): 0 kept; set reserve in the policy"
     if pool.nodes is not None and pool.nodes <= 1:
         return 0, "n+1 impossible on a single node: 0 kept"
+    if pool.dedicated_tenant is not None and pool.flavor not in policy.reserve.flavors:
+        return 0, (f"every node dedicated to {pool.dedicated_tenant}, the only tenant a lost node hurts: 0 kept; "
+                   f"reserve: {{flavors: {{{pool.flavor}: n+1}}}} keeps n+1")
     return min(cap, pool.largest_node), f"n+1 (largest node: {pool.largest_node})"
 
 

@@ -6,38 +6,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 if TYPE_CHECKING:
     from analytics.miglayout.run import LayoutRun
     from analytics.plan.model import FleetPlan
     from analytics.plan.policy import PlanPolicy
     from analytics.recommend import RecommendationReport
     from analytics.remediation.run import RemediationReport
-    from gpulens.sim.scenario import Scenario
-
-POLICY_FILE = "plan-policy.yaml"
-POLICY_HEADER = (
-    "# The demo's quota plan policy (gpulens plan --policy): every other flavor keeps the default n+1\n"
-    "# reserve; a pool dedicated to one team keeps none, since that team alone takes the loss of a node.\n"
-)
-
-
-def demo_policy(scenario: Scenario) -> PlanPolicy:
-    """The default policy, except that the flavors of pools dedicated to one tenant keep no reserve."""
-    from analytics.plan.policy import PlanPolicy, ReservePolicy
-
-    dedicated = sorted({p.flavor for p in scenario.pools if p.dedicated_tenant is not None and p.flavor})
-    return PlanPolicy(reserve=ReservePolicy(flavors=dict.fromkeys(dedicated, 0)))
-
-
-def write_policy(policy: PlanPolicy, out: Path) -> Path:
-    """``out/plan-policy.yaml``: what differs from the default policy, for `gpulens plan --policy`."""
-    path = out / POLICY_FILE
-    body = yaml.safe_dump(policy.model_dump(mode="json", exclude_defaults=True), sort_keys=True)
-    path.write_text(POLICY_HEADER + body, encoding="utf-8")
-    return path
-
 
 def plan_quotas(db: Path, policy: PlanPolicy, out_dir: Path) -> tuple[FleetPlan, list[Path]]:
     """Plan and record the fleet's quotas; write the dry-run ClusterQueue YAML of the pools that fit."""
@@ -48,12 +22,13 @@ def plan_quotas(db: Path, policy: PlanPolicy, out_dir: Path) -> tuple[FleetPlan,
     return plan, write_plan_yaml(plan, object_plans(plan), out_dir)
 
 
-def what_if_default_reserve(db: Path) -> FleetPlan:
-    """The same plan under the default policy (n+1 on every flavor); nothing is written or stored."""
+def what_if_n_plus_1_everywhere(db: Path, plan: FleetPlan) -> FleetPlan:
+    """The same plan with an n+1 reserve on the pools dedicated to one tenant too; nothing is written or stored."""
     from analytics.plan.fleet import plan_store
-    from analytics.plan.policy import PlanPolicy
+    from analytics.plan.policy import PlanPolicy, ReservePolicy
 
-    return plan_store(db, PlanPolicy(), store=False)
+    dedicated = sorted({p.pool.flavor for p in plan.pools if p.pool.dedicated_tenant is not None})
+    return plan_store(db, PlanPolicy(reserve=ReservePolicy(flavors=dict.fromkeys(dedicated, "n+1"))), store=False)
 
 
 def quarantine(db: Path, out_dir: Path) -> tuple[RemediationReport, list[Path]]:
@@ -90,12 +65,12 @@ def plan_line(plan: FleetPlan, written: list[Path], out_dir: Path) -> str:
 
 
 def what_if_line(what_if: FleetPlan) -> str:
-    """What the default n+1 reserve on every flavor would do to the plan."""
+    """What an n+1 reserve on every flavor, the dedicated pools' too, would do to the plan."""
     if not what_if.conflicts:
-        return "what if every flavor kept an n+1 reserve: the plan still fits"
+        return "what if the dedicated pools kept an n+1 reserve too: the plan still fits"
     shorts = ", ".join(f"{p.pool.flavor}/{p.pool.resource} short {p.conflict.shortfall}"
                        for p in what_if.conflicts if p.conflict is not None)
-    return (f"what if every flavor kept an n+1 reserve (the default policy): CONFLICT in "
+    return (f"what if the dedicated pools kept an n+1 reserve too: CONFLICT in "
             f"{len(what_if.conflicts)} pool(s) ({shorts}): those would keep their quotas")
 
 

@@ -15,7 +15,6 @@ from gpulens.core.errors import UserError
 if TYPE_CHECKING:
     from exporter.server import ExporterHandle
     from gpulens.sim.fleet import SimulatedFleet
-    from gpulens.sim.scenario import Scenario
 
 DEMO_HELP = """Run gpulens end to end on a simulated fleet (no GPU, no cluster needed).
 
@@ -23,11 +22,11 @@ Steps: start one live exporter per simulated node on loopback; scrape them once 
 DIR/gpulens.duckdb and print who holds what; backfill --days of history in virtual time; analyze
 idle capacity, fragmentation, isolation risk, health, placement by topology and chargeback; recommend
 quotas and a MIG layout (dry-run YAML in DIR/recommendations/); plan every ClusterQueue's quota together
-under DIR/plan-policy.yaml (dry-run YAML in DIR/plan/) and show what the default n+1 reserve would do;
+(dry-run YAML in DIR/plan/) and show what an n+1 reserve on the dedicated pools too would do;
 decide the quarantine of failing GPUs (dry run, DIR/remediation/); write the HTML report to
 DIR/report/index.html; end with one line per decision.
 
-The store, report, policy and dry-run YAML in DIR are replaced on every run (DIR/remediation/ gets this run's
+The store, report and dry-run YAML in DIR are replaced on every run (DIR/remediation/ gets this run's
 files); nothing else there is touched.
 """
 
@@ -102,7 +101,7 @@ def run_demo(*, out: Path, scenario_path: Path | None, days: float, step: str, s
         decided = _recommend(db, out / "recommendations")
 
         _step(6, total, "planning every ClusterQueue's quota together (dry run)")
-        decided[1:1] = _plan(db, out, scenario)
+        decided[1:1] = _plan(db, out)
 
         _step(7, total, "deciding the quarantine of failing GPUs (dry run)")
         decided.insert(3, _quarantine(db, out / "remediation"))
@@ -227,25 +226,16 @@ def _recommend(db: Path, out_dir: Path) -> list[str]:
     return [cut_line(report), layout_line(layout)]
 
 
-def _plan(db: Path, out: Path, scenario: Scenario) -> list[str]:
-    """The quota plan under the demo's policy, recorded for the report, and its what-if; their lines."""
+def _plan(db: Path, out: Path) -> list[str]:
+    """The quota plan under the default policy, recorded for the report, and its what-if; their lines."""
+    from analytics.plan.policy import PlanPolicy
     from analytics.plan.render import render_plan
-    from gpulens.cli.demo_loop import (
-        demo_policy,
-        plan_line,
-        plan_quotas,
-        what_if_default_reserve,
-        what_if_line,
-    )
-    from gpulens.cli.demo_loop import write_policy as write_plan_policy
+    from gpulens.cli.demo_loop import plan_line, plan_quotas, what_if_line, what_if_n_plus_1_everywhere
 
-    policy = demo_policy(scenario)
-    policy_file = write_plan_policy(policy, out)
-    plan, written = plan_quotas(db, policy, out / "plan")
+    plan, written = plan_quotas(db, PlanPolicy(), out / "plan")
     print(render_plan(plan), flush=True)
-    _say(f"  policy: {policy_file}; again with `gpulens plan --db {db} --policy {policy_file}`")
-    what_if = what_if_default_reserve(db)
-    return [plan_line(plan, written, out / "plan"), what_if_line(what_if)]
+    _say(f"  again with `gpulens plan --db {db}`")
+    return [plan_line(plan, written, out / "plan"), what_if_line(what_if_n_plus_1_everywhere(db, plan))]
 
 
 def _quarantine(db: Path, out_dir: Path) -> str:

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 PLAN_HELP = (
     "Plan the nominalQuota of every Kueue ClusterQueue of each ResourceFlavor and resource together, under "
     "the flavor's capacity (devices on its nodes, minus health's drain candidates, or --capacity FILE) "
-    "less a resilience reserve (default n+1: the largest node), with per-queue guarantees, weights, tenant "
-    "budgets and one step per apply (--policy FILE). Demand per queue is what `gpulens recommend` asks; no "
+    "less a resilience reserve (default n+1: the largest node; none on a flavor whose nodes are all dedicated "
+    "to one tenant), with per-queue guarantees, weights, tenant budgets and one step per apply (--policy FILE). Demand per queue is what `gpulens recommend` asks; no "
     "queue with pending work is cut. Method: weighted max-min fairness by water-filling, in whole units; "
     "the same store and policy give the same plan.\n\n"
     "Explains the binding constraint per queue and what relaxing it gives. When the guarantees and holds of a "
