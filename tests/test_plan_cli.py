@@ -13,8 +13,9 @@ from tests.support.cli import assert_one_line_error, gpulens
 from tests.support.demo_run import DemoRun
 from tests.support.recommend_cluster import gpu_nominal
 
-NO_RESERVE_FOR_THE_HELD_H200S = "reserve: {flavors: {h200-80gb: 0}}\n"
-"""The demo's foundation queue holds 22 of the 24 H200s of its flavor: without this, n+1 there is a conflict too."""
+N_PLUS_1_ON_THE_GROWN_H100S = "reserve: {flavors: {h100-80gb: n+1}}\n"
+"""The capacity file grows llm-research's dedicated H100 flavor to 32: n+1 named there keeps a reserve line on the
+page (a pool dedicated to one team keeps none by default)."""
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +80,7 @@ def test_on_the_demo_store_with_capacity_the_plan_writes_clusterqueue_yaml(demo_
     capacity = tmp_path / "capacity.yaml"
     capacity.write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
     policy = tmp_path / "policy.yaml"
-    policy.write_text("queues:\n  foundation: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n"
-                      + NO_RESERVE_FOR_THE_HELD_H200S)
+    policy.write_text("queues:\n  foundation: {weight: 2}\nfair_sharing_weight: true\nkueue_version: v1beta1\n")
     out = tmp_path / "plan"
     proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(capacity), "--policy", str(policy),
                    "--out", str(out))
@@ -143,7 +143,7 @@ def test_a_missing_store_is_one_line(tmp_path: Path) -> None:
 def planned_store(demo_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("planned")
     (tmp / "capacity.yaml").write_text("flavors:\n  h100-80gb:\n    nvidia.com/gpu: 32\n")
-    (tmp / "policy.yaml").write_text(NO_RESERVE_FOR_THE_HELD_H200S)
+    (tmp / "policy.yaml").write_text(N_PLUS_1_ON_THE_GROWN_H100S)
     proc = gpulens("plan", "--db", str(demo_store), "--capacity", str(tmp / "capacity.yaml"),
                    "--policy", str(tmp / "policy.yaml"), "--out", str(tmp / "o"))
     assert proc.returncode == 0, proc.stderr
