@@ -472,17 +472,25 @@ def import_parts(db_path: str | Path, other: str | Path, copied: dict[str, tuple
 def import_parts_from(db_path: str | Path, others: list[str | Path] | list[Path],
                       copied: dict[str, tuple[int, float]] | None = None) -> Iterator[tuple[Path, int]]:
     """:func:`import_parts` of each store of ``others`` in turn, on one connection (one checkpoint at the end,
-    not one per worker); yields each store and how many parts it added once they are committed."""
+    not one per worker: ``IMPORT_CHECKPOINT_THRESHOLD``); yields each store and how many parts it added once they are committed."""
     from analytics.result_tables import create_result_tables
     from collector.store_errors import connect_store
 
     con = connect_store(db_path, read_only=False)
     try:
         create_result_tables(con)
+        con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")
         for other in others:
             yield Path(other), _import_one(con, Path(other), copied)
+        con.execute("CHECKPOINT")
     finally:
         con.close()
+
+
+IMPORT_CHECKPOINT_THRESHOLD = "64GB"
+"""While parts are imported, DuckDB checkpoints only at the end: at its default (16 MB of log) every worker's
+commit checkpointed the whole store (8 s of 33 s for 20 workers at 1,000,000 GPUs, 3.5 s with one checkpoint).
+A committed worker's parts are in the write-ahead log until then, so an interrupted import keeps them."""
 
 
 def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, tuple[int, float]] | None) -> int:

@@ -172,6 +172,26 @@ def test_the_command_merges_a_worker_store_and_refuses_a_foreign_file(three_days
         assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_import_killed_after_a_worker_keeps_that_workers_parts(three_days: Path, tmp_path: Path) -> None:
+    """The store checkpoints once at the end of an import; a worker committed before a kill is in its log."""
+    workers = []
+    for day in (END - DAY, END):
+        worker = tmp_path / f"worker-{day}.duckdb"
+        shutil.copy(three_days, worker)
+        analyze(worker, settings(day, window_seconds=DAY))
+        workers.append(str(worker))
+    central = tmp_path / "central.duckdb"
+    shutil.copy(three_days, central)
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, sys\nfrom analytics.day_parts import import_parts_from\n"
+         "for _ in import_parts_from(sys.argv[1], sys.argv[2:]):\n    os.kill(os.getpid(), 9)",
+         str(central), *workers], capture_output=True, text=True, timeout=300, check=False)
+    assert killed.returncode == -9, killed.stderr
+    assert sorted(parts(central)) == [at(END - 2 * DAY)]  # the first worker's day, and only it
+    first = rows(Path(workers[0]), "SELECT count(*) FROM idle_capacity_parts", [])
+    assert rows(central, "SELECT count(*) FROM idle_capacity_parts", []) == first
+
+
 def gpulens(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True, timeout=300, check=False)
 
