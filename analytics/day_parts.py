@@ -36,6 +36,7 @@ from analytics.facts import FACT_TABLES, Window, bind_fact_files, bind_facts, in
 from analytics.node_ranges import NODE_FACTS, NodeRange, node_ranges
 from analytics.placement.seen import incomplete_owners, merge_seen
 from analytics.placement.settings import TopologySettings
+from analytics.placement.stranded import LAST_OF_WINDOW
 from analytics.result_tables import DAY_PARTS, PART_SUMS
 from analytics.settings import EarlyWarningRules
 from analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
@@ -280,8 +281,9 @@ def _node_scope(state: RunState, span: Span) -> Iterator[None]:
         bind_facts(con, state.settings.parquet_dir, tables=NODE_FACTS)
 
 
-PART_VERSION = 9
-"""What a part holds changes with it: a part of another version is computed again (8: ``part_workloads``)."""
+PART_VERSION = 10
+"""What a part holds changes with it: a part of another version is computed again (8: ``part_workloads``,
+10: ``part_gpu_last``)."""
 
 
 def _part_parameters(state: RunState, interval: float) -> dict[str, object]:
@@ -405,8 +407,9 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
                 gang_kinds: tuple[str, ...] = TopologySettings().gang_kinds) -> None:
     """The window's sums from its parts: ``an_known``, ``an_alloc`` (isolation), ``an_lines``, ``an_workloads``,
     ``an_fleet`` (chargeback), ``an_placement_times`` and ``an_placement_runs`` (placement: the parts' keys per
-    sample time added up over a day's node ranges, and their runs of pairs), ``an_health`` (health). Every other sum is per device, GPU or
-    node, or adds up over them, so a day in node ranges gives the whole day's."""
+    sample time added up over a day's node ranges, and their runs of pairs), ``an_health`` (health), ``an_gpu_last``
+    (stranded by topology: each GPU's newest state). Every other sum is per device, GPU or node, or adds up over
+    them, so a day in node ranges gives the whole day's."""
     p = {"ids": part_ids}
     con.execute(
         """CREATE OR REPLACE TEMP TABLE an_known AS
@@ -427,6 +430,7 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
            SELECT day, tenant, state, model, ge_hours, cost_usd FROM part_lines WHERE list_contains($ids, part_id)""", p,
     )
     merge_seen(con, part_ids, gang_kinds)
+    con.execute(LAST_OF_WINDOW, p)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE an_health AS SELECT * EXCLUDE (part_id) FROM part_health "
         "WHERE list_contains($ids, part_id)", p,
@@ -442,9 +446,9 @@ def merge_parts(con: duckdb.DuckDBPyConnection, part_ids: list[str],
        "f_device_samples f_allocations f_allocation_claims f_gpu_samples f_gaps f_pending_demand ingest_batches an_dev "
        "analysis_parts "
        "analysis_spacings",
-       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placement_owners an_placement_times an_placement_runs an_health analysis_parts "
+       "value:interval value:parts value:part_notes an_dev_fleet an_known an_alloc an_lines an_workloads an_fleet an_placement_owners an_placement_times an_placement_runs an_health an_gpu_last analysis_parts "
        "analysis_spacings idle_capacity_parts fragmentation_parts part_devices part_tenancy part_lines part_workloads part_fleet "
-       "part_placement_pods part_placement_times part_placement_runs part_health part_trend_buckets "
+       "part_placement_pods part_placement_times part_placement_runs part_health part_gpu_last part_trend_buckets "
        "part_trend_quiet part_trend_gpus")
 def _parts(s: RunState) -> None:
     notes: dict[str, str] = {}

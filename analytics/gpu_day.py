@@ -2,7 +2,8 @@
 
 ``an_gpu_day`` holds, per GPU with samples in the part's span, the minima, maxima and times of **all**
 its samples (``up = false`` ones included) that ``part_health`` stores (the times of a row-remap failure
-or of ``up = false`` from a second read of the few GPUs that had one), plus what the early-warning
+or of ``up = false`` from a second read of the few GPUs that had one) and whether it was up at its last
+sample (``part_gpu_last``, for stranded-by-topology), plus what the early-warning
 buckets (``early_warning.py``) learn from it before they read the samples per bucket: whether any GPU
 was lost (else every sample is one of an up GPU), which trend counters were sent at all, and whether the
 day has SM clock readings (else there is no clock reference to read and no clock sample to count).
@@ -10,6 +11,8 @@ day has SM clock readings (else there is no clock reference to read and no clock
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -25,7 +28,7 @@ SELECT gpu_uuid,
        bool_or(NOT up) AS lost, NULL::TIMESTAMP AS lost_first, NULL::TIMESTAMP AS lost_last,
        min(thermal_violation_seconds_total) AS thermal_min, max(thermal_violation_seconds_total) AS thermal_max,
        min(nvlink_crc_errors_total) AS crc_min, max(nvlink_crc_errors_total) AS crc_max,
-       min(ts) AS first_ts, max(ts) AS last_ts,
+       min(ts) AS first_ts, max(ts) AS last_ts, arg_max(coalesce(up, true), ts) AS up_at_last,
        count(ecc_corrected_total) AS ecc_corrected_n, count(pcie_replay_total) AS pcie_replay_n,
        count(sm_clock_hz) AS sm_clock_n,
        NULL::TIMESTAMP AS remap_onset, NULL::BOOLEAN AS remap_at_first, NULL::BOOLEAN AS remap_at_last,
@@ -98,6 +101,16 @@ def build(con: duckdb.DuckDBPyConnection, window: Window) -> None:
     ).fetchall()]
     if flagged:
         con.execute(_SIGNAL_TIMES, {**span, "gpus": flagged})
+
+
+@contextmanager
+def built(con: duckdb.DuckDBPyConnection, window: Window) -> Iterator[None]:
+    """``an_gpu_day`` of the span ``window`` for the block (:func:`build`, then :func:`drop`)."""
+    build(con, window)
+    try:
+        yield
+    finally:
+        drop(con)
 
 
 def seen(con: duckdb.DuckDBPyConnection) -> DaySeen:

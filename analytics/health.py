@@ -159,12 +159,14 @@ def insert_part_health(con: duckdb.DuckDBPyConnection, part_id: str, window: Win
     """Write one day part's GPU health sums and its early-warning buckets (the caller holds the transaction),
     from one grouping of its GPU samples per GPU (``gpu_day.py``); the samples are read again per GPU and
     bucket for the early-warning buckets, and only where needed for the CRC rate and the clock drops."""
-    gpu_day.build(con, window)
-    try:
-        insert_part_health_rows(con, part_id, window)
-        early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
-    finally:
-        gpu_day.drop(con)
+    with gpu_day.built(con, window):
+        insert_part_health_from_day(con, part_id, window, rules)
+
+
+def insert_part_health_from_day(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, rules: HealthRules) -> None:
+    """:func:`insert_part_health` from an ``an_gpu_day`` already built for the span ``window``."""
+    insert_part_health_rows(con, part_id, window)
+    early_warning.insert_part_trends(con, part_id, window, rules.early_warning)
 
 
 def insert_part_health_rows(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:

@@ -410,6 +410,13 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("lost_at_first", "BOOLEAN", "The span's first up reading was false (NULL: none read)."),
         _c("lost_at_last", "BOOLEAN", "The span's last up reading was false (NULL: none read)."),
     ],
+    "part_gpu_last": [
+        PART_KEY,
+        _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples in the span."),
+        _c("ts", "TIMESTAMP NOT NULL", "Its last sample in the span."),
+        _c("up", "BOOLEAN NOT NULL", "Up at that sample (a sample without an up reading counts as up)."),
+        _c("held", "BOOLEAN NOT NULL", "An allocation claim held it at that very sample."),
+    ],
     "part_trend_buckets": [
         PART_KEY,
         _c("gpu_uuid", "VARCHAR NOT NULL", "Physical GPU with samples (up) in the bucket whose buckets of the span are not all quiet (see part_trend_quiet)."),
@@ -471,7 +478,7 @@ PART_TABLES: dict[str, list[Column]] = {
 """Day parts (``analytics/day_parts.py``): computed once per UTC day of facts and parameters, shared by runs."""
 
 PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_workloads", "part_fleet", "part_placement_pods",
-             "part_placement_times", "part_placement_runs", "part_health", "part_trend_buckets", "part_trend_quiet",
+             "part_placement_times", "part_placement_runs", "part_health", "part_gpu_last", "part_trend_buckets", "part_trend_quiet",
              "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from analytics import chargeback, fragmentation, health, idle, isolation
+from analytics import chargeback, fragmentation, gpu_day, health, idle, isolation
 from analytics.facts import FACT_VIEWS, Window
 from analytics.node_ranges import NodeRange
 from analytics.placement.run import assess as assess_placement
 from analytics.placement.run import insert_placement
 from analytics.placement.seen import insert_seen
+from analytics.placement.stranded import insert_part_last
 from analytics.result_tables import PART_TABLES
 from analytics.run_values import PREFIX, RunValues
 from analytics.settings import AnalysisSettings
@@ -111,9 +112,13 @@ def _placements_seen(s: RunState) -> None:
     insert_seen(s.con, s.run_id, s.window, s.settings.topology)  # a whole day or a node range: what adds up
 
 
-@stage("GPU health seen", "f_gpu_samples", "an_clock_ref an_gpu_day an_trend_gpus part_health part_trend_buckets part_trend_quiet part_trend_gpus")
+@stage("GPU health seen", "f_gpu_samples f_allocation_claims",
+       "an_clock_ref an_gpu_day an_trend_gpus part_health part_trend_buckets part_trend_quiet part_trend_gpus "
+       "part_gpu_last")
 def _health_seen(s: RunState) -> None:
-    health.insert_part_health(s.con, s.run_id, s.window, s.settings.health)
+    with gpu_day.built(s.con, s.window):  # one grouping of the span's GPU samples for both
+        health.insert_part_health_from_day(s.con, s.run_id, s.window, s.settings.health)
+        insert_part_last(s.con, s.run_id, s.window)
 
 
 PART_WRITE: tuple[Stage, ...] = (
@@ -137,7 +142,7 @@ def _isolation(s: RunState) -> None:
 
 
 @stage("placement",
-       "an_placement_times an_placement_runs f_allocations f_allocation_claims f_gpu_samples f_pending_demand gpus "
+       "an_placement_times an_placement_runs an_gpu_last f_pending_demand gpus "
        "gpu_topology nodes an_models value:interval",
        "value:placement value:topology_stranded")
 def _placement(s: RunState) -> None:

@@ -40,7 +40,7 @@ STAGE_MODULES = {
     "analytics/placement/seen.py": ("placements seen", "day parts"),
     "analytics/placement/held_pairs.py": ("placement",),
     "analytics/node_ranges.py": ("day parts",),
-    "analytics/placement/stranded.py": ("placement",),
+    "analytics/placement/stranded.py": ("placement", "GPU health seen", "day parts"),
 }
 
 

@@ -66,6 +66,7 @@ def _store(workloads: list[tuple[str, list[tuple[list[tuple[str, str]], int, flo
                    ts TIMESTAMP, tenant VARCHAR, sig HUGEINT, pairs BIGINT, ge DOUBLE)""")
     con.execute("""CREATE TEMP TABLE an_placement_runs (namespace VARCHAR, kind VARCHAR, wname VARCHAR, pod VARCHAR,
                    gpu_uuid VARCHAR, from_ts TIMESTAMP, to_ts TIMESTAMP, step_us BIGINT)""")
+    con.execute("CREATE TEMP TABLE an_gpu_last (gpu_uuid VARCHAR, ts TIMESTAMP, free BOOLEAN)")  # no GPU sampled
     for w, (kind, placements) in enumerate(workloads):
         for n, (pairs, samples, ge, twice) in enumerate(placements):
             held = sorted(set(pairs))

@@ -9,8 +9,7 @@ shaped like real ones: bursty holdings that change minute to minute, missing min
 without a sharing mode (the device's own counts), MIG and time-sliced devices and unknown devices (never
 a whole exclusive GPU), pods of a LeaderWorkerSet the pod inventory names (one workload, though their
 owner chain splits them), pod names that several owners held the same day (another namespace, a missing
-owner label), Parquet rows without a pod name or namespace. And the fleet's newest GPU sample (where
-stranded-by-topology is measured) is found whether or not the window's last day has samples.
+owner label), Parquet rows without a pod name or namespace.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from analytics.facts import Window, bind_facts
 from analytics.placement.held_pairs import WorkloadSeen, workloads_seen
 from analytics.placement.seen import insert_seen, merge_seen
 from analytics.placement.settings import TopologySettings
-from analytics.placement.stranded import fleet_newest
 from analytics.result_tables import create_result_tables
 from collector.schema import create_schema, fact_columns
 from tests.support.bulk_insert import insert_rows
@@ -264,32 +262,6 @@ def test_parquet_rows_without_a_pod_name_count_for_their_owner_and_without_a_nam
         store.close()
     assert got == ([("ns-a", "Job", "train", "t-ns-a", 3, 9.0, START, START + timedelta(minutes=2), 2, 1, 2)],
                    {("ns-a", "Job", "train"): (("train-0", "GPU-0"), ("train-0", "GPU-1"))})
-
-
-def _with_gpu_samples(times: list[datetime]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    create_schema(con)
-    for ts in times:
-        con.execute("INSERT INTO gpu_samples (ts, node, gpu_uuid, up, source) VALUES (?, 'n1', 'GPU-0', true, 't')",
-                    [ts])
-    bind_facts(con, None, temporary=True)
-    return con
-
-
-def test_the_fleets_newest_sample_is_found_in_the_last_day_or_earlier_in_the_window() -> None:
-    window = Window(START, START + timedelta(days=3), 300)
-    cases = {
-        "last day": ([START + timedelta(hours=5), START + timedelta(days=2, hours=7)], START + timedelta(days=2, hours=7)),
-        "only the first day": ([START + timedelta(hours=1), START + timedelta(hours=9)], START + timedelta(hours=9)),
-        "after the window only": ([START + timedelta(days=3, minutes=1)], None),
-        "none": ([], None),
-    }
-    for name, (times, newest) in cases.items():
-        con = _with_gpu_samples(times)
-        try:
-            assert fleet_newest(con, window) == newest, name
-        finally:
-            con.close()
 
 
 def test_the_placement_pairs_an_earlier_release_stored_are_dropped() -> None:

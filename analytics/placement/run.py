@@ -143,7 +143,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         if size and float(size).is_integer() and size >= 2:
             shapes[str(model)].add(int(size))
             jobs[str(model)].add(int(size))
-    stranded = stranded_by_topology(con, window, places, shapes, jobs)
+    stranded = stranded_by_topology(con, places, shapes, jobs)
     return findings, stranded
 
 

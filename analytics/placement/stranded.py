@@ -1,7 +1,9 @@
 """Free GPUs stranded by topology: free inside a domain too small for any common shape, though its parent has room.
 
 Measured at each GPU's newest sample of the window (GPUs silent for more than ``FRESH_SECONDS``
-before the newest sample of the fleet are not counted as free: unknown is not free). A GPU is free
+before the newest sample of the fleet are not counted as free: unknown is not free), which each day part
+stores per GPU (``part_gpu_last``: its last sample in the span, up or not, held or not), so the window
+reads no GPU sample. A GPU is free
 when it is up and nobody holds it at that sample. Shapes per GPU model: the pod sizes (GPUs per pod)
 and job sizes (GPUs per workload) of the multi-device workloads seen in the window, plus pending
 whole-GPU requests. For each level, the unit a domain must hold whole is a pod at nvlink / numa /
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import duckdb
 import polars as pl
@@ -50,71 +52,42 @@ class StrandedRow:
         }
 
 
-_NEWEST = "SELECT max(ts) FROM f_gpu_samples WHERE ts >= $start AND ts < $end"
-
-TAIL_SECONDS = 3600
-"""The window's last hour: read once for the fleet's newest sample and each GPU's newest before it, when they lie in it."""
-
-_TAIL = """
-WITH tail AS (SELECT gpu_uuid, ts, up FROM f_gpu_samples WHERE ts >= $lo AND ts < $end),
-newest AS (SELECT max(ts) AS ts FROM tail),
-recent AS (  -- as in _FREE, from the tail; complete only when the newest minus $fresh is inside the tail
-    SELECT t.gpu_uuid, t.ts, t.up FROM tail t, newest n WHERE t.ts >= n.ts - to_seconds($fresh) AND t.ts <= n.ts
-),
-fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid),
-states AS (
-    SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AS up, n.ts AS newest
-    FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts, newest n
-),
-held AS (  -- a claim that samples the GPU's newest time (claims never run over a UTC midnight)
-    SELECT DISTINCT s.gpu_uuid FROM states s JOIN f_allocation_claims a ON a.gpu_uuid = s.gpu_uuid
-    WHERE a.ts >= CAST(CAST($lo AS DATE) AS TIMESTAMP) AND a.ts < $end AND a.last_ts >= $lo
-      AND a.ts <= s.ts AND s.ts <= a.last_ts AND (a.step_us = 0 OR (epoch_us(s.ts) - epoch_us(a.ts)) % a.step_us = 0)
-)
-SELECT s.gpu_uuid, s.ts, s.up AND h.gpu_uuid IS NULL AS free, s.newest FROM states s LEFT JOIN held h USING (gpu_uuid)
-"""
-
-_FREE = """
-WITH recent AS (  -- only samples within $fresh of the fleet's newest can be a GPU's counted newest sample
-    SELECT gpu_uuid, ts, up FROM f_gpu_samples WHERE ts >= $newest - to_seconds($fresh) AND ts <= $newest
-),
-fresh AS (SELECT gpu_uuid, max(ts) AS ts FROM recent GROUP BY gpu_uuid),
-held AS (
-    SELECT DISTINCT gpu_uuid, ts FROM f_allocations WHERE ts >= $newest - to_seconds($fresh) AND ts <= $newest
-)
-SELECT fr.gpu_uuid, fr.ts, coalesce(s.up, true) AND h.gpu_uuid IS NULL AS free
-FROM fresh fr JOIN recent s ON s.gpu_uuid = fr.gpu_uuid AND s.ts = fr.ts
-LEFT JOIN held h ON h.gpu_uuid = fr.gpu_uuid AND h.ts = fr.ts
+PART_LAST = """
+INSERT INTO part_gpu_last
+SELECT $part_id, g.gpu_uuid, g.last_ts, g.up_at_last, h.gpu_uuid IS NOT NULL
+FROM an_gpu_day g LEFT JOIN (  -- a claim that samples the GPU's last time (claims never run over a UTC midnight)
+    SELECT DISTINCT g.gpu_uuid FROM an_gpu_day g JOIN f_allocation_claims a ON a.gpu_uuid = g.gpu_uuid
+    WHERE a.ts >= CAST(CAST($start AS DATE) AS TIMESTAMP) AND a.ts < $end
+      AND a.ts <= g.last_ts AND g.last_ts <= a.last_ts
+      AND (a.step_us = 0 OR (epoch_us(g.last_ts) - epoch_us(a.ts)) % a.step_us = 0)
+) h USING (gpu_uuid)
 """
 
 
-def fleet_newest(con: duckdb.DuckDBPyConnection, window: Window) -> datetime | None:
-    """The newest GPU sample of the window: looked for in its last day first (the bounds are constants,
-    so only the files and row groups of that day are read), the whole window only if that day has none."""
-    last_day = max(window.start, window.end - timedelta(days=1))
-    for start in (last_day, window.start):
-        row = con.execute(_NEWEST, {"start": start, "end": window.end}).fetchone()
-        if row and row[0] is not None:
-            return row[0]  # type: ignore[no-any-return]
-        if start == window.start:
-            break
-    return None
+def insert_part_last(con: duckdb.DuckDBPyConnection, part_id: str, window: Window) -> None:
+    """Write a day part's ``part_gpu_last``: per GPU with samples in the span ``window`` (``an_gpu_day``), its last
+    sample, up there or not, held there or not. The window's newest state of a GPU is that of its latest part."""
+    con.execute(PART_LAST, {"part_id": part_id, "start": window.start, "end": window.end})
 
 
-def newest_states(con: duckdb.DuckDBPyConnection, window: Window) -> list[tuple[str, datetime, bool]]:
-    """(GPU, its newest sample, free there) for every GPU sampled within ``FRESH_SECONDS`` of the fleet's newest.
+LAST_OF_WINDOW = """
+CREATE OR REPLACE TEMP TABLE an_gpu_last AS
+SELECT gpu_uuid, max(ts) AS ts, arg_max(up AND NOT held, ts) AS free
+FROM part_gpu_last WHERE list_contains($ids, part_id) GROUP BY gpu_uuid
+"""
+"""Per GPU, its newest sample of the window and whether it was free there, from the window's day parts (``ids``)."""
 
-    The window's last hour is read once (the fleet's newest, every GPU's newest before it and whether a claim
-    holds it then) when they lie in it; otherwise the newest is looked for with :func:`fleet_newest` and the GPUs read after it."""
-    lo = max(window.start, window.end - timedelta(seconds=TAIL_SECONDS))
-    rows = con.execute(_TAIL, {"lo": lo, "end": window.end, "fresh": FRESH_SECONDS}).fetchall()
-    if rows and rows[0][3] - timedelta(seconds=FRESH_SECONDS) >= lo:
-        return [(gpu, ts, bool(free)) for gpu, ts, free, _ in rows]
-    newest = fleet_newest(con, window)
-    if newest is None:
-        return []
-    return [(gpu, ts, bool(free)) for gpu, ts, free in
-            con.execute(_FREE, {"newest": newest, "fresh": FRESH_SECONDS}).fetchall()]
+
+def newest_states(con: duckdb.DuckDBPyConnection) -> list[tuple[str, datetime, bool]]:
+    """(GPU, its newest sample, free there) for every GPU sampled within ``FRESH_SECONDS`` of the fleet's newest
+    sample of the window (``an_gpu_last``). A GPU fresh then has its newest sample in its latest day part: a
+    later part where it was sampled would hold a newer one."""
+    rows = con.execute(
+        "SELECT gpu_uuid, ts, free FROM an_gpu_last "
+        "WHERE ts >= (SELECT max(ts) FROM an_gpu_last) - to_seconds($fresh) ORDER BY gpu_uuid",
+        {"fresh": FRESH_SECONDS},
+    ).fetchall()
+    return [(gpu, ts, bool(free)) for gpu, ts, free in rows]
 
 
 def _parent_levels(level: str) -> tuple[int, ...]:
@@ -124,13 +97,13 @@ def _parent_levels(level: str) -> tuple[int, ...]:
 
 
 def stranded_by_topology(
-    con: duckdb.DuckDBPyConnection, window: Window, places: Mapping[str, GpuPlace],
+    con: duckdb.DuckDBPyConnection, places: Mapping[str, GpuPlace],
     pod_shapes: Mapping[str, set[int]], job_shapes: Mapping[str, set[int]],
 ) -> list[StrandedRow]:
     """One row per (level, domain) with free GPUs, for models that have multi-GPU shapes."""
     free: dict[str, bool] = {}
     at: datetime | None = None
-    for gpu, ts, is_free in newest_states(con, window):
+    for gpu, ts, is_free in newest_states(con):
         if gpu in places:
             free[gpu] = is_free
             at = ts if at is None or ts > at else at
