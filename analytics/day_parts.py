@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -245,7 +246,7 @@ def _ensure_parts(
             state.values.interval = guess
             guessed = _part_parameters(state, guess)
             pid = span.part_id(guessed)
-            if _stored(con, pid):
+            if _stored(con, pid, state.arriving):
                 _drop(con)
             else:
                 _write_part(state, span, pid, guessed, notes)
@@ -256,7 +257,7 @@ def _ensure_parts(
     for span in span_list:
         pid = span.part_id(parameters)
         ids.append(pid)
-        if not _stored(con, pid):
+        if not _stored(con, pid, state.arriving):
             with _node_scope(state, span):
                 read(span)
                 _write_part(state, span, pid, parameters, notes)
@@ -307,8 +308,14 @@ def _interval(spacings: list[float | None], window: Window) -> float:
     return float(min(median(known), window.bucket_seconds))
 
 
-def _stored(con: duckdb.DuckDBPyConnection, part_id: str) -> bool:
-    return con.execute("SELECT count(*) FROM analysis_parts WHERE part_id = ?", [part_id]).fetchall() == [(1,)]
+def _stored(con: duckdb.DuckDBPyConnection, part_id: str, arriving: frozenset[str] = frozenset()) -> bool:
+    """The part is stored: listed with all its rows (or its rows are arriving for this run, ``arriving``)."""
+    if part_id in arriving:
+        return True
+    return con.execute(
+        "SELECT count(*) FROM analysis_parts WHERE part_id = ? AND part_id NOT IN (SELECT part_id FROM analysis_part_arrivals)",
+        [part_id],
+    ).fetchall() == [(1,)]
 
 
 def _read(state: RunState, span: Span, trusted: frozenset[str] = frozenset()) -> None:
@@ -388,7 +395,7 @@ def _write_part(
     notes.setdefault(span.label, why_computed(con, span, parameters))  # a guess redone: the first why
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in (*DAY_PARTS.values(), *PART_SUMS):
+        for table in (*DAY_PARTS.values(), *PART_SUMS, "analysis_parts", "analysis_part_arrivals"):
             con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
         run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done, span.nodes), PART_WRITE)
         con.execute(
@@ -473,10 +480,28 @@ def import_parts(db_path: str | Path, other: str | Path, copied: dict[str, tuple
     return sum(n for _, n in import_parts_from(db_path, [other], copied))
 
 
+ARRIVING_ROWS = tuple(DAY_PARTS.values())
+"""The tables whose rows of imported parts may arrive while the run goes on (:class:`RowCopy`): no stage of the
+run that imports them reads them before its own rows are written (most of a merge's copy, by rows)."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """Parts taken from a worker's store whose ``ARRIVING_ROWS`` are still to be copied."""
+
+    store: Path
+    part_ids: tuple[str, ...]
+
+
 def import_parts_from(db_path: str | Path, others: list[str | Path] | list[Path],
-                      copied: dict[str, tuple[int, float]] | None = None) -> Iterator[tuple[Path, int]]:
+                      copied: dict[str, tuple[int, float]] | None = None,
+                      arrivals: list[Arrival] | None = None) -> Iterator[tuple[Path, int]]:
     """:func:`import_parts` of each store of ``others`` in turn, on one connection (one checkpoint at the end,
-    not one per worker: ``IMPORT_CHECKPOINT_THRESHOLD``); yields each store and how many parts it added once they are committed."""
+    not one per worker: ``IMPORT_CHECKPOINT_THRESHOLD``); yields each store and how many parts it added once they
+    are committed. With ``arrivals`` (a list, appended to), the ``ARRIVING_ROWS`` are left for the run to copy
+    (:class:`RowCopy`, ``analyze(arrivals=...)``) and the parts are marked as arriving until then
+    (``analysis_part_arrivals``): a store whose run never copied them computes those parts again, or takes them
+    again from ``--parts-from``."""
     from analytics.result_tables import create_result_tables
     from collector.store_errors import connect_store
 
@@ -485,7 +510,7 @@ def import_parts_from(db_path: str | Path, others: list[str | Path] | list[Path]
         create_result_tables(con)
         con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")
         for other in others:
-            yield Path(other), _import_one(con, Path(other), copied)
+            yield Path(other), _import_one(con, Path(other), copied, arrivals)
         con.execute("CHECKPOINT")
     finally:
         con.close()
@@ -496,9 +521,15 @@ IMPORT_CHECKPOINT_THRESHOLD = "64GB"
 commit checkpointed the whole store (8 s of 33 s for 20 workers at 1,000,000 GPUs, 3.5 s with one checkpoint).
 A committed worker's parts are in the write-ahead log until then, so an interrupted import keeps them."""
 
+_NOT_COPIED = ("analysis_run_parts", "parquet_file_contents", "analysis_part_arrivals")
+"""Part tables an import does not copy: the worker's runs, the files it looked at and its arrivals are not this
+store's (spacings are added where missing)."""
 
-def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, tuple[int, float]] | None) -> int:
-    """One worker's parts, in one transaction; the worker's store is attached for it, and detached after."""
+
+def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, tuple[int, float]] | None,
+                arrivals: list[Arrival] | None) -> int:
+    """One worker's parts, in one transaction; the worker's store is attached for it, and detached after. A part
+    this store holds with rows still arriving (a merge stopped before it copied them) is taken again whole."""
     from analytics.result_tables import PART_TABLES
 
     if not other.is_file():
@@ -511,13 +542,20 @@ def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, t
         raise UserError(f"--parts-from {other}: not a store with analysed days ({str(exc).splitlines()[0]})") from exc
     try:
         new = [r[0] for r in con.execute(
-            "SELECT part_id FROM worker.analysis_parts ANTI JOIN analysis_parts USING (part_id)"
+            "SELECT part_id FROM worker.analysis_parts "
+            "ANTI JOIN (SELECT part_id FROM analysis_parts ANTI JOIN analysis_part_arrivals USING (part_id)) USING (part_id)"
         ).fetchall()]
         con.execute("BEGIN TRANSACTION")
         try:
+            half = [r[0] for r in con.execute(
+                "SELECT part_id FROM analysis_part_arrivals WHERE list_contains($new, part_id)", {"new": new}
+            ).fetchall()]
+            for table in PART_TABLES if half else ():  # every row of those parts, their arrival too
+                if table not in ("analysis_run_parts", "parquet_file_contents", "analysis_spacings"):
+                    con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": half})  # noqa: S608
             for table in PART_TABLES:
-                if table in ("analysis_run_parts", "parquet_file_contents"):
-                    continue  # the worker's runs and the files it looked at are not this store's
+                if table in _NOT_COPIED or (arrivals is not None and table in ARRIVING_ROWS):
+                    continue
                 t0 = time.perf_counter()
                 if table == "analysis_spacings":
                     row = con.execute(
@@ -529,9 +567,10 @@ def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, t
                         f"INSERT INTO {table} SELECT * FROM worker.{table} WHERE list_contains($new, part_id)",  # noqa: S608
                         {"new": new},
                     ).fetchone()
-                if copied is not None:
-                    rows, seconds = copied.get(table, (0, 0.0))
-                    copied[table] = (rows + (row[0] if row else 0), seconds + time.perf_counter() - t0)
+                _count(copied, table, row[0] if row else 0, time.perf_counter() - t0)
+            if arrivals is not None and new:
+                con.execute("INSERT INTO analysis_part_arrivals SELECT unnest($new), $source",
+                            {"new": new, "source": str(other)})
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
@@ -540,6 +579,81 @@ def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, t
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        if arrivals is not None and new:
+            arrivals.append(Arrival(other, tuple(new)))
         return len(new)
     finally:
         con.execute("DETACH DATABASE IF EXISTS worker")
+
+
+def _count(copied: dict[str, tuple[int, float]] | None, table: str, rows: int, seconds: float) -> None:
+    if copied is not None:
+        before_rows, before_seconds = copied.get(table, (0, 0.0))
+        copied[table] = (before_rows + rows, before_seconds + seconds)
+
+
+class RowCopy:
+    """The ``ARRIVING_ROWS`` of imported parts, copied on a connection and a thread of their own while the run's
+    stages go on (the window-level stages leave a core mostly to Python): per worker's store, its rows and the end
+    of its parts' arrival in one transaction. :meth:`wait` before the run lists the parts."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, arrivals: list[Arrival],
+                 copied: dict[str, tuple[int, float]] | None = None) -> None:
+        self._con, self._arrivals, self._copied = con, list(arrivals), copied
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if self._arrivals:
+            self._thread = threading.Thread(target=self._run, name="gpulens-part-rows", daemon=True)
+            self._thread.start()
+
+    @property
+    def part_ids(self) -> frozenset[str]:
+        return frozenset(p for a in self._arrivals for p in a.part_ids)
+
+    def wait(self) -> None:
+        """Until every row is copied; raises what stopped the copy (a ``UserError`` naming the store)."""
+        self.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def join(self) -> None:
+        """Until the copy ends, whatever its outcome (before the store is closed)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        cursor = self._con.cursor()
+        store = Path()
+        try:
+            for n, arrival in enumerate(self._arrivals):
+                store = arrival.store
+                self._copy(cursor, f"gpulens_rows_{n}", arrival)
+        except duckdb.Error as exc:
+            self._error = UserError(f"--parts-from {store}: the rows of its analysed days could not be copied "
+                                    f"({str(exc).splitlines()[0]}); run the merge again")
+        except BaseException as exc:  # noqa: BLE001 - handed to the run's thread by wait()
+            self._error = exc
+        finally:
+            cursor.close()
+
+    def _copy(self, cursor: duckdb.DuckDBPyConnection, alias: str, arrival: Arrival) -> None:
+        ids = {"ids": list(arrival.part_ids)}
+        cursor.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(arrival.store)])  # alias: our constant
+        try:
+            cursor.execute("BEGIN TRANSACTION")
+            try:
+                for table in ARRIVING_ROWS:
+                    t0 = time.perf_counter()
+                    row = cursor.execute(
+                        f"INSERT INTO {table} SELECT * FROM {alias}.{table} WHERE list_contains($ids, part_id)", ids,  # noqa: S608
+                    ).fetchone()
+                    _count(self._copied, table, row[0] if row else 0, time.perf_counter() - t0)
+                cursor.execute("DELETE FROM analysis_part_arrivals WHERE list_contains($ids, part_id)", ids)
+                cursor.execute("COMMIT")
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+        finally:
+            cursor.execute(f"DETACH DATABASE IF EXISTS {alias}")

@@ -316,6 +316,11 @@ PART_TABLES: dict[str, list[Column]] = {
         _c("created_at", "TIMESTAMP NOT NULL", "When the part was computed (UTC)."),
         _c("parameters", "VARCHAR", "JSON of the parameters the part was computed with (its version included)."),
     ],
+    "analysis_part_arrivals": [
+        _c("part_id", "VARCHAR PRIMARY KEY", "A part taken from a worker's store (--parts-from) whose idle_capacity and "
+           "fragmentation rows are still being copied: not stored until they are (the row goes with their commit)."),
+        _c("source", "VARCHAR NOT NULL", "The worker's store."),
+    ],
     "analysis_run_parts": [
         *_RUN,
         _c("part_id", "VARCHAR NOT NULL", "A day part the run's window is made of."),
@@ -624,7 +629,7 @@ def drop_unused_parts(con: duckdb.DuckDBPyConnection) -> None:
     ]
     if not unused:
         return
-    for table in ("analysis_parts", *DAY_PARTS.values(), *PART_SUMS):
+    for table in ("analysis_parts", "analysis_part_arrivals", *DAY_PARTS.values(), *PART_SUMS):
         con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": unused})  # noqa: S608
 
 

@@ -14,7 +14,7 @@ import gc
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +25,7 @@ import duckdb
 
 from analytics import chargeback
 from analytics.checkpoint import background_checkpoint
-from analytics.day_parts import Span, ensure_parts, spans
+from analytics.day_parts import Arrival, RowCopy, Span, ensure_parts, spans
 from analytics.facts import Window, bind_facts, resolve_window
 from analytics.inventory import build_inventory, register_catalog
 from analytics.pipeline import PARTS, WINDOW, WRITE
@@ -42,12 +42,15 @@ from gpulens.core.errors import UserError
 
 
 def analyze(
-    db_path: str | Path, settings: AnalysisSettings, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    db_path: str | Path, settings: AnalysisSettings, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    arrivals: Sequence[Arrival] = (), copied: dict[str, tuple[int, float]] | None = None,
 ) -> AnalysisSummary:
     """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run). ``clock``
-    is now: the default window never ends after it."""
+    is now: the default window never ends after it. ``arrivals``: parts imported from workers' stores whose
+    idle and fragmentation rows the run copies while its stages go on (``import_parts_from``); ``copied`` gains
+    those tables' rows and seconds."""
     with _no_cycle_collection():
-        return _open_and_analyze(db_path, settings, clock)
+        return _open_and_analyze(db_path, settings, clock, list(arrivals), copied)
 
 
 @contextmanager
@@ -65,12 +68,15 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _open_and_analyze(
-    db_path: str | Path, settings: AnalysisSettings, now: Callable[[], datetime]
+    db_path: str | Path, settings: AnalysisSettings, now: Callable[[], datetime], arrivals: list[Arrival],
+    copied: dict[str, tuple[int, float]] | None,
 ) -> AnalysisSummary:
     con = _open(db_path, settings)
+    rows = RowCopy(con, arrivals, copied)
     try:
-        return _analyze(con, settings, now)
+        return _analyze(con, settings, now, rows)
     finally:
+        rows.join()  # the copy's connection ends before the store closes
         con.close()
 
 
@@ -125,7 +131,7 @@ def compute_parts(
 
 
 def _analyze(
-    con: duckdb.DuckDBPyConnection, settings: AnalysisSettings, now: Callable[[], datetime]
+    con: duckdb.DuckDBPyConnection, settings: AnalysisSettings, now: Callable[[], datetime], rows: RowCopy
 ) -> AnalysisSummary:
     clock = _Phases()
     source = bind_facts(con, settings.parquet_dir)
@@ -147,10 +153,13 @@ def _analyze(
         model_prices[str(m)] = (float(lp), float(cp), None if priced is None else priced.committed_share)
     values = RunValues()
     values.model_prices = model_prices
-    state = RunState(con, settings, window, values=values, done=clock.done)
+    state = RunState(con, settings, window, values=values, done=clock.done, arriving=rows.part_ids)
     run_stages(state, (PARTS,))
     with background_checkpoint(con):  # the new parts reach the file while the window-level stages run
         run_stages(state, WINDOW)
+    if rows.part_ids:
+        rows.wait()  # the imported parts' rows are in before the run lists them
+        clock.done("rows from workers")
     interval = values.interval
     parameters = {
         **settings.parameters(),

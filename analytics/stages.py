@@ -48,6 +48,8 @@ class RunState:
     """The phase clock: called with a stage's name when it ends."""
     nodes: NodeRange | None = None
     """A day part's node range (``analytics/node_ranges.py``; None: every node)."""
+    arriving: frozenset[str] = frozenset()
+    """Parts whose rows this run is still copying from workers' stores (``day_parts.RowCopy``): stored for it."""
 
 
 @dataclass(frozen=True)

@@ -258,15 +258,16 @@ def _floor(facts: Path, queries: dict[str, str], queue) -> None:  # type: ignore
 
 def _totals(db: Path, run_id: str) -> dict[str, object]:
     """A run's result rows in a few sums (rows, GE-hours, cost, free GE, billed cost, placements), to compare two
-    runs of the same facts."""
+    runs of the same facts. Sums are ``fsum`` (compensated): a plain float sum depends on the order the rows were
+    stored in, which a merge that copies rows while its run goes on does not keep."""
     with duckdb.connect(str(db), read_only=True) as con:
-        idle = con.execute("SELECT count(*), round(sum(ge_hours), 6), round(sum(cost_usd), 6) FROM idle_capacity "
+        idle = con.execute("SELECT count(*), round(fsum(ge_hours), 6), round(fsum(cost_usd), 6) FROM idle_capacity "
                            "WHERE run_id = ?", [run_id]).fetchone()
-        frag = con.execute("SELECT count(*), round(sum(free_ge), 6) FROM fragmentation WHERE run_id = ?",
+        frag = con.execute("SELECT count(*), round(fsum(free_ge), 6) FROM fragmentation WHERE run_id = ?",
                            [run_id]).fetchone()
         charge = con.execute('SELECT count(*), sum("BilledCost")::VARCHAR FROM chargeback WHERE run_id = ?',
                              [run_id]).fetchone()
-        place = con.execute("SELECT count(*), round(sum(ge_hours), 6) FROM placement WHERE run_id = ?",
+        place = con.execute("SELECT count(*), round(fsum(ge_hours), 6) FROM placement WHERE run_id = ?",
                             [run_id]).fetchone()
     return {"idle": list(idle or ()), "fragmentation": list(frag or ()), "chargeback": list(charge or ()),
             "placement": list(place or ())}

@@ -8,8 +8,9 @@ it goes and never holds the day). Each step runs in a fresh child process (its o
 - with ``--single`` (default up to 200,000 GPUs): ``analyze`` of the day on one node;
 - worker i of W: ``analyze --slice i/W --node-ranges W --dimensions-from store`` (its store a copy of the
   central one without facts, then its one (day, node range) part);
-- the merge: a copy of the central store takes the workers' parts (``--parts-from``) and analyses the day with
-  ``--node-ranges W`` (no fact of a part read again; the window-level stages read what they read).
+- the merge: a copy of the central store takes the workers' parts (``--parts-from``: their sums first, their idle
+  and fragmentation rows while the run goes on) and analyses the day with ``--node-ranges W`` (no fact of a part
+  read again; the window-level stages read what they read).
 
 Printed side by side: wall and CPU seconds and peak RSS of each, the merge's share of workers + merge, and
 whether the merged rows equal the single run's (idle, fragmentation, chargeback totals). The last line is JSON.
@@ -85,16 +86,18 @@ def _worker(store: Path, work: Path, facts: Path, index: int, count: int, queue)
 
 
 def _merge(store: Path, work: Path, facts: Path, count: int, memory_limit: str | None, queue) -> None:  # type: ignore[no-untyped-def]
-    from analytics.day_parts import import_parts_from
+    """As ``analyze --parts-from``: the parts' sums copied first, their idle and fragmentation rows while the run goes on."""
+    from analytics.day_parts import Arrival, import_parts_from
     from analytics.run import analyze
 
     db = work / "central.duckdb"
     shutil.copy(store, db)
     t0, c0 = time.perf_counter(), _cpu_seconds()
     by_table: dict[str, tuple[int, float]] = {}
-    copied = sum(n for _, n in import_parts_from(db, sorted((work / "workers").glob("*.duckdb")), by_table))
+    arrivals: list[Arrival] = []
+    copied = sum(n for _, n in import_parts_from(db, sorted((work / "workers").glob("*.duckdb")), by_table, arrivals))
     imported = time.perf_counter() - t0
-    summary = analyze(db, _settings(facts, count, memory_limit))
+    summary = analyze(db, _settings(facts, count, memory_limit), arrivals=arrivals, copied=by_table)
     queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
                "import_seconds": imported, "import_by_table": by_table, "parts_copied": copied, "reused": summary.days_reused,
                "computed": len(summary.days_computed), "totals": _totals(db, summary.run_id),
@@ -133,6 +136,24 @@ def _copy_again(root: Path, rounds: int) -> None:
             db.unlink()
 
 
+def _merge_again(root: Path, count: int, memory_limit: str | None) -> None:
+    work = root / "run"
+    last = work / "split.json"
+    if not last.is_file():
+        raise SystemExit(f"--merge-again: no {last}; run the benchmark once without it")
+    before = json.loads(last.read_text())
+    merge = _in_child(_merge, root / "store.duckdb", work, root / "facts", count, memory_limit)
+    workers = sum(w["seconds"] for w in before["worker_runs"])
+    print(f"merge again: {merge['seconds']:.2f} s, {merge['cpu']:.2f} CPU s, {merge['rss_gib']:.2f} GiB (the last run's "
+          f"merge {before['merge']['seconds']:.2f} s); share of its workers ({workers:.1f} s) + merge: "
+          f"{merge['seconds'] / (workers + merge['seconds']):.1%}")
+    print(f"sums copied first: {merge['import_seconds']:.2f} s; " + ", ".join(
+        f"{t} {n:,} rows {sec:.2f}s" for t, (n, sec) in sorted(merge["import_by_table"].items(), key=lambda kv: -kv[1][1])[:6]))
+    print("merge phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in merge["phases"].items()))
+    print(f"merged totals equal the last run's: {merge['totals'] == before['merge']['totals']}")
+    print(json.dumps(merge, default=str))
+
+
 def _size_gib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1024**3
 
@@ -150,6 +171,9 @@ def main() -> None:
     ap.add_argument("--window-again", action="store_true",
                     help="only analyse the last run's merged store again (its parts reused): the merge's window-level "
                          "stages alone, to compare a change to them with the last run's merge phases")
+    ap.add_argument("--merge-again", action="store_true",
+                    help="only run the merge again on the last run's worker stores (a fresh copy of the central store), "
+                         "its share against the workers' times that run recorded (run/split.json)")
     ap.add_argument("--copy-again", type=int, default=0, metavar="ROUNDS",
                     help="only copy the last run's worker parts into a copy of the central store, a connection per "
                          "worker against one connection for all, alternating, ROUNDS times each")
@@ -158,6 +182,9 @@ def main() -> None:
         if not (args.dir / "run" / "workers").is_dir():
             ap.error(f"--copy-again: no worker stores in {args.dir / 'run' / 'workers'}; run the benchmark once without it")
         _copy_again(args.dir, args.copy_again)
+        return
+    if args.merge_again:
+        _merge_again(args.dir, args.workers, args.merge_memory_limit)
         return
     if args.window_again:
         work = args.dir / "run"
@@ -210,16 +237,18 @@ def main() -> None:
     share = merge["seconds"] / total
     print(f"merge share of workers + merge: {share:.1%} wall, {merge['cpu'] / total_cpu:.1%} CPU; slowest worker "
           f"{max(w['seconds'] for w in workers):.2f} s; largest worker RSS {max(w['rss_gib'] for w in workers):.2f} GiB")
-    print(f"merge's copy of the parts: {merge['import_seconds']:.2f} s; " + ", ".join(
+    print(f"merge's copy of the parts' sums (before its run; idle and fragmentation rows during it): {merge['import_seconds']:.2f} s; " + ", ".join(
         f"{t} {n:,} rows {sec:.2f}s" for t, (n, sec) in sorted(merge["import_by_table"].items(), key=lambda kv: -kv[1][1])))
     print("merge phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in merge["phases"].items()))
     same = None if single is None else single["totals"] == merge["totals"]
     if single is not None:
         print(f"merged totals equal the single node's: {same}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(json.dumps({"gpus": args.gpus, "workers": args.workers, "facts_gib": _size_gib(facts), "floor": floor,
-                      "single": single, "worker_runs": workers, "merge": merge, "merge_share_wall": share,
-                      "merge_share_cpu": merge["cpu"] / total_cpu, "same_as_single": same}, default=str))
+    result = json.dumps({"gpus": args.gpus, "workers": args.workers, "facts_gib": _size_gib(facts), "floor": floor,
+                         "single": single, "worker_runs": workers, "merge": merge, "merge_share_wall": share,
+                         "merge_share_cpu": merge["cpu"] / total_cpu, "same_as_single": same}, default=str)
+    (work / "split.json").write_text(result)
+    print(result)
 
 
 if __name__ == "__main__":

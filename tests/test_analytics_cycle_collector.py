@@ -35,7 +35,7 @@ def test_a_caller_that_paused_the_collector_finds_it_paused(tmp_path: Path) -> N
 def test_the_collector_is_paused_while_the_run_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bool] = []
 
-    def open_and_analyze(db_path: Path, settings: AnalysisSettings, clock: object) -> None:
+    def open_and_analyze(db_path: Path, settings: AnalysisSettings, *_: object) -> None:
         seen.append(gc.isenabled())
         raise StoreMissing(db_path)
 

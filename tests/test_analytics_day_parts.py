@@ -19,13 +19,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analytics.day_parts import import_parts
+from analytics.day_parts import Arrival, import_parts, import_parts_from
 from analytics.result_tables import PART_TABLES
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
 from collector.allocation_claims import add_sample_rows
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet
+from gpulens.core.errors import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -190,6 +191,62 @@ def test_an_import_killed_after_a_worker_keeps_that_workers_parts(three_days: Pa
     assert sorted(parts(central)) == [at(END - 2 * DAY)]  # the first worker's day, and only it
     first = rows(Path(workers[0]), "SELECT count(*) FROM idle_capacity_parts", [])
     assert rows(central, "SELECT count(*) FROM idle_capacity_parts", []) == first
+
+
+def _one_day_worker(three_days: Path, tmp_path: Path) -> Path:
+    worker = tmp_path / "worker.duckdb"
+    shutil.copy(three_days, worker)
+    analyze(worker, settings(END, window_seconds=DAY))
+    return worker
+
+
+def _taken_without_rows(three_days: Path, worker: Path, central: Path) -> list[Arrival]:
+    """A merge that took the worker's parts and stopped before its run copied their idle and fragmentation rows."""
+    shutil.copy(three_days, central)
+    arrivals: list[Arrival] = []
+    assert [n for _, n in import_parts_from(central, [worker], arrivals=arrivals)] == [1]
+    return arrivals
+
+
+def test_parts_whose_rows_never_arrived_are_not_stored_and_are_computed_again(three_days: Path, tmp_path: Path) -> None:
+    worker = _one_day_worker(three_days, tmp_path)
+    central = tmp_path / "central.duckdb"
+    _taken_without_rows(three_days, worker, central)
+    assert rows(central, "SELECT count(*) FROM idle_capacity_parts", []) == [(0,)]
+    assert rows(central, "SELECT count(*) FROM analysis_part_arrivals", []) == [(1,)]
+    run = analyze(central, settings(END, window_seconds=DAY))
+    assert list(run.days_computed) == [at(END - DAY).date().isoformat()]  # from the facts, not half a part
+    assert rows(central, "SELECT count(*) FROM analysis_part_arrivals", []) == [(0,)]
+    assert results(central, run.run_id) == from_nothing(central, tmp_path, settings(END, window_seconds=DAY))
+
+
+def test_parts_taken_again_after_a_stopped_merge_arrive_whole(three_days: Path, tmp_path: Path) -> None:
+    worker = _one_day_worker(three_days, tmp_path)
+    central = tmp_path / "central.duckdb"
+    _taken_without_rows(three_days, worker, central)
+    arrivals: list[Arrival] = []
+    assert [n for _, n in import_parts_from(central, [worker], arrivals=arrivals)] == [1]  # taken again, whole
+    copied: dict[str, tuple[int, float]] = {}
+    run = analyze(central, settings(END, window_seconds=DAY), arrivals=arrivals, copied=copied)
+    assert run.days_computed == {} and "rows from workers" in run.phase_seconds
+    held = rows(worker, "SELECT count(*) FROM idle_capacity_parts", [])
+    assert rows(central, "SELECT count(*) FROM idle_capacity_parts", []) == held
+    assert copied["idle_capacity_parts"][0] == held[0][0]
+    assert rows(central, "SELECT count(*) FROM analysis_part_arrivals", []) == [(0,)]
+    assert results(central, run.run_id) == results(worker, rows(worker, "SELECT run_id FROM analysis_runs", [])[0][0])
+
+
+def test_a_worker_store_gone_before_its_rows_arrive_stops_the_run_and_stores_nothing_half(
+    three_days: Path, tmp_path: Path
+) -> None:
+    worker = _one_day_worker(three_days, tmp_path)
+    central = tmp_path / "central.duckdb"
+    arrivals = _taken_without_rows(three_days, worker, central)
+    worker.unlink()
+    with pytest.raises(UserError, match=r"--parts-from .*worker.duckdb: the rows of its analysed days could not be copied"):
+        analyze(central, settings(END, window_seconds=DAY), arrivals=arrivals)
+    assert rows(central, "SELECT count(*) FROM analysis_runs", []) == [(0,)]
+    assert rows(central, "SELECT count(*) FROM analysis_part_arrivals", []) == [(1,)]  # still not stored
 
 
 def gpulens(*args: str) -> subprocess.CompletedProcess[str]:

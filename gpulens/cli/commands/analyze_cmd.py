@@ -82,7 +82,9 @@ def register(app: typer.Typer) -> None:
                 "--parts-from",
                 help="Before analysing, copy the analysed days of another store (a worker that analysed some days "
                 "of the same facts with the same parameters), of every *.duckdb store in a folder, or of every store a "
-                "pattern matches (e.g. '/data/workers/*.duckdb'); repeatable.",
+                "pattern matches (e.g. '/data/workers/*.duckdb'); repeatable. Their sums come first, their idle and "
+                "fragmentation rows while the run goes on; a day whose rows a stopped merge did not copy is taken "
+                "again (or computed) by the next run.",
             ),
         ] = None,
         slice_: Annotated[
@@ -131,6 +133,7 @@ def register(app: typer.Typer) -> None:
         """
         from pydantic import ValidationError
 
+        from analytics.day_parts import Arrival, import_parts_from
         from analytics.run import analyze as run_analysis
         from analytics.settings import AnalysisSettings
         from collector.store_errors import storage_failures
@@ -184,12 +187,11 @@ def register(app: typer.Typer) -> None:
                 for run in runs:
                     typer.echo(f"  {run.window_start:%Y-%m-%d %H:%M} .. {run.window_end:%Y-%m-%d %H:%M} UTC: run {run.run_id}")
                 return
+            arrivals: list[Arrival] = []  # their idle and fragmentation rows: copied while the run goes on
             if parts_from:
-                from analytics.day_parts import import_parts_from
-
-                for worker, added in import_parts_from(db, _stores(parts_from)):
+                for worker, added in import_parts_from(db, _stores(parts_from), arrivals=arrivals):
                     typer.echo(f"{added} analysed day(s) copied from {worker}")
-            summary = run_analysis(db, settings)
+            summary = run_analysis(db, settings, arrivals=arrivals)
         typer.echo(summary.render())
         if settings.out_dir is not None:
             names = [f.path(settings.out_dir).name for f in chosen(settings.focus_formats)]
