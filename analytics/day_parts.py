@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import re
 import threading
 import time
@@ -586,6 +587,20 @@ def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, t
         con.execute("DETACH DATABASE IF EXISTS worker")
 
 
+def import_into(con: duckdb.DuckDBPyConnection, others: list[Path], rows: RowCopy,
+                copied: dict[str, tuple[int, float]] | None = None) -> Iterator[tuple[Path, int]]:
+    """``--parts-from`` inside a run: each store's parts (their sums) into the run's store in turn, their
+    ``ARRIVING_ROWS`` handed to ``rows``, copied while the next store's sums are; yields each store and how many
+    parts it added."""
+    con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")
+    for other in others:
+        arrivals: list[Arrival] = []
+        added = _import_one(con, Path(other), copied, arrivals)
+        for arrival in arrivals:
+            rows.add(arrival)
+        yield Path(other), added
+
+
 def _count(copied: dict[str, tuple[int, float]] | None, table: str, rows: int, seconds: float) -> None:
     if copied is not None:
         before_rows, before_seconds = copied.get(table, (0, 0.0))
@@ -593,22 +608,33 @@ def _count(copied: dict[str, tuple[int, float]] | None, table: str, rows: int, s
 
 
 class RowCopy:
-    """The ``ARRIVING_ROWS`` of imported parts, copied on a connection and a thread of their own while the run's
-    stages go on (the window-level stages leave a core mostly to Python): per worker's store, its rows and the end
-    of its parts' arrival in one transaction. :meth:`wait` before the run lists the parts."""
+    """The ``ARRIVING_ROWS`` of imported parts, copied on a connection and a thread of their own while the run goes
+    on (its import of the next worker's sums, its stages: the window-level ones leave a core mostly to Python): per
+    worker's store, its rows and the end of its parts' arrival in one transaction. :meth:`wait` before the run
+    lists the parts."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, arrivals: list[Arrival],
+    def __init__(self, con: duckdb.DuckDBPyConnection, arrivals: list[Arrival] | None = None,
                  copied: dict[str, tuple[int, float]] | None = None) -> None:
-        self._con, self._arrivals, self._copied = con, list(arrivals), copied
+        self._con, self._copied = con, copied
+        self._ids: set[str] = set()
+        self._queue: queue.SimpleQueue[Arrival | None] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        if self._arrivals:
+        for arrival in arrivals or ():
+            self.add(arrival)
+
+    def add(self, arrival: Arrival) -> None:
+        """Copy the rows of ``arrival`` after those added before."""
+        if self._thread is None:
+            self._con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")  # one at the close
             self._thread = threading.Thread(target=self._run, name="gpulens-part-rows", daemon=True)
             self._thread.start()
+        self._ids.update(arrival.part_ids)
+        self._queue.put(arrival)
 
     @property
     def part_ids(self) -> frozenset[str]:
-        return frozenset(p for a in self._arrivals for p in a.part_ids)
+        return frozenset(self._ids)
 
     def wait(self) -> None:
         """Until every row is copied; raises what stopped the copy (a ``UserError`` naming the store)."""
@@ -620,23 +646,29 @@ class RowCopy:
     def join(self) -> None:
         """Until the copy ends, whatever its outcome (before the store is closed)."""
         if self._thread is not None:
+            self._queue.put(None)
             self._thread.join()
             self._thread = None
 
     def _run(self) -> None:
         cursor = self._con.cursor()
-        store = Path()
+        n = 0
         try:
-            for n, arrival in enumerate(self._arrivals):
-                store = arrival.store
-                self._copy(cursor, f"gpulens_rows_{n}", arrival)
+            while (arrival := self._queue.get()) is not None:
+                if self._error is None:  # after a failure the rest stay arriving: not stored
+                    self._copy_one(cursor, f"gpulens_rows_{n}", arrival)
+                n += 1
+        finally:
+            cursor.close()
+
+    def _copy_one(self, cursor: duckdb.DuckDBPyConnection, alias: str, arrival: Arrival) -> None:
+        try:
+            self._copy(cursor, alias, arrival)
         except duckdb.Error as exc:
-            self._error = UserError(f"--parts-from {store}: the rows of its analysed days could not be copied "
+            self._error = UserError(f"--parts-from {arrival.store}: the rows of its analysed days could not be copied "
                                     f"({str(exc).splitlines()[0]}); run the merge again")
         except BaseException as exc:  # noqa: BLE001 - handed to the run's thread by wait()
             self._error = exc
-        finally:
-            cursor.close()
 
     def _copy(self, cursor: duckdb.DuckDBPyConnection, alias: str, arrival: Arrival) -> None:
         ids = {"ids": list(arrival.part_ids)}

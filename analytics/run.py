@@ -25,7 +25,7 @@ import duckdb
 
 from analytics import chargeback
 from analytics.checkpoint import background_checkpoint
-from analytics.day_parts import Arrival, RowCopy, Span, ensure_parts, spans
+from analytics.day_parts import Arrival, RowCopy, Span, ensure_parts, import_into, spans
 from analytics.facts import Window, bind_facts, resolve_window
 from analytics.inventory import build_inventory, register_catalog
 from analytics.pipeline import PARTS, WINDOW, WRITE
@@ -43,14 +43,25 @@ from gpulens.core.errors import UserError
 
 def analyze(
     db_path: str | Path, settings: AnalysisSettings, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    parts_from: Sequence[Path] = (), imported: Callable[[Path, int], None] = lambda _store, _parts: None,
     arrivals: Sequence[Arrival] = (), copied: dict[str, tuple[int, float]] | None = None,
 ) -> AnalysisSummary:
     """Analyse the store at ``db_path``; returns the headline numbers (also stored with the run). ``clock``
-    is now: the default window never ends after it. ``arrivals``: parts imported from workers' stores whose
-    idle and fragmentation rows the run copies while its stages go on (``import_parts_from``); ``copied`` gains
-    those tables' rows and seconds."""
+    is now: the default window never ends after it. ``parts_from``: workers' stores whose parts the run takes
+    first (``--parts-from``; ``imported`` is told each store and its parts added), their idle and fragmentation
+    rows copied while it goes on; ``arrivals``: the rows still to copy of parts an earlier
+    ``import_parts_from(arrivals=...)`` took. ``copied`` gains each copied table's rows and seconds."""
     with _no_cycle_collection():
-        return _open_and_analyze(db_path, settings, clock, list(arrivals), copied)
+        return _open_and_analyze(db_path, settings, clock, _Takes(list(parts_from), imported, list(arrivals)), copied)
+
+
+@dataclass(frozen=True)
+class _Takes:
+    """What a run takes from workers' stores before it analyses (``analyze``'s ``parts_from``, ``arrivals``)."""
+
+    parts_from: list[Path]
+    imported: Callable[[Path, int], None]
+    arrivals: list[Arrival]
 
 
 @contextmanager
@@ -68,12 +79,14 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _open_and_analyze(
-    db_path: str | Path, settings: AnalysisSettings, now: Callable[[], datetime], arrivals: list[Arrival],
+    db_path: str | Path, settings: AnalysisSettings, now: Callable[[], datetime], takes: _Takes,
     copied: dict[str, tuple[int, float]] | None,
 ) -> AnalysisSummary:
     con = _open(db_path, settings)
-    rows = RowCopy(con, arrivals, copied)
+    rows = RowCopy(con, takes.arrivals, copied)
     try:
+        for store, added in import_into(con, takes.parts_from, rows, copied):
+            takes.imported(store, added)
         return _analyze(con, settings, now, rows)
     finally:
         rows.join()  # the copy's connection ends before the store closes

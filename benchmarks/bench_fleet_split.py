@@ -8,8 +8,8 @@ it goes and never holds the day). Each step runs in a fresh child process (its o
 - with ``--single`` (default up to 200,000 GPUs): ``analyze`` of the day on one node;
 - worker i of W: ``analyze --slice i/W --node-ranges W --dimensions-from store`` (its store a copy of the
   central one without facts, then its one (day, node range) part);
-- the merge: a copy of the central store takes the workers' parts (``--parts-from``: their sums first, their idle
-  and fragmentation rows while the run goes on) and analyses the day with ``--node-ranges W`` (no fact of a part
+- the merge: a copy of the central store takes the workers' parts (``--parts-from``: their sums worker by worker,
+  their idle and fragmentation rows on a thread while the run goes on) and analyses the day with ``--node-ranges W`` (no fact of a part
   read again; the window-level stages read what they read).
 
 Printed side by side: wall and CPU seconds and peak RSS of each, the merge's share of workers + merge, and
@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analytics.day_parts import ARRIVING_ROWS  # noqa: E402
 from benchmarks.bench_analytics import (  # noqa: E402
     FLOOR_ALL_FACTS,
     START,
@@ -87,17 +88,17 @@ def _worker(store: Path, work: Path, facts: Path, index: int, count: int, queue)
 
 def _merge(store: Path, work: Path, facts: Path, count: int, memory_limit: str | None, queue) -> None:  # type: ignore[no-untyped-def]
     """As ``analyze --parts-from``: the parts' sums copied first, their idle and fragmentation rows while the run goes on."""
-    from analytics.day_parts import Arrival, import_parts_from
     from analytics.run import analyze
 
     db = work / "central.duckdb"
     shutil.copy(store, db)
     t0, c0 = time.perf_counter(), _cpu_seconds()
     by_table: dict[str, tuple[int, float]] = {}
-    arrivals: list[Arrival] = []
-    copied = sum(n for _, n in import_parts_from(db, sorted((work / "workers").glob("*.duckdb")), by_table, arrivals))
-    imported = time.perf_counter() - t0
-    summary = analyze(db, _settings(facts, count, memory_limit), arrivals=arrivals, copied=by_table)
+    added: list[int] = []
+    summary = analyze(db, _settings(facts, count, memory_limit), parts_from=sorted((work / "workers").glob("*.duckdb")),
+                      imported=lambda _store, n: added.append(n), copied=by_table)
+    copied = sum(added)
+    imported = sum(seconds for table, (_, seconds) in by_table.items() if table not in ARRIVING_ROWS)
     queue.put({"seconds": time.perf_counter() - t0, "cpu": _cpu_seconds() - c0, "rss_gib": _peak_rss_gib(),
                "import_seconds": imported, "import_by_table": by_table, "parts_copied": copied, "reused": summary.days_reused,
                "computed": len(summary.days_computed), "totals": _totals(db, summary.run_id),
@@ -147,7 +148,7 @@ def _merge_again(root: Path, count: int, memory_limit: str | None) -> None:
     print(f"merge again: {merge['seconds']:.2f} s, {merge['cpu']:.2f} CPU s, {merge['rss_gib']:.2f} GiB (the last run's "
           f"merge {before['merge']['seconds']:.2f} s); share of its workers ({workers:.1f} s) + merge: "
           f"{merge['seconds'] / (workers + merge['seconds']):.1%}")
-    print(f"sums copied first: {merge['import_seconds']:.2f} s; " + ", ".join(
+    print(f"sums copied first: {merge['import_seconds']:.2f} s of inserts; " + ", ".join(
         f"{t} {n:,} rows {sec:.2f}s" for t, (n, sec) in sorted(merge["import_by_table"].items(), key=lambda kv: -kv[1][1])[:6]))
     print("merge phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in merge["phases"].items()))
     print(f"merged totals equal the last run's: {merge['totals'] == before['merge']['totals']}")
@@ -237,7 +238,8 @@ def main() -> None:
     share = merge["seconds"] / total
     print(f"merge share of workers + merge: {share:.1%} wall, {merge['cpu'] / total_cpu:.1%} CPU; slowest worker "
           f"{max(w['seconds'] for w in workers):.2f} s; largest worker RSS {max(w['rss_gib'] for w in workers):.2f} GiB")
-    print(f"merge's copy of the parts' sums (before its run; idle and fragmentation rows during it): {merge['import_seconds']:.2f} s; " + ", ".join(
+    print(f"merge's inserts of the parts' sums (before its stages; idle and fragmentation rows on a thread during "
+          f"them): {merge['import_seconds']:.2f} s; " + ", ".join(
         f"{t} {n:,} rows {sec:.2f}s" for t, (n, sec) in sorted(merge["import_by_table"].items(), key=lambda kv: -kv[1][1])))
     print("merge phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in merge["phases"].items()))
     same = None if single is None else single["totals"] == merge["totals"]

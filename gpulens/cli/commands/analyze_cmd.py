@@ -133,7 +133,6 @@ def register(app: typer.Typer) -> None:
         """
         from pydantic import ValidationError
 
-        from analytics.day_parts import Arrival, import_parts_from
         from analytics.run import analyze as run_analysis
         from analytics.settings import AnalysisSettings
         from collector.store_errors import storage_failures
@@ -187,11 +186,10 @@ def register(app: typer.Typer) -> None:
                 for run in runs:
                     typer.echo(f"  {run.window_start:%Y-%m-%d %H:%M} .. {run.window_end:%Y-%m-%d %H:%M} UTC: run {run.run_id}")
                 return
-            arrivals: list[Arrival] = []  # their idle and fragmentation rows: copied while the run goes on
-            if parts_from:
-                for worker, added in import_parts_from(db, _stores(parts_from), arrivals=arrivals):
-                    typer.echo(f"{added} analysed day(s) copied from {worker}")
-            summary = run_analysis(db, settings, arrivals=arrivals)
+            summary = run_analysis(  # the parts' idle and fragmentation rows are copied while the run goes on
+                db, settings, parts_from=_stores(parts_from) if parts_from else [],
+                imported=lambda worker, added: typer.echo(f"{added} analysed day(s) copied from {worker}"),
+            )
         typer.echo(summary.render())
         if settings.out_dir is not None:
             names = [f.path(settings.out_dir).name for f in chosen(settings.focus_formats)]
