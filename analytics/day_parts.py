@@ -39,7 +39,7 @@ from analytics.node_ranges import NODE_FACTS, NodeRange, node_ranges
 from analytics.placement.seen import incomplete_owners, merge_seen
 from analytics.placement.settings import TopologySettings
 from analytics.placement.stranded import LAST_OF_WINDOW
-from analytics.result_tables import DAY_PARTS, PART_SUMS
+from analytics.result_tables import DAY_PARTS, PART_ROWS
 from analytics.settings import EarlyWarningRules
 from analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
 from gpulens.core.errors import UserError
@@ -396,7 +396,7 @@ def _write_part(
     notes.setdefault(span.label, why_computed(con, span, parameters))  # a guess redone: the first why
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in (*DAY_PARTS.values(), *PART_SUMS, "analysis_parts", "analysis_part_arrivals"):
+        for table in PART_ROWS:
             con.execute(f"DELETE FROM {table} WHERE part_id = ?", [part_id])  # noqa: S608 - constant names
         run_stages(RunState(con, state.settings, span.window, part_id, state.values, state.done, span.nodes), PART_WRITE)
         con.execute(
@@ -509,7 +509,7 @@ def import_parts_from(db_path: str | Path, others: list[str | Path] | list[Path]
     con = connect_store(db_path, read_only=False)
     try:
         create_result_tables(con)
-        con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")
+        defer_checkpoints(con)
         for other in others:
             yield Path(other), _import_one(con, Path(other), copied, arrivals)
         con.execute("CHECKPOINT")
@@ -521,6 +521,12 @@ IMPORT_CHECKPOINT_THRESHOLD = "64GB"
 """While parts are imported, DuckDB checkpoints only at the end: at its default (16 MB of log) every worker's
 commit checkpointed the whole store (8 s of 33 s for 20 workers at 1,000,000 GPUs, 3.5 s with one checkpoint).
 A committed worker's parts are in the write-ahead log until then, so an interrupted import keeps them."""
+
+
+def defer_checkpoints(con: duckdb.DuckDBPyConnection) -> None:
+    """No checkpoint at each imported worker's commit on this store's connections: one when it closes
+    (``IMPORT_CHECKPOINT_THRESHOLD``)."""
+    con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")
 
 _NOT_COPIED = ("analysis_run_parts", "parquet_file_contents", "analysis_part_arrivals")
 """Part tables an import does not copy: the worker's runs, the files it looked at and its arrivals are not this
@@ -551,9 +557,8 @@ def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, t
             half = [r[0] for r in con.execute(
                 "SELECT part_id FROM analysis_part_arrivals WHERE list_contains($new, part_id)", {"new": new}
             ).fetchall()]
-            for table in PART_TABLES if half else ():  # every row of those parts, their arrival too
-                if table not in ("analysis_run_parts", "parquet_file_contents", "analysis_spacings"):
-                    con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": half})  # noqa: S608
+            for table in PART_ROWS if half else ():  # every row of those parts, their arrival too
+                con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": half})  # noqa: S608
             for table in PART_TABLES:
                 if table in _NOT_COPIED or (arrivals is not None and table in ARRIVING_ROWS):
                     continue
@@ -591,8 +596,7 @@ def import_into(con: duckdb.DuckDBPyConnection, others: list[Path], rows: RowCop
                 copied: dict[str, tuple[int, float]] | None = None) -> Iterator[tuple[Path, int]]:
     """``--parts-from`` inside a run: each store's parts (their sums) into the run's store in turn, their
     ``ARRIVING_ROWS`` handed to ``rows``, copied while the next store's sums are; yields each store and how many
-    parts it added."""
-    con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")
+    parts it added. The caller has set ``defer_checkpoints``."""
     for other in others:
         arrivals: list[Arrival] = []
         added = _import_one(con, Path(other), copied, arrivals)
@@ -626,7 +630,6 @@ class RowCopy:
     def add(self, arrival: Arrival) -> None:
         """Copy the rows of ``arrival`` after those added before."""
         if self._thread is None:
-            self._con.execute(f"SET checkpoint_threshold = '{IMPORT_CHECKPOINT_THRESHOLD}'")  # one at the close
             self._thread = threading.Thread(target=self._run, name="gpulens-part-rows", daemon=True)
             self._thread.start()
         self._ids.update(arrival.part_ids)

@@ -487,6 +487,10 @@ PART_SUMS = ("part_devices", "part_tenancy", "part_lines", "part_workloads", "pa
              "part_trend_gpus")
 """What a day part stores for the window-level stages, beside its result rows."""
 
+PART_ROWS = ("analysis_parts", "analysis_part_arrivals", *DAY_PARTS.values(), *PART_SUMS)
+"""Every table holding a day part's rows by its ``part_id`` (not the runs that list it): what dropping a part
+or computing it again deletes."""
+
 RESULT_TABLES = (
     "idle_capacity", "fragmentation", "isolation_risk", "health", "chargeback", "placement", "topology_stranded",
 )
@@ -629,7 +633,7 @@ def drop_unused_parts(con: duckdb.DuckDBPyConnection) -> None:
     ]
     if not unused:
         return
-    for table in ("analysis_parts", "analysis_part_arrivals", *DAY_PARTS.values(), *PART_SUMS):
+    for table in PART_ROWS:
         con.execute(f"DELETE FROM {table} WHERE list_contains($ids, part_id)", {"ids": unused})  # noqa: S608
 
 

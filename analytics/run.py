@@ -25,7 +25,7 @@ import duckdb
 
 from analytics import chargeback
 from analytics.checkpoint import background_checkpoint
-from analytics.day_parts import Arrival, RowCopy, Span, ensure_parts, import_into, spans
+from analytics.day_parts import Arrival, RowCopy, Span, defer_checkpoints, ensure_parts, import_into, spans
 from analytics.facts import Window, bind_facts, resolve_window
 from analytics.inventory import build_inventory, register_catalog
 from analytics.pipeline import PARTS, WINDOW, WRITE
@@ -83,6 +83,8 @@ def _open_and_analyze(
     copied: dict[str, tuple[int, float]] | None,
 ) -> AnalysisSummary:
     con = _open(db_path, settings)
+    if takes.parts_from or takes.arrivals:
+        defer_checkpoints(con)
     rows = RowCopy(con, takes.arrivals, copied)
     try:
         for store, added in import_into(con, takes.parts_from, rows, copied):

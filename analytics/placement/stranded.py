@@ -84,7 +84,7 @@ def newest_states(con: duckdb.DuckDBPyConnection) -> list[tuple[str, datetime, b
     later part where it was sampled would hold a newer one."""
     rows = con.execute(
         "SELECT gpu_uuid, ts, free FROM an_gpu_last "
-        "WHERE ts >= (SELECT max(ts) FROM an_gpu_last) - to_seconds($fresh) ORDER BY gpu_uuid",
+        "WHERE ts >= (SELECT max(ts) FROM an_gpu_last) - to_seconds($fresh)",
         {"fresh": FRESH_SECONDS},
     ).fetchall()
     return [(gpu, ts, bool(free)) for gpu, ts, free in rows]
