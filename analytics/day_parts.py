@@ -595,8 +595,8 @@ def _import_one(con: duckdb.DuckDBPyConnection, other: Path, copied: dict[str, t
 def import_into(con: duckdb.DuckDBPyConnection, others: list[Path], rows: RowCopy,
                 copied: dict[str, tuple[int, float]] | None = None) -> Iterator[tuple[Path, int]]:
     """``--parts-from`` inside a run: each store's parts (their sums) into the run's store in turn, their
-    ``ARRIVING_ROWS`` handed to ``rows``, copied while the next store's sums are; yields each store and how many
-    parts it added. The caller has set ``defer_checkpoints``."""
+    ``ARRIVING_ROWS`` handed to ``rows`` (copied from ``RowCopy.start``); yields each store and how many parts it
+    added. The caller has set ``defer_checkpoints``."""
     for other in others:
         arrivals: list[Arrival] = []
         added = _import_one(con, Path(other), copied, arrivals)
@@ -612,10 +612,10 @@ def _count(copied: dict[str, tuple[int, float]] | None, table: str, rows: int, s
 
 
 class RowCopy:
-    """The ``ARRIVING_ROWS`` of imported parts, copied on a connection and a thread of their own while the run goes
-    on (its import of the next worker's sums, its stages: the window-level ones leave a core mostly to Python): per
-    worker's store, its rows and the end of its parts' arrival in one transaction. :meth:`wait` before the run
-    lists the parts."""
+    """The ``ARRIVING_ROWS`` of imported parts, copied on a cursor and a thread of their own while the run goes
+    on: from :meth:`start` (the window-level stages, which leave a core mostly to Python; the import of the
+    sums and the merge of the parts before them are DuckDB's own work on both cores), per worker's store, its
+    rows and the end of its parts' arrival in one transaction. :meth:`wait` before the run lists the parts."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, arrivals: list[Arrival] | None = None,
                  copied: dict[str, tuple[int, float]] | None = None) -> None:
@@ -624,6 +624,7 @@ class RowCopy:
         self._queue: queue.SimpleQueue[Arrival | None] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._go = threading.Event()
         for arrival in arrivals or ():
             self.add(arrival)
 
@@ -639,6 +640,10 @@ class RowCopy:
     def part_ids(self) -> frozenset[str]:
         return frozenset(self._ids)
 
+    def start(self) -> None:
+        """Begin copying (rows added before wait until then: the run's DuckDB-heavy steps keep both cores)."""
+        self._go.set()
+
     def wait(self) -> None:
         """Until every row is copied; raises what stopped the copy (a ``UserError`` naming the store)."""
         self.join()
@@ -649,11 +654,13 @@ class RowCopy:
     def join(self) -> None:
         """Until the copy ends, whatever its outcome (before the store is closed)."""
         if self._thread is not None:
+            self._go.set()
             self._queue.put(None)
             self._thread.join()
             self._thread = None
 
     def _run(self) -> None:
+        self._go.wait()
         cursor = self._con.cursor()
         n = 0
         try:

@@ -253,10 +253,8 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules, p
                      t.reason(rules.early_warning), t.started,
                      t.detected)
         )
-    last_seen = dict(con.execute(
-        "SELECT gpu_uuid, last_ts FROM an_health_window WHERE last_ts IS NOT NULL").fetchall())
     gaps: dict[str, list[Evidence]] = defaultdict(list)
-    for gap in sample_coverage.coverage_gaps(con, window, rules, last_seen):
+    for gap in sample_coverage.coverage_gaps(con, window, rules):
         gaps[gap.gpu_uuid].append(Evidence(gap.signal, gap.value, gap.threshold, "warn", gap.reason, gap.since,
                                              gap.until))
     con.execute(_QUIET, {"retired_drain": rules.retired_pages_drain,

@@ -509,7 +509,6 @@ def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, ris
             JOIN an_risk_kinds k ON k.place = p.place AND k.mode = g.mode AND k.blind = g.blind
                  AND k.held = g.held AND k.faults = g.faults AND k.codes = g.codes
             JOIN an_risk_kind_rows r USING (kind)
-            ORDER BY g.gpu_uuid
             """,  # noqa: S608 - constant names
             {"run": run_id, "start": window.start, "end": window.end},
         )

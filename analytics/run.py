@@ -170,6 +170,7 @@ def _analyze(
     values.model_prices = model_prices
     state = RunState(con, settings, window, values=values, done=clock.done, arriving=rows.part_ids)
     run_stages(state, (PARTS,))
+    rows.start()  # the workers' rows copied beside the window-level stages, which leave a core mostly to Python
     with background_checkpoint(con):  # the new parts reach the file while the window-level stages run
         run_stages(state, WINDOW)
     if rows.part_ids:

@@ -9,7 +9,6 @@ against the fleet's last sample (the data's end, not the wall clock). A GPU whos
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,39 +33,53 @@ class CoverageGap:
     until: datetime
 
 
-def coverage_gaps(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules,
-                  last_seen: dict[str, datetime]) -> list[CoverageGap]:
-    """The GPUs (of ``last_seen``: each GPU's last physical sample in the window) whose samples stopped or thinned."""
-    if not last_seen:
+_STOPPED = """
+SELECT gpu_uuid, last_ts FROM an_health_window WHERE last_ts IS NOT NULL AND last_ts <= $cutoff ORDER BY gpu_uuid
+"""
+
+_THINNED = """
+WITH judged AS MATERIALIZED (  -- every GPU read in the window whose samples did not stop: its samples since $since
+    SELECT w.gpu_uuid, coalesce(c.n, 0) AS n
+    FROM an_health_window w LEFT JOIN (
+        SELECT gpu_uuid, count(*) AS n FROM f_gpu_samples WHERE ts >= $since AND ts <= $until GROUP BY gpu_uuid
+    ) c USING (gpu_uuid)
+    WHERE w.last_ts IS NOT NULL AND w.last_ts > $cutoff
+),
+fleet AS (SELECT median(n) AS median FROM judged)
+SELECT j.gpu_uuid, j.n, f.median FROM judged j, fleet f
+WHERE f.median >= $min_samples AND j.n < $share * f.median
+ORDER BY j.gpu_uuid
+"""
+"""The GPUs with fewer samples since ``$since`` than ``$share`` of the median of all judged GPUs (a median of an
+even count is the mean of the middle two), where that median is at least ``$min_samples``."""
+
+
+def coverage_gaps(con: duckdb.DuckDBPyConnection, window: Window, rules: HealthRules) -> list[CoverageGap]:
+    """The GPUs of ``an_health_window`` (each GPU's last physical sample in the window, ``last_ts``) whose samples
+    stopped or thinned; only those come out of DuckDB (the fleet's million quiet GPUs stay there)."""
+    row = con.execute("SELECT max(last_ts) FROM an_health_window").fetchone()
+    if row is None or row[0] is None:
         return []
-    fleet_last = max(last_seen.values())
-    silent = timedelta(seconds=rules.silent_after_seconds)
+    fleet_last: datetime = row[0]
+    cutoff = fleet_last - timedelta(seconds=rules.silent_after_seconds)
     out = []
-    for gpu, last in sorted(last_seen.items()):
-        if fleet_last - last >= silent:
-            minutes = (fleet_last - last).total_seconds() / 60
-            out.append(CoverageGap(
-                gpu, STOPPED, round(minutes, 1), rules.silent_after_seconds / 60,
-                f"no samples since {last:%Y-%m-%d %H:%M} ({minutes:.0f} min before the fleet's last): its exporter "
-                "stopped answering or its metrics vanished; unmeasured since, not healthy", last, fleet_last))
-    stopped = {g.gpu_uuid for g in out}
+    for gpu, last in con.execute(_STOPPED, {"cutoff": cutoff}).fetchall():
+        minutes = (fleet_last - last).total_seconds() / 60
+        out.append(CoverageGap(
+            gpu, STOPPED, round(minutes, 1), rules.silent_after_seconds / 60,
+            f"no samples since {last:%Y-%m-%d %H:%M} ({minutes:.0f} min before the fleet's last): its exporter "
+            "stopped answering or its metrics vanished; unmeasured since, not healthy", last, fleet_last))
     since = max(window.start, fleet_last - timedelta(seconds=rules.thin_lookback_seconds))
-    counts = dict(con.execute(
-        "SELECT gpu_uuid, count(*) FROM f_gpu_samples WHERE ts >= $since AND ts <= $until GROUP BY gpu_uuid",
-        {"since": since, "until": fleet_last}).fetchall())
-    judged = [int(counts.get(g, 0)) for g in last_seen if g not in stopped]
-    if not judged:
-        return out
-    median = statistics.median(judged)
-    if median < rules.thin_min_samples:
-        return out
-    floor = rules.thin_share * median
     minutes = (fleet_last - since).total_seconds() / 60
-    for gpu in sorted(last_seen):
-        n = int(counts.get(gpu, 0))
-        if gpu not in stopped and n < floor:
-            out.append(CoverageGap(
-                gpu, THINNED, n, round(floor, 1),
-                f"{n} samples in the last {minutes:.0f} min, under {rules.thin_share:.0%} of the fleet's median "
-                f"({median:g}): scrapes failing or series dropped; partly unmeasured, not healthy", since, fleet_last))
+    for gpu, n, median in con.execute(_THINNED, {
+        "since": since, "until": fleet_last, "cutoff": cutoff, "min_samples": rules.thin_min_samples,
+        "share": rules.thin_share,
+    }).fetchall():
+        floor = rules.thin_share * median
+        out.append(CoverageGap(
+            gpu, THINNED, int(n), round(floor, 1),
+            f"{n} samples in the last {minutes:.0f} min, under {rules.thin_share:.0%} of the fleet's median "
+            f"({median:g}): scrapes failing or series dropped; partly unmeasured, not healthy", since,
+            fleet_last))
     return out
+

@@ -77,3 +77,25 @@ def test_the_silent_gpus_node_is_in_the_health_timeline_from_the_time_its_sample
     events = [(e.ts, e.text) for e in timelines["b"].events]
     assert (T0 + timedelta(minutes=59), "samples stopped (exporter silent or metrics vanished)") in events
     assert any(text.startswith("ok -> warn (samples stopped") for _, text in events)
+
+
+def test_the_fleet_median_of_an_even_count_is_the_mean_of_the_middle_two_and_a_stopped_gpu_is_not_counted() -> None:
+    from analytics.facts import Window
+    from analytics.sample_coverage import THINNED, coverage_gaps
+    from analytics.settings import HealthRules
+
+    end = T0 + timedelta(hours=1)
+    counts = {"A": 12, "B": 13, "C": 37, "D": 40}  # median (13 + 37) / 2 = 25: under half of it is under 12.5
+    con = duckdb.connect()
+    con.execute("CREATE TABLE f_gpu_samples (gpu_uuid VARCHAR, ts TIMESTAMP)")
+    for gpu, n in counts.items():
+        con.executemany("INSERT INTO f_gpu_samples VALUES (?, ?)",
+                        [(gpu, end - timedelta(seconds=60 * i)) for i in range(n)])
+    con.execute("INSERT INTO f_gpu_samples VALUES ('GONE', ?)", [T0])  # one sample: stopped, not in the median
+    con.execute("CREATE TEMP TABLE an_health_window AS SELECT gpu_uuid, max(ts) AS last_ts FROM f_gpu_samples "
+                "GROUP BY gpu_uuid")
+    gaps = coverage_gaps(con, Window(T0, end + timedelta(seconds=1), 3600), HealthRules())
+    assert [(g.gpu_uuid, g.signal) for g in gaps] == [("GONE", "samples_stopped"), ("A", THINNED)]
+    thin = gaps[1]
+    assert (thin.value, thin.threshold) == (12, 12.5)
+    assert "fleet's median (25)" in thin.reason

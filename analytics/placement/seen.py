@@ -114,18 +114,15 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
 MERGED_OWNERS = """
 CREATE OR REPLACE TEMP TABLE an_placement_owners AS
 WITH parts AS (SELECT part_id, part_start::DATE AS day FROM analysis_parts WHERE list_contains($ids, part_id)),
-pods AS (  -- per part and pod of an owner: did the pod hold 2+ whole GPUs in the day (over its node ranges)?
-    SELECT p.part_id, p.day, x.namespace, x.kind, x.wname,
-           min(x.gpu_lo) OVER (PARTITION BY p.day, x.namespace, x.kind, x.wname, x.pod)
-             <> max(x.gpu_hi) OVER (PARTITION BY p.day, x.namespace, x.kind, x.wname, x.pod) AS multi_gpu
-    FROM part_placement_pods x JOIN parts p USING (part_id)
-),
-owners AS (
-    SELECT part_id, namespace, kind, wname,
-           bool_or(multi_gpu) OVER (PARTITION BY day, namespace, kind, wname) OR list_contains($gang_kinds, kind) AS multi
-    FROM pods
+pods AS (SELECT p.part_id, p.day, x.namespace, x.kind, x.wname, x.pod, x.gpu_lo, x.gpu_hi
+         FROM part_placement_pods x JOIN parts p USING (part_id)),
+multi AS (  -- owners with a pod that held 2+ whole GPUs in the day (over its node ranges)
+    SELECT DISTINCT day, namespace, kind, wname FROM pods
+    GROUP BY day, namespace, kind, wname, pod HAVING min(gpu_lo) <> max(gpu_hi)
 )
-SELECT DISTINCT part_id, namespace, kind, wname FROM owners WHERE multi
+SELECT DISTINCT part_id, namespace, kind, wname FROM pods WHERE list_contains($gang_kinds, kind)
+UNION
+SELECT DISTINCT part_id, namespace, kind, wname FROM pods SEMI JOIN multi USING (day, namespace, kind, wname)
 """
 """Per part of ``$ids``, the owners multi-device in its day: a gang kind (``$gang_kinds``), or an owner with a
 pod that held 2+ whole GPUs in the day (in any of its node ranges)."""
