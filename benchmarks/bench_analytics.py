@@ -337,16 +337,24 @@ def _run_fleet(root: Path, gpus: int, block: int, per_gpu: int, args: argparse.N
     if limits:
         shutil.copy(work / "store.duckdb", work / "analysed.duckdb")
     more = _in_child(_analyze, work / "store.duckdb", work / "facts", args.days, args.bucket, args.days + 1)
-    next_by_limit = {}
+    next_by_limit, again = {}, None
     for limit in limits:  # the same next day again on a copy of the analysed store, DuckDB held to ``limit``
         shutil.copy(work / "analysed.duckdb", work / "limited.duckdb")
         r = next_by_limit[limit] = _in_child(_analyze, work / "limited.duckdb", work / "facts", args.days, args.bucket,
                                              args.days + 1, memory_limit=limit)
-        print(f"        +1 day with DuckDB's memory limit {limit}: {r['seconds']:.2f} s ({r['cpu']:.1f} CPU s), "
-              f"peak RSS {r['rss_gib']:.2f} GiB ({r['seconds'] / more['seconds']:.2f}x the time of the default's), "
-              f"the same rows as the default's: {r['totals'] == more['totals']}", flush=True)
+    if limits:  # the default's next day again after them: each limit against the mean of the default before and after
+        shutil.copy(work / "analysed.duckdb", work / "limited.duckdb")
+        again = _in_child(_analyze, work / "limited.duckdb", work / "facts", args.days, args.bucket, args.days + 1)
+        default_s = (more["seconds"] + again["seconds"]) / 2
+        print(f"        +1 day at the default limit, before and after the limits: {more['seconds']:.2f} s and "
+              f"{again['seconds']:.2f} s", flush=True)
+        for limit, r in next_by_limit.items():
+            r["ratio_to_default"] = r["seconds"] / default_s
+            print(f"        +1 day with DuckDB's memory limit {limit}: {r['seconds']:.2f} s ({r['cpu']:.1f} CPU s), "
+                  f"peak RSS {r['rss_gib']:.2f} GiB ({r['ratio_to_default']:.2f}x the default's mean time), "
+                  f"the same rows as the default's: {r['totals'] == more['totals']}", flush=True)
     row = {"gpus": gpus, "layout": layout, "parquet_bytes_per_gpu_day": sizes, "samples": gpus * per_gpu, "floor": floor, "floor_all_facts": floor_all, "analyze": full,
-           "next_day": more, "next_day_by_memory_limit": next_by_limit, "ratio": full["seconds"] / floor["seconds"],
+           "next_day": more, "next_day_by_memory_limit": next_by_limit, "next_day_default_again": again, "ratio": full["seconds"] / floor["seconds"],
            "ratio_all_facts": full["seconds"] / floor_all["seconds"], "incremental_ratio": more["seconds"] / full["seconds"]}
     print(f"{gpus:>6} {gpus * per_gpu:>11,} {floor['seconds']:>8.2f} {full['seconds']:>10.2f} "
           f"{row['ratio']:>5.1f}x {floor['cpu']:>12.1f} {full['cpu']:>14.1f} "
@@ -394,7 +402,8 @@ def main() -> None:
                          "ratios are the medians of the runs' own ratios (a shared machine's noise)")
     ap.add_argument("--next-day-memory-limits", default=None, metavar="LIMITS",
                     help="also run the next day again under each of these DuckDB memory limits (comma-separated, "
-                         "e.g. 3GB,2GB,1536MB), each on a copy of the same analysed store, side by side with the default")
+                         "e.g. 3GB,2GB,1536MB), each on a copy of the same analysed store, then the default's again: each limit "
+                         "against the mean of the default's before and after them (this machine's speed drifts)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
