@@ -41,7 +41,16 @@ from analytics.placement.settings import TopologySettings
 from analytics.placement.stranded import LAST_OF_WINDOW
 from analytics.result_tables import DAY_PARTS, PART_ROWS
 from analytics.settings import EarlyWarningRules
-from analytics.stages import PART_READ, PART_WRITE, RunState, Stage, run_stages, stage
+from analytics.stages import (
+    PART_READ,
+    PART_WRITE,
+    SAMPLE_TABLES,
+    RunState,
+    Stage,
+    drop_tables,
+    run_stages,
+    stage,
+)
 from gpulens.core.errors import UserError
 
 log = logging.getLogger("gpulens.analytics")
@@ -50,7 +59,6 @@ log = logging.getLogger("gpulens.analytics")
 PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
 """Facts a day part reads (the window-level stages read the rest)."""
 
-SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc", "an_life", "an_db", "an_gpub")
 """Temp tables of one span (dropped once its part is written)."""
 
 _DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
@@ -356,8 +364,7 @@ def _day_of(relative: str) -> date | None:
 
 
 def _drop(con: duckdb.DuckDBPyConnection) -> None:
-    for t in SAMPLE_TABLES:
-        con.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - constant names
+    drop_tables(con, SAMPLE_TABLES)
 
 
 def why_computed(con: duckdb.DuckDBPyConnection, span: Span, parameters: dict[str, object]) -> str:

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from analytics.facts import Window
-from collector.allocation_claims import SPAN_CLAIMS, times_in_sql
+from collector.allocation_claims import SPAN_CLAIMS, times_by_bucket_sql
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -129,21 +129,17 @@ def prepare_samples(con: duckdb.DuckDBPyConnection, window: Window, threshold: f
     # Per holder (device, bucket, tenant, namespace, workload): rows, GE and the sum of their time hashes. Grouped by the
     # device id as read, the device key joined to the grouped rows (rows of unlisted devices: dk NULL, one row
     # per device id; only their existence and an_alloc read them).
-    # Read from the claims (collector/allocation_claims.py): per claim and bucket, only its sample times are
-    # generated (no row per sample is read), then the claims' holders are summed as the per-sample rows would be.
-    times = times_in_sql("claims", "node, gpu_uuid, device_id" if gap_filter else "")
+    # Read from the claims (collector/allocation_claims.py): per claim and bucket its times' count and hash sum
+    # (by prefix sums over a shared grid, else from its generated times; no row per sample is read), then the
+    # claims' holders are summed as the per-sample rows would be.
+    per_bucket = times_by_bucket_sql("claims", BUCKET_OF_TS, gap_filter, "node, gpu_uuid, device_id" if gap_filter else "")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE an_held AS
         WITH claims AS (
             SELECT row_number() OVER () AS cid, * FROM f_allocation_claims WHERE {SPAN_CLAIMS}
         ),
-        per_bucket AS (
-            SELECT s.cid, {BUCKET_OF_TS} AS b, count(*) AS m, sum(hash(s.ts)) AS ts_sig,
-                   min(s.ts) AS first_ts, max(s.ts) AS last_ts
-            FROM ({times}) s WHERE true {gap_filter}
-            GROUP BY ALL
-        )
+        per_bucket AS ({per_bucket})
         SELECT d.dk, h.* FROM (
             SELECT c.device_id, p.b, c.tenant, c.namespace, c.workload_kind, c.workload_name, sum(p.m) AS m,
                    sum(c.gpu_equivalents * p.m) AS ge, min(c.gpu_equivalents) AS ge_lo, max(c.gpu_equivalents) AS ge_hi,

@@ -108,6 +108,24 @@ def _part_sums(s: RunState) -> None:
     chargeback.insert_part_workloads(s.con, s.run_id, s.window)
 
 
+SAMPLE_TABLES = ("an_gaps", "an_hold", "an_kb", "an_kb_unlisted", "an_known", "an_alloc", "an_life", "an_db", "an_gpub")
+"""What a part's read and its device buckets leave for the idle, fragmentation and sum stages."""
+
+
+@stage("free the samples' tables", " ".join(SAMPLE_TABLES), "")
+def _free_samples(s: RunState) -> None:
+    """Their last reader is done: dropped before the placement and health stages, the part's memory peak (at
+    100,000 GPUs they hold about 1 GB), not after the part."""
+    drop_tables(s.con, SAMPLE_TABLES)
+
+
+def drop_tables(con: duckdb.DuckDBPyConnection | None, tables: tuple[str, ...]) -> None:
+    """Drop these temp tables where they exist."""
+    if con is not None:
+        for t in tables:
+            con.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - constant names
+
+
 @stage("placements seen", "f_allocation_claims f_pod_snapshots devices",
        "part_placement_pods part_placement_times part_placement_runs an_seen_claims an_seen_owners")
 def _placements_seen(s: RunState) -> None:
@@ -124,7 +142,7 @@ def _health_seen(s: RunState) -> None:
 
 
 PART_WRITE: tuple[Stage, ...] = (
-    _device_buckets, _write_idle, _write_fragmentation, _part_sums, _placements_seen, _health_seen,
+    _device_buckets, _write_idle, _write_fragmentation, _part_sums, _free_samples, _placements_seen, _health_seen,
 )
 """What a day part computes and stores (``RunState.run_id`` is the part id), after what it read."""
 

@@ -217,6 +217,69 @@ def times_in_sql(claims: str, columns: str = "") -> str:
     """  # noqa: S608 - our names
 
 
+def times_by_bucket_sql(claims: str, bucket_of_ts: str, sample_filter: str = "", columns: str = "") -> str:
+    """SQL: per claim of ``claims`` (which has a ``cid``) and bucket of the span ``[$start, $end)`` (``$start_us``
+    and ``$bs_us``: the span's start and bucket length in µs; ``bucket_of_ts``: SQL of a time ``s.ts``'s bucket
+    number from them), ``(cid, b, m, ts_sig, first_ts, last_ts)``: how
+    many of its sample times lie in the bucket, the sum of their ``hash(ts)``, the first and the last.
+
+    Claims on a grid (step and phase) that holds many more claimed times than grid points in the span, as
+    exporters sampled on one clock or Prometheus steps give, are summed without a row per time: a prefix
+    sum of the hashes over the grid's points, each claim's piece of a bucket its difference (exact: the same
+    sums of the same hashes). The others, and every claim when ``sample_filter`` (SQL on a time ``s`` with
+    ``columns``, e.g. a gap filter) drops single times, generate their times."""
+    generated = f"""
+        SELECT s.cid, {bucket_of_ts} AS b, count(*) AS m, sum(hash(s.ts)) AS ts_sig, min(s.ts) AS first_ts,
+               max(s.ts) AS last_ts
+        FROM ({{times}}) s WHERE true {sample_filter}
+        GROUP BY ALL
+    """  # noqa: S608 - our fragments
+    if sample_filter:
+        return generated.format(times=times_in_sql(claims, columns))
+    sparse = generated.format(times=times_in_sql(f"(SELECT * FROM {claims} ANTI JOIN on_grid USING (cid))"))  # noqa: S608
+    return f"""
+        WITH stepped AS (
+            SELECT cid, epoch_us(ts) AS t0, step_us, epoch_us(ts) % nullif(step_us, 0) AS phase,
+                   greatest(0, ($start_us - epoch_us(ts) + step_us - 1) // nullif(step_us, 0)) AS k_lo,
+                   least(samples - 1, (epoch_us($end) - 1 - epoch_us(ts)) // nullif(step_us, 0)) AS k_hi
+            FROM {claims} WHERE step_us > 0 AND {SPAN_CLAIMS}
+        ),
+        grids AS (  -- g0: the grid's first point in the span
+            SELECT step_us, phase, $start_us + ((phase - $start_us) % step_us + step_us) % step_us AS g0
+            FROM stepped WHERE k_lo <= k_hi GROUP BY step_us, phase
+            HAVING sum(k_hi - k_lo + 1) >= {_DENSE_GRID} * ((epoch_us($end) - $start_us) // step_us + 1)
+        ),
+        on_grid AS (  -- j0: the grid index of the claim's first time (negative when it began before the span)
+            SELECT c.*, (c.t0 - g.g0) // c.step_us AS j0 FROM stepped c JOIN grids g USING (step_us, phase)
+            WHERE c.k_lo <= c.k_hi
+        ),
+        points AS (
+            SELECT step_us, phase, j, hash(make_timestamp(g0 + step_us * j)) AS h,
+                   sum(hash(make_timestamp(g0 + step_us * j))) OVER (PARTITION BY step_us, phase ORDER BY j) AS upto
+            FROM (SELECT *, unnest(range(0, (epoch_us($end) - 1 - g0) // step_us + 1)) AS j FROM grids)
+        ),
+        pieces AS (  -- a claim's first and last time in each bucket it reaches (ka, kb)
+            SELECT cid, t0, step_us, phase, j0, b,
+                   greatest(k_lo, ($start_us + b * $bs_us - t0 + step_us - 1) // step_us) AS ka,
+                   least(k_hi, ($start_us + (b + 1) * $bs_us - 1 - t0) // step_us) AS kb
+            FROM (SELECT *, unnest(range((t0 + step_us * k_lo - $start_us) // $bs_us,
+                                         (t0 + step_us * k_hi - $start_us) // $bs_us + 1)) AS b FROM on_grid)
+        )
+        SELECT p.cid, CAST(p.b AS INTEGER) AS b, p.kb - p.ka + 1 AS m, hi.upto - lo.upto + lo.h AS ts_sig,
+               make_timestamp(p.t0 + p.step_us * p.ka) AS first_ts, make_timestamp(p.t0 + p.step_us * p.kb) AS last_ts
+        FROM pieces p
+        JOIN points lo ON lo.step_us = p.step_us AND lo.phase = p.phase AND lo.j = p.j0 + p.ka
+        JOIN points hi ON hi.step_us = p.step_us AND hi.phase = p.phase AND hi.j = p.j0 + p.kb
+        WHERE p.ka <= p.kb
+        UNION ALL
+        {sparse}
+    """  # noqa: S608 - our names
+
+
+_DENSE_GRID = 4
+"""A grid is summed by prefix when its claims hold at least this many times per grid point in the span."""
+
+
 SAMPLES_IN_SPAN = """
     CASE WHEN step_us = 0 THEN CAST(ts >= $start AND ts < $end AS BIGINT)
          ELSE greatest(0, least(samples - 1, (epoch_us($end) - 1 - epoch_us(ts)) // step_us)

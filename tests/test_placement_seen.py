@@ -66,7 +66,9 @@ def _rows(workloads: list[Workload], devices: tuple[str, ...] = (*(d[0] for d in
 
 
 def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
-           workloads: list[Workload] = WORKLOADS) -> duckdb.DuckDBPyConnection:
+           workloads: list[Workload] = WORKLOADS, sidecar: frozenset[int] = frozenset()) -> duckdb.DuckDBPyConnection:
+    """A store of these rows; the rows at the indices ``sidecar`` are held a second time by the pod's container
+    ``sidecar`` (the same pod on the same GPU from two claims at once)."""
     con = duckdb.connect()
     create_schema(con)
     for device, gpu, kind, mode in DEVICES:
@@ -74,10 +76,11 @@ def _store(rows: list[tuple[int, int, int, str, str | None, float]], gang: bool,
                     "VALUES (?, ?, 'n1', ?, 'gpu', 1.0, ?)", [device, gpu, kind, mode])
     gpu_of = {d[0]: d[1] for d in DEVICES} | {UNKNOWN[0]: UNKNOWN[1]}
     held = []
-    for minute, w, pod, device, mode, ge in rows:
+    for i, (minute, w, pod, device, mode, ge) in enumerate(rows):
         ns, kind, name = workloads[w]
-        held.append((START + timedelta(minutes=minute), "n1", gpu_of[device], device, ns, f"{name or 'bare'}-{pod}",
-                     "main", f"t-{ns}", mode, ge, kind, name, "test"))
+        for container in ("main", "sidecar") if i in sidecar else ("main",):
+            held.append((START + timedelta(minutes=minute), "n1", gpu_of[device], device, ns, f"{name or 'bare'}-{pod}",
+                         container, f"t-{ns}", mode, ge, kind, name, "test"))
     insert_rows(con, "allocations", fact_columns("allocations"), held)
     if gang:  # the inventory names the StatefulSet's pods as one LeaderWorkerSet (newest snapshot wins)
         for pod in range(3):
@@ -141,7 +144,7 @@ def _expected(rows: list[tuple[int, int, int, str, str | None, float]], gang: bo
     multi |= {key[:3] for key in at if key[1] in GANG_KINDS}
     groups: dict[tuple[object, ...], list[tuple[datetime, list[tuple[str, str, float]]]]] = defaultdict(list)
     for (ns, kind, name, ts), held in at.items():
-        if len(held) >= 2 and (ns, kind, name) in multi:
+        if len({(p, g) for p, g, _ in held}) >= 2 and (ns, kind, name) in multi:  # two pairs, not two rows
             groups[(ns, kind, name, frozenset((p, g) for p, g, _ in held))].append((ts, held))
     out: dict[tuple[str, str, str], list[tuple[object, ...]]] = defaultdict(list)
     for (ns, kind, name, _), times in groups.items():
@@ -186,6 +189,21 @@ def test_a_fleet_of_exclusive_whole_gpus_sees_the_same_placements(
     """The common shape (every row an exclusive whole GPU, so a pod's rows are all its owner's) lets the
     rows be found by namespace and pod alone: the placements are the same as by the definition."""
     assert _seen_from(rows, gang, SHARED_NAMES) == _expected(rows, gang, SHARED_NAMES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=_rows(WORKLOADS), twice=st.sets(st.integers(0, 79)), gang=st.booleans())
+def test_a_pod_holding_one_gpu_from_two_containers_counts_the_pair_once_and_the_ge_of_both_rows(
+    rows: list[tuple[int, int, int, str, str | None, float]], twice: set[int], gang: bool
+) -> None:
+    """Two claims of one pod on one GPU at once (a second container): the placement's pairs are the same set,
+    its GE-samples count every row, as the definition says of a row reported twice."""
+    sidecar = frozenset(i for i in twice if i < len(rows))
+    con = _store(rows, gang, sidecar=sidecar)
+    try:
+        assert _flat(seen_in(con)) == _expected(rows + [rows[i] for i in sorted(sidecar)], gang)
+    finally:
+        con.close()
 
 
 def test_the_same_pod_names_in_two_namespaces_are_two_workloads() -> None:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
+from collector.allocation_claims import times_by_bucket_sql
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet, read_fact_parquet
 from collector.schema import connect, fact_columns
@@ -200,3 +201,63 @@ def simulated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     end = END_OF_HISTORY.replace(tzinfo=UTC).timestamp()
     backfill_simulated(path, None, end - 2 * 86400, end, 300.0)
     return path
+
+
+CLAIM_SPAN = (datetime(2026, 12, 1, 6, 0), datetime(2026, 12, 1, 12, 0))
+"""Six hours from 06:00 UTC: a claim may begin up to six hours before the span (claims stay within their UTC day)."""
+
+
+def within_the_day(t: int, step: int, n: int) -> tuple[int, int, int]:
+    """A claim (first time after the span's start, step, samples) cut to its UTC day; a step of 0 is one sample."""
+    return (t, step, 1) if step == 0 else (t, step, min(n, (18 * 3600 - 1 - t) // step + 1))
+
+
+def claim_times_by_bucket(claims: list[tuple[int, int, int]], generated: bool) -> list[tuple[object, ...]]:
+    """``times_by_bucket_sql`` of claims (first time in seconds after the span's start, step in seconds,
+    samples), every claim generated time by time (``generated``) or summed by prefix where it may."""
+    con = duckdb.connect()
+    start, end = CLAIM_SPAN
+    con.execute("CREATE TABLE claims (cid INTEGER, ts TIMESTAMP, last_ts TIMESTAMP, step_us BIGINT, samples INTEGER)")
+    con.executemany("INSERT INTO claims VALUES (?, ?, ?, ?, ?)", [
+        (i, start + timedelta(seconds=t), start + timedelta(seconds=t + step * (n - 1)), step * 1_000_000, n)
+        for i, (t, step, n) in enumerate(claims)])
+    sql = times_by_bucket_sql("claims", "CAST((epoch_us(s.ts) - $start_us) // $bs_us AS INTEGER)",
+                              "AND true" if generated else "")
+    start_us = (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+    return con.execute(f"SELECT * FROM ({sql}) ORDER BY ALL",  # noqa: S608 - our SQL
+                       {"start": start, "end": end, "start_us": start_us, "bs_us": 3_600_000_000}).fetchall()
+
+
+claim_shapes = st.lists(st.builds(within_the_day, st.integers(-6 * 3600, 7 * 3600),
+                                  st.sampled_from([0, 30, 60, 60, 60, 300]), st.integers(1, 400)),
+                        min_size=1, max_size=25)
+
+
+@given(claim_shapes)
+@settings(max_examples=60, deadline=None)
+def test_claims_on_a_shared_grid_sum_their_times_per_bucket_exactly_as_their_generated_times(
+    shapes: list[tuple[int, int, int]],
+) -> None:
+    """Per claim and bucket, the count, first and last time and hash sum of its times in the span are the same
+    from prefix sums over a grid (every grid summed so, and the default rule) as from the times themselves:
+    claims that begin before the span or end after it, one-sample claims, other steps and phases."""
+    import collector.allocation_claims as claims_module
+
+    expected = claim_times_by_bucket(shapes, generated=True)
+    assert claim_times_by_bucket(shapes, generated=False) == expected
+    every_grid = claims_module._DENSE_GRID
+    try:
+        claims_module._DENSE_GRID = 0
+        assert claim_times_by_bucket(shapes, generated=False) == expected
+    finally:
+        claims_module._DENSE_GRID = every_grid
+
+
+def test_a_whole_span_of_claims_on_one_clock_is_summed_by_prefix_with_the_same_sums() -> None:
+    """Forty devices sampled on one clock all day (the shape prefix sums are for) and two claims off it: the
+    same sums as their generated times, and every time in the span counted once."""
+    shapes = [(-1800 + i, 60, 600) for i in range(0, 40 * 60, 60)] + [(17, 60, 200), (5, 0, 1)]
+    rows = claim_times_by_bucket(shapes, generated=False)
+    assert rows == claim_times_by_bucket(shapes, generated=True)
+    in_span = sum(1 for t, step, n in shapes for k in range(n) if 0 <= t + step * k < 6 * 3600)
+    assert sum(r[2] for r in rows) == in_span
