@@ -59,8 +59,6 @@ log = logging.getLogger("gpulens.analytics")
 PART_FACTS = ("device_samples", "allocations", "gpu_samples", "gaps", "pending_demand")
 """Facts a day part reads (the window-level stages read the rest)."""
 
-"""Temp tables of one span (dropped once its part is written)."""
-
 _DAY = re.compile(r"^(?:day|date)=(\d{4}-\d{2}-\d{2})$")
 
 DAY_SCOPED = ("device_samples", "allocations", "gpu_samples", "pending_demand")

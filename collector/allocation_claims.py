@@ -217,14 +217,19 @@ def times_in_sql(claims: str, columns: str = "") -> str:
     """  # noqa: S608 - our names
 
 
-def times_by_bucket_sql(claims: str, bucket_of_ts: str, sample_filter: str = "", columns: str = "") -> str:
+DENSE_GRID = 4
+"""A grid is summed by prefix when its claims hold at least this many times per grid point in the span."""
+
+
+def times_by_bucket_sql(claims: str, bucket_of_ts: str, sample_filter: str = "", columns: str = "",
+                        dense_grid: int = DENSE_GRID) -> str:
     """SQL: per claim of ``claims`` (which has a ``cid``) and bucket of the span ``[$start, $end)`` (``$start_us``
     and ``$bs_us``: the span's start and bucket length in µs; ``bucket_of_ts``: SQL of a time ``s.ts``'s bucket
     number from them), ``(cid, b, m, ts_sig, first_ts, last_ts)``: how
     many of its sample times lie in the bucket, the sum of their ``hash(ts)``, the first and the last.
 
-    Claims on a grid (step and phase) that holds many more claimed times than grid points in the span, as
-    exporters sampled on one clock or Prometheus steps give, are summed without a row per time: a prefix
+    Claims on a grid (step and phase) that holds at least ``dense_grid`` claimed times per grid point in the
+    span, as exporters sampled on one clock or Prometheus steps give, are summed without a row per time: a prefix
     sum of the hashes over the grid's points, each claim's piece of a bucket its difference (exact: the same
     sums of the same hashes). The others, and every claim when ``sample_filter`` (SQL on a time ``s`` with
     ``columns``, e.g. a gap filter) drops single times, generate their times."""
@@ -247,7 +252,7 @@ def times_by_bucket_sql(claims: str, bucket_of_ts: str, sample_filter: str = "",
         grids AS (  -- g0: the grid's first point in the span
             SELECT step_us, phase, $start_us + ((phase - $start_us) % step_us + step_us) % step_us AS g0
             FROM stepped WHERE k_lo <= k_hi GROUP BY step_us, phase
-            HAVING sum(k_hi - k_lo + 1) >= {_DENSE_GRID} * ((epoch_us($end) - $start_us) // step_us + 1)
+            HAVING sum(k_hi - k_lo + 1) >= {int(dense_grid)} * ((epoch_us($end) - $start_us) // step_us + 1)
         ),
         on_grid AS (  -- j0: the grid index of the claim's first time (negative when it began before the span)
             SELECT c.*, (c.t0 - g.g0) // c.step_us AS j0 FROM stepped c JOIN grids g USING (step_us, phase)
@@ -274,10 +279,6 @@ def times_by_bucket_sql(claims: str, bucket_of_ts: str, sample_filter: str = "",
         UNION ALL
         {sparse}
     """  # noqa: S608 - our names
-
-
-_DENSE_GRID = 4
-"""A grid is summed by prefix when its claims hold at least this many times per grid point in the span."""
 
 
 SAMPLES_IN_SPAN = """

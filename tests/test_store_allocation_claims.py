@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from analytics.run import analyze
 from analytics.settings import AnalysisSettings
-from collector.allocation_claims import times_by_bucket_sql
+from collector.allocation_claims import DENSE_GRID, times_by_bucket_sql
 from collector.backfill import backfill_simulated
 from collector.parquet import export_parquet, read_fact_parquet
 from collector.schema import connect, fact_columns
@@ -212,9 +212,11 @@ def within_the_day(t: int, step: int, n: int) -> tuple[int, int, int]:
     return (t, step, 1) if step == 0 else (t, step, min(n, (18 * 3600 - 1 - t) // step + 1))
 
 
-def claim_times_by_bucket(claims: list[tuple[int, int, int]], generated: bool) -> list[tuple[object, ...]]:
+def claim_times_by_bucket(claims: list[tuple[int, int, int]], generated: bool,
+                          dense_grid: int = DENSE_GRID) -> list[tuple[object, ...]]:
     """``times_by_bucket_sql`` of claims (first time in seconds after the span's start, step in seconds,
-    samples), every claim generated time by time (``generated``) or summed by prefix where it may."""
+    samples), every claim generated time by time (``generated``) or summed by prefix where its grid holds
+    ``dense_grid`` times per point (0: every grid)."""
     con = duckdb.connect()
     start, end = CLAIM_SPAN
     con.execute("CREATE TABLE claims (cid INTEGER, ts TIMESTAMP, last_ts TIMESTAMP, step_us BIGINT, samples INTEGER)")
@@ -222,7 +224,7 @@ def claim_times_by_bucket(claims: list[tuple[int, int, int]], generated: bool) -
         (i, start + timedelta(seconds=t), start + timedelta(seconds=t + step * (n - 1)), step * 1_000_000, n)
         for i, (t, step, n) in enumerate(claims)])
     sql = times_by_bucket_sql("claims", "CAST((epoch_us(s.ts) - $start_us) // $bs_us AS INTEGER)",
-                              "AND true" if generated else "")
+                              "AND true" if generated else "", dense_grid=dense_grid)
     start_us = (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
     return con.execute(f"SELECT * FROM ({sql}) ORDER BY ALL",  # noqa: S608 - our SQL
                        {"start": start, "end": end, "start_us": start_us, "bs_us": 3_600_000_000}).fetchall()
@@ -241,16 +243,9 @@ def test_claims_on_a_shared_grid_sum_their_times_per_bucket_exactly_as_their_gen
     """Per claim and bucket, the count, first and last time and hash sum of its times in the span are the same
     from prefix sums over a grid (every grid summed so, and the default rule) as from the times themselves:
     claims that begin before the span or end after it, one-sample claims, other steps and phases."""
-    import collector.allocation_claims as claims_module
-
     expected = claim_times_by_bucket(shapes, generated=True)
     assert claim_times_by_bucket(shapes, generated=False) == expected
-    every_grid = claims_module._DENSE_GRID
-    try:
-        claims_module._DENSE_GRID = 0
-        assert claim_times_by_bucket(shapes, generated=False) == expected
-    finally:
-        claims_module._DENSE_GRID = every_grid
+    assert claim_times_by_bucket(shapes, generated=False, dense_grid=0) == expected
 
 
 def test_a_whole_span_of_claims_on_one_clock_is_summed_by_prefix_with_the_same_sums() -> None:

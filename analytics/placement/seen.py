@@ -76,29 +76,28 @@ which the merge sees in the pods and says (:func:`incomplete_owners`)."""
 
 _CANDIDATE_CLAIMS = "an_seen_claims c SEMI JOIN an_seen_owners USING (namespace, kind, wname)"
 
-_TIMES = f"""
-INSERT INTO part_placement_times
-SELECT $part_id, namespace, kind, wname, make_timestamp(t) AS ts, any_value(tenant), sum(h), count(*), sum(ge)
-FROM (SELECT namespace, kind, wname, t0 + step_us * k AS t, tenant, h, ge
-      FROM (SELECT c.*, unnest(range(k_lo, k_hi + 1)) AS k FROM {_CANDIDATE_CLAIMS}))
-GROUP BY namespace, kind, wname, t
+_CLAIMED_TIMES = f"""
+SELECT namespace, kind, wname, t0 + step_us * k AS t, tenant, h, ge
+FROM (SELECT c.*, unnest(range(k_lo, k_hi + 1)) AS k FROM {_CANDIDATE_CLAIMS})
 """  # noqa: S608 - constant fragments
-"""Per candidate owner and sample time: its key (the hashes of its distinct pairs, a row without a pod name
-among them, as it counts for its owner), its distinct pairs and its GE (every row), when no two claims of one
-owner hold the same pair at once (:data:`_PAIR_TWICE`): each pair is then one row per time."""
+"""A row per candidate claim and sample time in the span."""
 
-_TIMES_PER_PAIR = f"""
+_TIMES = """
 INSERT INTO part_placement_times
 SELECT $part_id, namespace, kind, wname, make_timestamp(t) AS ts, any_value(tenant), sum(h), count(*), sum(ge)
-FROM (  -- per pair first (each pair once, its rows' GE summed), then per owner
-    SELECT namespace, kind, wname, t0 + step_us * k AS t, h, any_value(tenant) AS tenant, sum(ge) AS ge
-    FROM (SELECT c.*, unnest(range(k_lo, k_hi + 1)) AS k FROM {_CANDIDATE_CLAIMS})
-    GROUP BY namespace, kind, wname, t, h
-)
+FROM ({rows})
 GROUP BY namespace, kind, wname, t
+"""
+"""Per candidate owner and sample time: its key (the hashes of its distinct pairs, a row without a pod name
+among them, as it counts for its owner), its distinct pairs and its GE (every row). ``{rows}`` has one row
+per pair and time: the claimed times themselves when no two claims of one owner hold the same pair at once
+(:data:`_PAIR_TWICE`), else :data:`_PER_PAIR` of them (two containers of a pod on one GPU, say)."""
+
+_PER_PAIR = f"""
+SELECT namespace, kind, wname, t, any_value(tenant) AS tenant, h, sum(ge) AS ge
+FROM ({_CLAIMED_TIMES}) GROUP BY namespace, kind, wname, t, h
 """  # noqa: S608 - constant fragments
-""":data:`_TIMES` for a part where an owner held a pair from two claims at once (two containers of a pod on
-one GPU, say): its rows grouped per pair first, so the pair counts once in the key."""
+"""The claimed times grouped per pair (each pair once per time, its rows' GE summed)."""
 
 _PAIR_TWICE = f"""
 SELECT EXISTS (
@@ -136,7 +135,8 @@ def insert_seen(con: duckdb.DuckDBPyConnection, part_id: str, window: Window, se
         con.execute(_PODS, {"part_id": part_id})
         con.execute(_CANDIDATES, {"part_id": part_id, "gang_kinds": sorted(settings.gang_kinds)})
         twice = con.execute(_PAIR_TWICE).fetchone()
-        for statement in (_TIMES_PER_PAIR if twice and twice[0] else _TIMES, _RUNS):
+        times = _TIMES.format(rows=_PER_PAIR if twice and twice[0] else _CLAIMED_TIMES)
+        for statement in (times, _RUNS):
             con.execute(statement, {"part_id": part_id})
     finally:
         con.execute("DROP TABLE IF EXISTS an_seen_owners")
