@@ -440,11 +440,13 @@ _RISK_KINDS = """
 CREATE OR REPLACE TEMP TABLE an_risk_kinds AS
 SELECT row_number() OVER (ORDER BY first_gpu) - 1 AS kind, *
 FROM (SELECT p.place, g.mode, g.blind, g.held, g.faults, g.codes,
-             min(g.gpu_uuid) AS first_gpu, arg_min(g.node, g.gpu_uuid) AS first_node
+             min(g.gpu_uuid) AS first_gpu, arg_min(g.node, g.gpu_uuid) AS first_node,
+             list({'gpu_uuid': g.gpu_uuid, 'node': g.node}) AS gpus
       FROM an_risk_gpus g JOIN an_risk_places p ON p.node IS NOT DISTINCT FROM g.node
       GROUP BY ALL)
 """
-"""The kinds of GPU (what a device row depends on), numbered in order of each kind's first GPU."""
+"""The kinds of GPU (what a device row depends on), numbered in order of each kind's first GPU, each with its GPUs
+(their device rows are the kind's: written from this list, not by joining a million GPUs back on the kind's key)."""
 
 
 def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers]:
@@ -504,11 +506,9 @@ def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, ris
         con.execute(
             f"""
             INSERT INTO isolation_risk ({", ".join(column_names("isolation_risk"))})
-            SELECT $run, $start, $end, 'device', g.gpu_uuid, g.node, NULL, g.mode, r.score, r.terms
-            FROM an_risk_gpus g JOIN an_risk_places p ON p.node IS NOT DISTINCT FROM g.node
-            JOIN an_risk_kinds k ON k.place = p.place AND k.mode = g.mode AND k.blind = g.blind
-                 AND k.held = g.held AND k.faults = g.faults AND k.codes = g.codes
-            JOIN an_risk_kind_rows r USING (kind)
+            SELECT $run, $start, $end, 'device', x.g.gpu_uuid, x.g.node, NULL, x.mode, x.score, x.terms
+            FROM (SELECT unnest(k.gpus) AS g, k.mode, r.score, r.terms
+                  FROM an_risk_kinds k JOIN an_risk_kind_rows r USING (kind)) x
             """,  # noqa: S608 - constant names
             {"run": run_id, "start": window.start, "end": window.end},
         )

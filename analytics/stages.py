@@ -183,7 +183,7 @@ def _write_parts(s: RunState) -> None:
 
 
 @stage("write risk, health, placement",
-       "an_risk_gpus an_risk_places an_risk_kinds an_health_quiet value:risks value:health value:placement value:topology_stranded",
+       "an_risk_kinds an_health_quiet value:risks value:health value:placement value:topology_stranded",
        "an_risk_kind_rows isolation_risk health placement topology_stranded")
 def _write_findings(s: RunState) -> None:
     isolation.insert_risk(s.con, s.run_id, s.window, s.values.risks)

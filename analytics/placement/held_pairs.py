@@ -21,6 +21,7 @@ from datetime import datetime
 import duckdb
 import numpy as np
 
+from analytics.placement.fleet import as_fleet
 from analytics.placement.spread import LEVELS, GpuPlace
 
 
@@ -220,7 +221,7 @@ def workloads_seen(con: duckdb.DuckDBPyConnection, places: Mapping[str, GpuPlace
     owners = [tuple(r) for r in con.execute(_RUNS.format(columns="namespace, kind, wname FROM owners ORDER BY oid")).fetchall()]
     gpus = [r[0] for r in con.execute(_RUNS.format(columns="gpu_uuid FROM gpus ORDER BY gid")).fetchall()]
     coded = {k: np.asarray(v, dtype=np.int64) for k, v in con.execute(_CODED).fetchnumpy().items()}
-    chains = _chains(gpus, places)
+    chains = as_fleet(places).chain_codes(gpus)
     bounds = np.searchsorted(coded["oid"], np.arange(len(owners) + 1))
     runs_at = {owner: slice(int(bounds[i]), int(bounds[i + 1])) for i, owner in enumerate(owners)}
     measured: list[tuple[tuple[str, str, str], list[Seen]]] = []
@@ -240,18 +241,6 @@ def workloads_seen(con: duckdb.DuckDBPyConnection, places: Mapping[str, GpuPlace
         "times": [seen[0].first_ts for _, seen in measured]}).fetchall():
         main[(ns, kind, wname)].append((pod_name, gpu))
     return [WorkloadSeen(seen[0].tenant, *owner, tuple(seen), tuple(main[owner])) for owner, seen in measured]
-
-
-def _chains(gpus: list[str], places: Mapping[str, GpuPlace]) -> np.ndarray:
-    """Per GPU, its domain code at each level (-1: no key there, or a GPU ``places`` does not describe)."""
-    codes: list[dict[str | None, int]] = [{None: -1} for _ in LEVELS]
-    unknown = (None,) * len(LEVELS)
-    rows = []
-    for gpu in gpus:
-        place = places.get(gpu)
-        chain = unknown if place is None else place.chain
-        rows.append([c.setdefault(key, len(c) - 1) for c, key in zip(codes, chain, strict=True)])
-    return np.asarray(rows, dtype=np.int64).reshape(len(gpus), len(LEVELS))
 
 
 def _measured(placements: list[tuple[int, float, datetime, datetime, str]], runs: _Runs,

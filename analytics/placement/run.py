@@ -14,7 +14,6 @@ Stranded by topology is measured at the newest GPU sample of the window (``topol
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +23,10 @@ import duckdb
 
 from analytics.facts import Window
 from analytics.placement.affected import affected_hours
+from analytics.placement.fleet import fleet_places
 from analytics.placement.held_pairs import first_pairs, workloads_seen
 from analytics.placement.settings import TopologySettings
-from analytics.placement.spread import FleetShapes, GpuPlace, LevelSpread, distance_score, place_keys, spread
+from analytics.placement.spread import FleetShapes, LevelSpread, distance_score, spread
 from analytics.placement.stranded import StrandedRow, stranded_by_topology
 from analytics.result_tables import append_columns, column_names
 
@@ -60,39 +60,6 @@ class Finding:
                 f"({self.pods} pod(s)); {', '.join(s.domains[:4])}{' ...' if len(s.domains) > 4 else ''}")
 
 
-def _labels(text: str | None) -> dict[str, str]:
-    try:
-        value = json.loads(text) if text else {}
-    except (TypeError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def fleet_places(con: duckdb.DuckDBPyConnection, settings: TopologySettings) -> dict[str, GpuPlace]:
-    """Every exclusive whole GPU the store knows, with its domain key at each level."""
-    rows = con.execute(
-        """
-        SELECT g.gpu_uuid, g.node, coalesce(m.short, g.gpu_model, ''), t.numa_node, t.nvlink_domain, n.labels
-        FROM gpus g
-        LEFT JOIN gpu_topology t USING (gpu_uuid)
-        LEFT JOIN nodes n ON n.node = g.node
-        LEFT JOIN an_models m ON m.alias = g.gpu_model
-        WHERE coalesce(g.sharing_mode, 'exclusive') = 'exclusive'
-        """
-    ).fetchall()
-    level_labels = settings.level_labels()
-    out = {}
-    per_node: dict[str | None, dict[str, str | None]] = {}  # a node's labels, parsed once for its GPUs
-    for gpu, node, model, numa, nvlink, labels_json in rows:
-        named = per_node.get(labels_json)
-        if named is None:
-            labels = _labels(labels_json)
-            named = per_node[labels_json] = {lvl: next((labels[k] for k in keys if labels.get(k)), None)
-                                             for lvl, keys in level_labels.items()}
-        out[gpu] = GpuPlace(gpu, node, model, place_keys(node, numa, nvlink, named))
-    return out
-
-
 def is_multi_device(kind: str, gpus: Sequence[str], pod_sizes: Sequence[int], settings: TopologySettings) -> bool:
     """A gang owner with 2+ GPUs in all, or any pod holding 2+ GPUs."""
     return len(gpus) >= 2 and (kind in settings.gang_kinds or max(pod_sizes) >= 2)
@@ -116,7 +83,7 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
         models = sorted({p.gpu_model for p in held})
         key = tuple(models)
         if key not in fleets:  # domain sizes of these models, worked out once for every workload on them
-            fleets[key] = FleetShapes([p for p in places.values() if p.gpu_model in models])
+            fleets[key] = FleetShapes(places.of_models(models).frame)
         fleet = fleets[key]
         for model in models:
             shapes[model].update(pod_sizes)

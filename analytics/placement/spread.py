@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
@@ -32,6 +31,7 @@ from operator import attrgetter
 from typing import cast
 
 import numpy as np
+import polars as pl
 
 LEVELS = ("nvlink", "numa", "node", "rack", "block", "zone")
 """Topology levels, innermost first."""
@@ -77,15 +77,31 @@ class LevelSpread:
 
 def place_keys(node: str, numa: int | None, nvlink: str | None, labels: Mapping[str, str | None]) -> dict[str, str | None]:
     """Domain keys of a GPU; rack / block / zone keys are paths (``zone/block/rack``) so names may repeat."""
+    return {"nvlink": nvlink, "numa": f"{node}/numa-{numa}" if numa is not None else None, "node": node,
+            **label_keys(labels)}
+
+
+def label_keys(labels: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The rack, block and zone keys of a node's GPUs from the node's label values at those levels."""
     zone, block, rack = labels.get("zone"), labels.get("block"), labels.get("rack")
     return {
-        "nvlink": nvlink,
-        "numa": f"{node}/numa-{numa}" if numa is not None else None,
-        "node": node,
         "rack": f"{zone or '?'}/{block or '?'}/{rack}" if rack else None,
         "block": f"{zone or '?'}/{block}" if block else None,
         "zone": zone,
     }
+
+
+SCHEMA = {"gpu_uuid": pl.Utf8, "gpu_model": pl.Utf8, **dict.fromkeys(LEVELS, pl.Utf8)}
+"""A fleet as columns, one row per GPU: its UUID, model and key at each level (``node`` is also where it is)."""
+
+
+def places_frame(places: Iterable[GpuPlace]) -> pl.DataFrame:
+    """These places as the columns of :data:`SCHEMA`, in their order."""
+    listed = list(places)
+    columns: dict[str, list[str | None]] = {"gpu_uuid": [p.gpu_uuid for p in listed],
+                                            "gpu_model": [p.gpu_model for p in listed]}
+    columns |= {level: [p.chain[i] for p in listed] for i, level in enumerate(LEVELS)}
+    return pl.DataFrame(columns, schema=SCHEMA)
 
 
 def domains_spanned(places: Sequence[GpuPlace], level: str) -> tuple[str, ...] | None:
@@ -103,37 +119,35 @@ def _domains(keys: set[str | None]) -> tuple[str, ...] | None:
 
 
 class FleetShapes:
-    """Domain sizes of a fleet (GPUs of the models compared), worked out once and reused for every placement."""
+    """Domain sizes of a fleet (GPUs of the models compared), worked out once and reused for every placement.
 
-    def __init__(self, fleet: Sequence[GpuPlace]) -> None:
-        self._fleet = list(fleet)
+    ``fleet``: its GPUs' places, or their columns (:data:`SCHEMA`), in the fleet's order (a node's domain at a
+    level is its last GPU's key there)."""
+
+    def __init__(self, fleet: Sequence[GpuPlace] | pl.DataFrame) -> None:
+        self._frame = fleet if isinstance(fleet, pl.DataFrame) else places_frame(fleet)
         self._largest: dict[str, int | None] = {}
         self._capacity: dict[tuple[str, int], list[int]] = {}
         self._reach: dict[tuple[str, int], list[int]] = {}
-        self._node_domain: dict[str, dict[str, str | None]] = {}
-        self._per_node = Counter(p.node for p in self._fleet)
+        self._per_node: pl.DataFrame | None = None
 
     def largest(self, level: str) -> int | None:
         """GPUs of the largest domain of an intra-node ``level``; None when no GPU has a key there."""
         if level not in self._largest:
-            sizes = Counter(p.key(level) for p in self._fleet)
-            sizes.pop(None, None)
-            self._largest[level] = max(sizes.values()) if sizes else None
+            sizes = self._frame.filter(pl.col(level).is_not_null()).group_by(level).len()["len"]
+            self._largest[level] = int(sizes.max()) if len(sizes) else None  # type: ignore[arg-type]
         return self._largest[level]
 
     def capacities(self, level: str, smallest: int) -> list[int]:
         """Pods of ``smallest`` GPUs each domain of ``level`` can hold (a pod never straddles nodes), largest first."""
         key = (level, smallest)
         if key not in self._capacity:
-            if level not in self._node_domain:
-                self._node_domain[level] = {p.node: p.key(level) for p in self._fleet}
-            node_domain = self._node_domain[level]
-            capacity: Counter[str] = Counter()
-            for node, gpus in self._per_node.items():
-                domain = node_domain[node]
-                if domain is not None:
-                    capacity[domain] += gpus // smallest
-            self._capacity[key] = sorted(capacity.values(), reverse=True)
+            if self._per_node is None:  # per node: its GPUs and its last GPU's key at every level
+                self._per_node = self._frame.group_by("node", maintain_order=True).agg(
+                    pl.len().alias("gpus"), *(pl.col(lvl).last().alias(f"key_{lvl}") for lvl in LEVELS))
+            capacity = (self._per_node.filter(pl.col(f"key_{level}").is_not_null())
+                        .group_by(f"key_{level}").agg((pl.col("gpus") // smallest).sum().alias("pods")))
+            self._capacity[key] = sorted(capacity["pods"].to_list(), reverse=True)
         return self._capacity[key]
 
     def reach(self, level: str, smallest: int) -> list[int]:

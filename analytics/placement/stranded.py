@@ -22,6 +22,7 @@ import duckdb
 import polars as pl
 
 from analytics.facts import Window
+from analytics.placement.fleet import as_fleet
 from analytics.placement.spread import LEVELS, GpuPlace
 
 FRESH_SECONDS = 600
@@ -78,16 +79,15 @@ FROM part_gpu_last WHERE list_contains($ids, part_id) GROUP BY gpu_uuid
 """Per GPU, its newest sample of the window and whether it was free there, from the window's day parts (``ids``)."""
 
 
-def newest_states(con: duckdb.DuckDBPyConnection) -> list[tuple[str, datetime, bool]]:
+def newest_states(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """(GPU, its newest sample, free there) for every GPU sampled within ``FRESH_SECONDS`` of the fleet's newest
     sample of the window (``an_gpu_last``). A GPU fresh then has its newest sample in its latest day part: a
     later part where it was sampled would hold a newer one."""
-    rows = con.execute(
-        "SELECT gpu_uuid, ts, free FROM an_gpu_last "
+    return con.sql(
+        "SELECT gpu_uuid, ts, coalesce(free, false) AS free FROM an_gpu_last "
         "WHERE ts >= (SELECT max(ts) FROM an_gpu_last) - to_seconds($fresh)",
-        {"fresh": FRESH_SECONDS},
-    ).fetchall()
-    return [(gpu, ts, bool(free)) for gpu, ts, free in rows]
+        params={"fresh": FRESH_SECONDS},
+    ).pl()
 
 
 def _parent_levels(level: str) -> tuple[int, ...]:
@@ -100,40 +100,28 @@ def stranded_by_topology(
     con: duckdb.DuckDBPyConnection, places: Mapping[str, GpuPlace],
     pod_shapes: Mapping[str, set[int]], job_shapes: Mapping[str, set[int]],
 ) -> list[StrandedRow]:
-    """One row per (level, domain) with free GPUs, for models that have multi-GPU shapes."""
-    free: dict[str, bool] = {}
-    at: datetime | None = None
-    for gpu, ts, is_free in newest_states(con):
-        if gpu in places:
-            free[gpu] = is_free
-            at = ts if at is None or ts > at else at
-    if at is None:
+    """One row per (level, domain) with free GPUs, for models that have multi-GPU shapes (``places``: the fleet,
+    a :class:`~analytics.placement.fleet.Fleet` or any mapping of places in its order)."""
+    fleet = as_fleet(places).frame
+    states = newest_states(con).join(fleet.select("gpu_uuid"), on="gpu_uuid", how="semi")
+    if states.is_empty():
         return []
-    models = sorted(set(pod_shapes) | set(job_shapes))
-    fleets: dict[str, list[GpuPlace]] = {model: [] for model in models}
-    for p in places.values():  # each model's GPUs, in the fleet's order
-        fleet = fleets.get(p.gpu_model)
-        if fleet is not None:
-            fleet.append(p)
+    at: datetime = states["ts"].max()  # type: ignore[assignment]
     rows: list[StrandedRow] = []
-    for model in models:
-        table = _domain_table(fleets[model], free)
+    for model in sorted(set(pod_shapes) | set(job_shapes)):
+        table = _domain_table(fleet.filter(pl.col("gpu_model") == model), states)
         for level in (*POD_LEVELS, *JOB_LEVELS):
             shapes = sorted(pod_shapes.get(model, set()) if level in POD_LEVELS else job_shapes.get(model, set()))
             rows.extend(_level_rows(at, model, level, table, shapes))
     return rows
 
 
-def _domain_table(fleet: list[GpuPlace], free: Mapping[str, bool]) -> pl.DataFrame:
-    """One row per GPU of a model's fleet, in its order: free or not, its key at every level and, per level of
-    ``PARENT``, its parent domain there."""
-    chains = [p.chain for p in fleet]
-    columns: dict[str, object] = {"free": [bool(free.get(p.gpu_uuid)) for p in fleet]}
-    for i, level in enumerate(LEVELS):
-        columns[level] = [c[i] for c in chains]
-    table = pl.DataFrame(columns, schema={"free": pl.Boolean, **{level: pl.Utf8 for level in LEVELS}})
-    return table.with_columns(**{f"parent_{level}": pl.coalesce([pl.col(LEVELS[i]) for i in _parent_levels(level)])
-                                 for level in PARENT})
+def _domain_table(fleet: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
+    """One row per GPU of a model's fleet (``spread.SCHEMA``), in its order: free at its newest state or not, its
+    key at every level and, per level of ``PARENT``, its parent domain there."""
+    table = fleet.join(states.select("gpu_uuid", "free"), on="gpu_uuid", how="left", maintain_order="left")
+    return table.select(pl.col("free").fill_null(False), *LEVELS).with_columns(
+        **{f"parent_{level}": pl.coalesce([pl.col(LEVELS[i]) for i in _parent_levels(level)]) for level in PARENT})
 
 
 def _level_rows(at: datetime, model: str, level: str, table: pl.DataFrame, shapes: list[int]) -> list[StrandedRow]:
