@@ -160,6 +160,7 @@ def assess(
         own = _gpu_terms(g, others, neighbours, tenancy.names, weights, modes)
         tenant_rows.append(Risk("tenant", g.gpu_uuid, g.node, name, g.mode,
                                 capped(own + _layer_terms(subjects, tenancy, weights))))
+    _kind_rows(con, device_rows)
     return RiskRows(device_rows, tenant_rows)
 
 
@@ -490,19 +491,23 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
     return {t: _Layers(tuple(ns or ()), bool(iso), tuple(unseen or ()), inventory) for t, ns, iso, unseen in rows}
 
 
+def _kind_rows(con: duckdb.DuckDBPyConnection, kinds: list[Risk]) -> None:
+    """``an_risk_kind_rows``: each kind's score and terms' JSON, built while the window's other work goes on (a
+    merge copies workers' rows beside it), so the run's transaction only writes them out per GPU."""
+    fragments: dict[int, str] = {}  # a term's JSON by the term's id (kinds share terms; ``kinds`` keeps them alive)
+    con.execute("CREATE OR REPLACE TEMP TABLE an_risk_kind_rows (kind INTEGER, score DOUBLE, terms JSON)")
+    insert_columns(con, "an_risk_kind_rows", {"kind": list(range(len(kinds))), "score": [r.score for r in kinds],
+                                              "terms": [_terms_json(r, fragments) for r in kinds]})
+
+
+def _terms_json(r: Risk, fragments: dict[int, str]) -> str:
+    """The JSON of a row's terms (``fragments`` keeps each term's text by the term's id)."""
+    return "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t)) for t in r.terms]) + "]"
+
+
 def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, risks: RiskRows) -> None:
-    """Write the device rows of this run (every GPU's from its kind's row) and its tenant rows."""
-    fragments: dict[int, str] = {}  # a term's JSON by the term's id (rows share terms; ``risks`` keeps them alive)
-
-    def terms_json(r: Risk) -> str:
-        return "[" + ", ".join([fragments.get(id(t)) or fragments.setdefault(id(t), _term_json(t))
-                                for t in r.terms]) + "]"
-
+    """Write the device rows of this run (every GPU's from its kind's row, ``an_risk_kind_rows``) and its tenant rows."""
     if risks.kinds:
-        con.execute("CREATE OR REPLACE TEMP TABLE an_risk_kind_rows (kind INTEGER, score DOUBLE, terms VARCHAR)")
-        insert_columns(con, "an_risk_kind_rows", {"kind": list(range(len(risks.kinds))),
-                                                  "score": [r.score for r in risks.kinds],
-                                                  "terms": [terms_json(r) for r in risks.kinds]})
         con.execute(
             f"""
             INSERT INTO isolation_risk ({", ".join(column_names("isolation_risk"))})
@@ -512,15 +517,15 @@ def insert_risk(con: duckdb.DuckDBPyConnection, run_id: str, window: Window, ris
             """,  # noqa: S608 - constant names
             {"run": run_id, "start": window.start, "end": window.end},
         )
-        con.execute("DROP TABLE an_risk_kind_rows")
     if not risks.tenants:
         return
     n = len(risks.tenants)
     rows = risks.tenants
+    fragments: dict[int, str] = {}
     columns: list[list[object]] = [
         [run_id] * n, [window.start] * n, [window.end] * n, [r.scope for r in rows], [r.gpu_uuid for r in rows],
         [r.node for r in rows], [r.tenant for r in rows], [r.sharing_mode for r in rows], [r.score for r in rows],
-        [terms_json(r) for r in rows],
+        [_terms_json(r, fragments) for r in rows],
     ]
     append_columns(con, "isolation_risk", dict(zip(column_names("isolation_risk"), columns, strict=True)))
 

@@ -156,7 +156,7 @@ def _health(s: RunState) -> None:
 
 @stage("isolation risk",
        "an_alloc an_dev an_known f_events f_namespace_snapshots nodes tenants ingest_batches",
-       "an_risk_held an_risk_gpus an_risk_places an_risk_kinds value:risks")
+       "an_risk_held an_risk_gpus an_risk_places an_risk_kinds an_risk_kind_rows value:risks")
 def _isolation(s: RunState) -> None:
     s.values.risks = isolation.assess(s.con, s.window, s.settings.risk, s.settings.health)
 
@@ -183,8 +183,8 @@ def _write_parts(s: RunState) -> None:
 
 
 @stage("write risk, health, placement",
-       "an_risk_kinds an_health_quiet value:risks value:health value:placement value:topology_stranded",
-       "an_risk_kind_rows isolation_risk health placement topology_stranded")
+       "an_risk_kinds an_risk_kind_rows an_health_quiet value:risks value:health value:placement value:topology_stranded",
+       "isolation_risk health placement topology_stranded")
 def _write_findings(s: RunState) -> None:
     isolation.insert_risk(s.con, s.run_id, s.window, s.values.risks)
     health.insert_health(s.con, s.run_id, s.window, s.values.health)
