@@ -618,9 +618,11 @@ def _count(copied: dict[str, tuple[int, float]] | None, table: str, rows: int, s
 
 class RowCopy:
     """The ``ARRIVING_ROWS`` of imported parts, copied on a cursor and a thread of their own while the run goes
-    on: from :meth:`start` (the window-level stages, which leave a core mostly to Python; the import of the
-    sums and the merge of the parts before them are DuckDB's own work on both cores), per worker's store, its
-    rows and the end of its parts' arrival in one transaction. :meth:`wait` before the run lists the parts."""
+    on, from the first worker's store imported: beside the import of the next stores' sums (which keeps one
+    core busy) and the window-level stages (which leave a core mostly to Python), held between two stores while
+    the run's DuckDB-heavy steps (inventory, finding and merging the parts) keep both cores (:meth:`held`). Per
+    worker's store, its rows and the end of its parts' arrival in one transaction; :meth:`wait` before the run
+    lists the parts."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, arrivals: list[Arrival] | None = None,
                  copied: dict[str, tuple[int, float]] | None = None) -> None:
@@ -630,6 +632,7 @@ class RowCopy:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._go = threading.Event()
+        self._go.set()
         for arrival in arrivals or ():
             self.add(arrival)
 
@@ -645,8 +648,12 @@ class RowCopy:
     def part_ids(self) -> frozenset[str]:
         return frozenset(self._ids)
 
-    def start(self) -> None:
-        """Begin copying (rows added before wait until then: the run's DuckDB-heavy steps keep both cores)."""
+    def hold(self) -> None:
+        """No store's rows begin to be copied until :meth:`release` (one being copied goes on to its end)."""
+        self._go.clear()
+
+    def release(self) -> None:
+        """Copy again from the next store on."""
         self._go.set()
 
     def wait(self) -> None:
@@ -665,11 +672,11 @@ class RowCopy:
             self._thread = None
 
     def _run(self) -> None:
-        self._go.wait()
         cursor = self._con.cursor()
         n = 0
         try:
             while (arrival := self._queue.get()) is not None:
+                self._go.wait()
                 if self._error is None:  # after a failure the rest stay arriving: not stored
                     self._copy_one(cursor, f"gpulens_rows_{n}", arrival)
                 n += 1

@@ -148,6 +148,7 @@ def compute_parts(
 def _analyze(
     con: duckdb.DuckDBPyConnection, settings: AnalysisSettings, now: Callable[[], datetime], rows: RowCopy
 ) -> AnalysisSummary:
+    rows.hold()  # DuckDB's own work on both cores until the window-level stages: the workers' rows wait
     clock = _Phases()
     source = bind_facts(con, settings.parquet_dir)
     window = resolve_window(con, settings.end, settings.window_seconds, settings.bucket_seconds, now())
@@ -170,7 +171,7 @@ def _analyze(
     values.model_prices = model_prices
     state = RunState(con, settings, window, values=values, done=clock.done, arriving=rows.part_ids)
     run_stages(state, (PARTS,))
-    rows.start()  # the workers' rows copied beside the window-level stages, which leave a core mostly to Python
+    rows.release()  # copied beside the window-level stages, which leave a core mostly to Python
     with background_checkpoint(con):  # the new parts reach the file while the window-level stages run
         run_stages(state, WINDOW)
     if rows.part_ids:
