@@ -54,6 +54,11 @@ class Fleet(Mapping[str, GpuPlace]):
         codes = [(joined[level].rank("dense").fill_null(0).cast(pl.Int64) - 1).to_numpy() for level in LEVELS]
         return np.stack(codes, axis=1) if gpus else np.zeros((0, len(LEVELS)), dtype=np.int64)
 
+    def places_of(self, gpus: Iterable[str]) -> dict[str, GpuPlace]:
+        """The places of those of ``gpus`` the fleet holds (one join, not an index of every GPU)."""
+        asked = pl.DataFrame({"gpu_uuid": sorted(set(gpus))}, schema={"gpu_uuid": pl.Utf8})
+        return {row["gpu_uuid"]: _place(row) for row in self.frame.join(asked, on="gpu_uuid", how="semi").iter_rows(named=True)}
+
     def _index(self) -> dict[str, int]:
         if self._rows is None:
             self._rows = dict(zip(self.frame["gpu_uuid"].to_list(), range(self.frame.height), strict=True))
@@ -62,8 +67,7 @@ class Fleet(Mapping[str, GpuPlace]):
     def __getitem__(self, gpu: str) -> GpuPlace:
         place = self._built.get(gpu)
         if place is None:
-            row = self.frame.row(self._index()[gpu], named=True)
-            place = self._built[gpu] = GpuPlace(gpu, row["node"], row["gpu_model"], {lvl: row[lvl] for lvl in LEVELS})
+            place = self._built[gpu] = _place(self.frame.row(self._index()[gpu], named=True))
         return place
 
     def __contains__(self, gpu: object) -> bool:
@@ -74,6 +78,11 @@ class Fleet(Mapping[str, GpuPlace]):
 
     def __len__(self) -> int:
         return self.frame.height
+
+
+def _place(row: dict[str, str | None]) -> GpuPlace:
+    """A GPU's place from its row of the fleet."""
+    return GpuPlace(str(row["gpu_uuid"]), str(row["node"]), str(row["gpu_model"]), {lvl: row[lvl] for lvl in LEVELS})
 
 
 def as_fleet(places: Mapping[str, GpuPlace]) -> Fleet:

@@ -73,11 +73,11 @@ def assess(con: duckdb.DuckDBPyConnection, window: Window, interval: float,
     shapes: dict[str, set[int]] = defaultdict(set)
     jobs: dict[str, set[int]] = defaultdict(set)
     fleets: dict[tuple[str, ...], FleetShapes] = {}
-    for w in workloads_seen(con, places):
-        gpus, pod_sizes = first_pairs(w.main_pairs)
-        if not is_multi_device(w.kind, gpus, pod_sizes, settings):
-            continue
-        held = [places[g] for g in gpus if g in places]
+    multi = [(w, gpus, pod_sizes) for w in workloads_seen(con, places)
+             for gpus, pod_sizes in [first_pairs(w.main_pairs)] if is_multi_device(w.kind, gpus, pod_sizes, settings)]
+    known = places.places_of(g for _, gpus, _ in multi for g in gpus)
+    for w, gpus, pod_sizes in multi:
+        held = [known[g] for g in gpus if g in known]
         if len(held) != len(gpus):
             continue  # a GPU the dimensions do not describe: no claim about this workload
         models = sorted({p.gpu_model for p in held})
