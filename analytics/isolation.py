@@ -108,7 +108,7 @@ def assess(
     con.execute(_RISK_GPUS, {"start": window.start, "end": window.end,
                              "application_xids": sorted(health_rules.application_xids)})
     bits = _HeldBits()
-    place_bits = _places(con, bits)
+    place_bits = _places(con, bits, names)
     kinds = [
         (_Gpu(gpu, node, mode, bool(blind), bits(held), int(faults), codes), place_bits[place])
         for gpu, node, mode, blind, held, faults, codes, place in con.execute(_RISK_KINDS).execute(
@@ -343,19 +343,31 @@ strings 0.02 s for 40 tenants and 0.7 s for 20,000, lists 0.07 s and 0.3 s)."""
 
 
 def _held_keys(con: duckdb.DuckDBPyConnection, names: tuple[str, ...], bitstring_most: int = BITSTRING_MOST) -> None:
-    """``an_risk_held``: per GPU that a tenant held, its tenants as a key :class:`_HeldBits` reads (a bit string,
-    '1' at position ``i`` when ``names[i]`` held it, or the list of their numbers)."""
+    """``an_risk_pairs``: each GPU of the inventory with each tenant that held one of its devices, and the tenant's
+    number; ``an_risk_held``: per GPU that a tenant held, its tenants as a key :class:`_HeldBits` reads (a bit
+    string, '1' at position ``i`` when ``names[i]`` held it, or the list of their numbers)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE an_risk_pairs (gpu_uuid VARCHAR, tenant VARCHAR, code BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE an_risk_held (gpu_uuid VARCHAR, held VARCHAR)")
     if not names:
-        con.execute("CREATE OR REPLACE TEMP TABLE an_risk_held (gpu_uuid VARCHAR, held VARCHAR)")
         return
-    held = "bitstring_agg(c.code, 0, $last)::VARCHAR" if len(names) <= bitstring_most \
-        else "list(DISTINCT c.code ORDER BY c.code)::VARCHAR"
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE an_risk_held AS SELECT d.gpu_uuid, {held} AS held "  # noqa: S608 - constant
+        "INSERT INTO an_risk_pairs SELECT DISTINCT d.gpu_uuid, a.tenant, c.code "
         "FROM an_alloc a JOIN an_dev d USING (device_id) JOIN "
-        "(SELECT unnest($names) AS tenant, generate_subscripts($names, 1) - 1 AS code) c USING (tenant) GROUP BY ALL",
-        {"names": list(names)} | ({"last": len(names) - 1} if len(names) <= bitstring_most else {}),
+        "(SELECT unnest($names) AS tenant, generate_subscripts($names, 1) - 1 AS code) c USING (tenant)",
+        {"names": list(names)},
     )
+    con.execute(f"INSERT INTO an_risk_held SELECT gpu_uuid, {_key(names, bitstring_most)} FROM an_risk_pairs "  # noqa: S608
+                "GROUP BY gpu_uuid", _key_parameters(names, bitstring_most))
+
+
+def _key(names: tuple[str, ...], bitstring_most: int) -> str:
+    """The aggregate of ``code`` that gives a set of tenants' key (``_held_keys``)."""
+    return "bitstring_agg(code, 0, $last)::VARCHAR" if len(names) <= bitstring_most \
+        else "list(DISTINCT code ORDER BY code)::VARCHAR"
+
+
+def _key_parameters(names: tuple[str, ...], bitstring_most: int) -> dict[str, object]:
+    return {"last": len(names) - 1} if len(names) <= bitstring_most else {}
 
 
 class _HeldBits:
@@ -415,18 +427,21 @@ without activity), its tenants (``held``, '' for none), its faults counted (a MI
 its tenants' own) with their codes, and its node's NVLink domain."""
 
 
-def _places(con: duckdb.DuckDBPyConnection, bits: _HeldBits) -> list[int]:
+def _places(con: duckdb.DuckDBPyConnection, bits: _HeldBits, names: tuple[str, ...]) -> list[int]:
     """``an_risk_places``: per node, its place (a number): the tenants on the node or its NVLink domain, which
     the returned list gives per place as bits."""
-    on_node: dict[str | None, tuple[str | None, int]] = {}
+    on_node: dict[str | None, tuple[str | None, int]] = {
+        node: (domain, 0) for node, domain in con.execute(
+            "SELECT node, any_value(domain) FROM an_risk_gpus GROUP BY node").fetchall()}
+    if names:
+        for node, held in con.execute(
+            f"SELECT node, {_key(names, BITSTRING_MOST)} FROM "  # noqa: S608 - constant
+            "(SELECT DISTINCT g.node, p.code FROM an_risk_pairs p JOIN an_risk_gpus g USING (gpu_uuid)) GROUP BY node",
+            _key_parameters(names, BITSTRING_MOST),
+        ).fetchall():
+            on_node[node] = (on_node[node][0], bits(held))
     on_domain: dict[str, int] = defaultdict(int)
-    for node, domain, helds in con.execute(
-        "SELECT node, any_value(domain), list(DISTINCT held) FROM an_risk_gpus GROUP BY node"
-    ).fetchall():
-        tenants = 0
-        for held in helds:
-            tenants |= bits(held)
-        on_node[node] = (domain, tenants)
+    for domain, tenants in on_node.values():
         if domain:
             on_domain[domain] |= tenants
     numbers: dict[int, int] = {}
@@ -470,10 +485,9 @@ def _layers(con: duckdb.DuckDBPyConnection, window: Window) -> dict[str, _Layers
             FROM f_namespace_snapshots WHERE ts < $end GROUP BY namespace
         ),
         placed AS (
-            SELECT a.tenant, bool_and(n.dedicated_tenant IS NOT DISTINCT FROM a.tenant) AS on_own_nodes
-            FROM (SELECT DISTINCT tenant, device_id FROM an_alloc) a
-            JOIN an_dev d USING (device_id) LEFT JOIN nodes n ON n.node = d.node
-            GROUP BY a.tenant
+            SELECT p.tenant, bool_and(n.dedicated_tenant IS NOT DISTINCT FROM p.tenant) AS on_own_nodes
+            FROM an_risk_pairs p JOIN an_risk_gpus g USING (gpu_uuid) LEFT JOIN nodes n ON n.node = g.node
+            GROUP BY p.tenant
         )
         SELECT u.tenant,
                list(u.namespace ORDER BY u.namespace) FILTER (WHERE l.seen AND l.policies = 0),

@@ -156,7 +156,7 @@ def _health(s: RunState) -> None:
 
 @stage("isolation risk",
        "an_alloc an_dev an_known f_events f_namespace_snapshots nodes tenants ingest_batches",
-       "an_risk_held an_risk_gpus an_risk_places an_risk_kinds an_risk_kind_rows value:risks")
+       "an_risk_pairs an_risk_held an_risk_gpus an_risk_places an_risk_kinds an_risk_kind_rows value:risks")
 def _isolation(s: RunState) -> None:
     s.values.risks = isolation.assess(s.con, s.window, s.settings.risk, s.settings.health)
 
