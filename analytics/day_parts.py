@@ -620,7 +620,7 @@ class RowCopy:
     """The ``ARRIVING_ROWS`` of imported parts, copied on a cursor and a thread of their own while the run goes
     on, from the first worker's store imported: beside the import of the next stores' sums (which keeps one
     core busy) and the window-level stages (which leave a core mostly to Python), held between two stores while
-    the run's DuckDB-heavy steps (inventory, finding and merging the parts) keep both cores (:meth:`held`). Per
+    the run's DuckDB-heavy steps (inventory, finding and merging the parts) keep both cores (:meth:`hold`). Per
     worker's store, its rows and the end of its parts' arrival in one transaction; :meth:`wait` before the run
     lists the parts."""
 
@@ -633,15 +633,21 @@ class RowCopy:
         self._thread: threading.Thread | None = None
         self._go = threading.Event()
         self._go.set()
+        self._pending = 0
+        self._threads: int | None = None
         for arrival in arrivals or ():
             self.add(arrival)
 
     def add(self, arrival: Arrival) -> None:
         """Copy the rows of ``arrival`` after those added before."""
         if self._thread is None:
+            row = self._con.execute("SELECT current_setting('threads')").fetchone()
+            self._threads = int(row[0]) if row else None
+            self._one_thread()
             self._thread = threading.Thread(target=self._run, name="gpulens-part-rows", daemon=True)
             self._thread.start()
         self._ids.update(arrival.part_ids)
+        self._pending += 1
         self._queue.put(arrival)
 
     @property
@@ -649,15 +655,32 @@ class RowCopy:
         return frozenset(self._ids)
 
     def hold(self) -> None:
-        """No store's rows begin to be copied until :meth:`release` (one being copied goes on to its end)."""
+        """No store's rows begin to be copied until :meth:`release` (one being copied goes on to its end); the
+        run's statements have every thread again."""
         self._go.clear()
+        self._all_threads()
 
     def release(self) -> None:
         """Copy again from the next store on."""
+        if self._pending:
+            self._one_thread()
         self._go.set()
 
+    def _one_thread(self) -> None:
+        """While rows are copied beside the run, DuckDB keeps one thread fewer: its threads and the copy's own
+        then match the cores (on 2 cores the run's and the copy's statements each keep one, so neither slows the
+        run's Python stages), not one thread more than there are cores (0.94x the merge at 1,000,000 GPUs)."""
+        if self._threads and self._threads > 1:
+            self._con.execute(f"SET threads = {self._threads - 1}")
+
+    def _all_threads(self) -> None:
+        """The run's statements have DuckDB's threads as set before the copy."""
+        if self._threads and self._threads > 1:
+            self._con.execute(f"SET threads = {self._threads}")
+
     def wait(self) -> None:
-        """Until every row is copied; raises what stopped the copy (a ``UserError`` naming the store)."""
+        """Until every row is copied (the rest on every thread); raises what stopped the copy (a ``UserError``
+        naming the store)."""
         self.join()
         if self._error is not None:
             error, self._error = self._error, None
@@ -666,6 +689,7 @@ class RowCopy:
     def join(self) -> None:
         """Until the copy ends, whatever its outcome (before the store is closed)."""
         if self._thread is not None:
+            self._all_threads()
             self._go.set()
             self._queue.put(None)
             self._thread.join()
@@ -679,6 +703,7 @@ class RowCopy:
                 self._go.wait()
                 if self._error is None:  # after a failure the rest stay arriving: not stored
                     self._copy_one(cursor, f"gpulens_rows_{n}", arrival)
+                self._pending -= 1
                 n += 1
         finally:
             cursor.close()
