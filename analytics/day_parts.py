@@ -633,7 +633,8 @@ class RowCopy:
         self._thread: threading.Thread | None = None
         self._go = threading.Event()
         self._go.set()
-        self._pending = 0
+        self._pending = 0  # stores added and not yet copied (both threads change it, under ``_lock``)
+        self._lock = threading.Lock()
         self._threads: int | None = None
         for arrival in arrivals or ():
             self.add(arrival)
@@ -647,7 +648,8 @@ class RowCopy:
             self._thread = threading.Thread(target=self._run, name="gpulens-part-rows", daemon=True)
             self._thread.start()
         self._ids.update(arrival.part_ids)
-        self._pending += 1
+        with self._lock:
+            self._pending += 1
         self._queue.put(arrival)
 
     @property
@@ -703,7 +705,8 @@ class RowCopy:
                 self._go.wait()
                 if self._error is None:  # after a failure the rest stay arriving: not stored
                     self._copy_one(cursor, f"gpulens_rows_{n}", arrival)
-                self._pending -= 1
+                with self._lock:
+                    self._pending -= 1
                 n += 1
         finally:
             cursor.close()
